@@ -1,0 +1,67 @@
+// The one place that chooses and initialises the TensorFlow.js backend.
+// `auto` prefers tfjs-node(-gpu) where it is installed (an optional dependency that
+// cannot install on machines without its download host), else wasm.
+import * as tf from "@tensorflow/tfjs";
+
+export type BackendName = "auto" | "wasm" | "cpu" | "tensorflow" | "webgpu";
+export const BACKEND_NAMES: readonly BackendName[] = ["auto", "wasm", "cpu", "tensorflow", "webgpu"];
+
+/** Importers are indirections so tests can make an import fail. */
+export const backendImporters = {
+  tensorflow: async (): Promise<unknown> => {
+    try {
+      return await import("@tensorflow/tfjs-node-gpu" as string);
+    } catch {
+      return await import("@tensorflow/tfjs-node" as string);
+    }
+  },
+  wasm: async (): Promise<unknown> => import("@tensorflow/tfjs-backend-wasm"),
+};
+
+let initialised: string | undefined;
+
+/**
+ * Initialise the backend once per thread and return the name in use.
+ * Throws a clear error when an explicitly requested backend cannot load.
+ */
+export async function initBackend(requested: BackendName | string = "auto"): Promise<string> {
+  if (!BACKEND_NAMES.includes(requested as BackendName)) {
+    throw new Error(`unknown engine backend '${requested}'; choose one of ${BACKEND_NAMES.join(", ")}`);
+  }
+  if (initialised && (requested === "auto" || requested === initialised)) return initialised;
+  let name = requested as BackendName;
+  if (name === "auto") {
+    name = (await tryImport("tensorflow")) ? "tensorflow" : "wasm";
+  }
+  if (name === "tensorflow") {
+    if (!(await tryImport("tensorflow"))) {
+      throw new Error("engine backend 'tensorflow' needs @tensorflow/tfjs-node-gpu or @tensorflow/tfjs-node, which is not installed here; use 'wasm'");
+    }
+  } else if (name === "wasm") {
+    await backendImporters.wasm();
+    const hooks = await import("./wasm_kernels.js").catch(() => undefined);
+    hooks?.registerWasmKernels?.();
+  } else if (name === "webgpu") {
+    const gpu = await import("./webgpu.js");
+    await gpu.prepareWebGpu();
+  }
+  const ok = await tf.setBackend(name);
+  if (!ok) throw new Error(`engine backend '${name}' failed to initialise`);
+  await tf.ready();
+  initialised = name;
+  return name;
+}
+
+async function tryImport(which: "tensorflow"): Promise<boolean> {
+  try {
+    await backendImporters[which]();
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** The backend in use, or undefined before `initBackend`. */
+export function currentBackend(): string | undefined {
+  return initialised;
+}

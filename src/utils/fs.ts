@@ -1,0 +1,32 @@
+// Atomic writes: write to a temporary file beside the target, then rename, so a
+// crash never leaves a half-written file behind.
+import { mkdirSync, renameSync, rmSync, writeFileSync, existsSync } from "node:fs";
+import { dirname, basename, join } from "node:path";
+
+export function writeFileAtomic(path: string, data: string | Uint8Array): void {
+  mkdirSync(dirname(path), { recursive: true });
+  const tmp = join(dirname(path), `.${basename(path)}.tmp-${process.pid}-${Date.now()}`);
+  try {
+    writeFileSync(tmp, data);
+    renameSync(tmp, path);
+  } catch (e) {
+    if (existsSync(tmp)) rmSync(tmp, { force: true });
+    throw e;
+  }
+}
+
+/** Build a directory under a temporary name and rename it into place when `fill` succeeds. */
+export async function writeDirAtomic(path: string, fill: (tmpDir: string) => Promise<void> | void): Promise<void> {
+  mkdirSync(dirname(path), { recursive: true });
+  const tmp = join(dirname(path), `.${basename(path)}.tmp-${process.pid}-${Date.now()}`);
+  rmSync(tmp, { recursive: true, force: true });
+  mkdirSync(tmp, { recursive: true });
+  try {
+    await fill(tmp);
+    if (existsSync(path)) rmSync(path, { recursive: true, force: true });
+    renameSync(tmp, path);
+  } catch (e) {
+    rmSync(tmp, { recursive: true, force: true });
+    throw e;
+  }
+}
