@@ -1,0 +1,62 @@
+// Gradient plumbing between micro-batches, ranks and the optimizer: gradients are
+// accumulated as one flat vector on the backend, read back once per mini-batch
+// (for the cross-rank all-reduce), and clipped by their global norm on the host.
+import * as tf from "@tensorflow/tfjs";
+
+/** Sums micro-batch gradients into one flat vector, in the order of `vars`. */
+export class FlatGradAccumulator {
+  private acc: tf.Tensor1D | undefined;
+  readonly numel: number;
+
+  constructor(readonly vars: tf.Variable[]) {
+    this.numel = vars.reduce((a, v) => a + v.size, 0);
+  }
+
+  /** Add one micro-batch's gradients (a map keyed by variable name, as tf.variableGrads returns). */
+  add(grads: tf.NamedTensorMap): void {
+    const next = tf.tidy(() => {
+      const flat = tf.concat(this.vars.map((v) => {
+        const g = grads[v.name];
+        return g ? g.reshape([-1]) : tf.zeros([v.size]);
+      })) as tf.Tensor1D;
+      return this.acc ? this.acc.add(flat) as tf.Tensor1D : flat;
+    });
+    this.acc?.dispose();
+    this.acc = next;
+  }
+
+  /** The accumulated gradient as a host array (zeros if nothing was added); resets the accumulator. */
+  take(): Float32Array {
+    if (!this.acc) return new Float32Array(this.numel);
+    const out = this.acc.dataSync() as Float32Array;
+    this.acc.dispose();
+    this.acc = undefined;
+    // dataSync may hand back the backend's own buffer; copy so callers may mutate it.
+    return new Float32Array(out);
+  }
+
+  dispose(): void {
+    this.acc?.dispose();
+    this.acc = undefined;
+  }
+}
+
+/** The L2 norm of a flat gradient, accumulated in float64. */
+export function globalNorm(flat: Float32Array): number {
+  let s = 0;
+  for (let i = 0; i < flat.length; i++) s += flat[i]! * flat[i]!;
+  return Math.sqrt(s);
+}
+
+/**
+ * Clip in place to `maxNorm` (torch's clip_grad_norm_: scale by maxNorm/(norm+1e-6) when
+ * that is below 1). Returns the norm before clipping; a non-finite norm leaves the
+ * gradient untouched so that the caller can skip the step.
+ */
+export function clipByGlobalNorm(flat: Float32Array, maxNorm: number | null | undefined): number {
+  const norm = globalNorm(flat);
+  if (!Number.isFinite(norm) || maxNorm === null || maxNorm === undefined || !(maxNorm > 0)) return norm;
+  const coef = maxNorm / (norm + 1e-6);
+  if (coef < 1) for (let i = 0; i < flat.length; i++) flat[i] = flat[i]! * coef;
+  return norm;
+}

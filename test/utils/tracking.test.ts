@@ -1,0 +1,67 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import {
+  Tracking, fileLoggerPath, formatConsoleLine, knownTrackingBackends, loggerList, registerTrackingBackend,
+} from "../../src/utils/tracking.js";
+
+test("console line follows verl: step first, numeric values only", () => {
+  assert.equal(formatConsoleLine({ "actor/pg_loss": 0.5, note: "x", "training/global_step": 3 }, 3),
+    "step:3 - actor/pg_loss:0.5 - training/global_step:3");
+});
+
+test("trainer.logger accepts a string or a list; unknown and unavailable backends fail clearly", () => {
+  assert.deepEqual(loggerList("console"), ["console"]);
+  assert.deepEqual(loggerList(["console", "file"]), ["console", "file"]);
+  assert.deepEqual(loggerList(null), []);
+  assert.throws(() => loggerList(3), /trainer.logger must be a backend name or a list/);
+  assert.throws(() => new Tracking({ projectName: "p", experimentName: "e", backends: ["nope"] }),
+    /unknown backend 'nope'; known backends: .*console.*file/);
+  assert.throws(() => new Tracking({ projectName: "p", experimentName: "e", backends: ["console", "wandb"] }),
+    /'wandb' is not available in verl-ts/);
+});
+
+test("file backend writes {step, data} lines, and a resumed run drops the steps after the checkpoint", () => {
+  const dir = mkdtempSync(join(tmpdir(), "verl-track-"));
+  const prev = { ...process.env };
+  try {
+    process.env.VERL_FILE_LOGGER_ROOT = dir;
+    delete process.env.VERL_FILE_LOGGER_PATH;
+    const path = fileLoggerPath("proj", "exp");
+    assert.equal(path, join(dir, "proj", "exp.jsonl"));
+    const t = new Tracking({ projectName: "proj", experimentName: "exp", backends: "file" });
+    for (let s = 1; s <= 4; s++) t.log({ "critic/score/mean": s / 10, tag: "a" }, s);
+    t.finish();
+    const lines = readFileSync(path, "utf8").trim().split("\n").map((l) => JSON.parse(l) as { step: number; data: Record<string, unknown> });
+    assert.deepEqual(lines.map((l) => l.step), [1, 2, 3, 4]);
+    assert.deepEqual(lines[1]!.data, { "critic/score/mean": 0.2, tag: "a" });
+    // Resume from step 2: steps 3 and 4 will be redone, so their old lines go.
+    const r = new Tracking({ projectName: "proj", experimentName: "exp", backends: ["file"] });
+    r.begin(2);
+    r.log({ x: 1 }, 3);
+    const after = readFileSync(path, "utf8").trim().split("\n").map((l) => (JSON.parse(l) as { step: number }).step);
+    assert.deepEqual(after, [1, 2, 3]);
+    // A fresh run starts empty.
+    new Tracking({ projectName: "proj", experimentName: "exp", backends: ["file"] }).log({ y: 2 }, 1);
+    assert.equal(readFileSync(path, "utf8").trim().split("\n").length, 1);
+    process.env.VERL_FILE_LOGGER_PATH = join(dir, "direct.jsonl");
+    assert.equal(fileLoggerPath("a", "b"), join(dir, "direct.jsonl"));
+  } finally {
+    process.env = prev;
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test("user backends register by name; a different factory under a taken name is refused", () => {
+  const seen: Array<[number, Record<string, unknown>]> = [];
+  const factory = () => ({ log: (d: Record<string, unknown>, s: number) => void seen.push([s, d]) });
+  registerTrackingBackend("memory_test", factory);
+  registerTrackingBackend("memory_test", factory);
+  assert.throws(() => registerTrackingBackend("memory_test", () => ({ log: () => undefined })), /already registered/);
+  assert.ok(knownTrackingBackends().includes("memory_test"));
+  const t = new Tracking({ projectName: "p", experimentName: "e", backends: ["memory_test"] });
+  t.log({ a: 1 }, 7);
+  assert.deepEqual(seen, [[7, { a: 1 }]]);
+});
