@@ -1,0 +1,153 @@
+// The `verl` command line: subcommands that compose a config from conf/ plus
+// Hydra-style overrides, print it (--cfg job) or hand it to the command module.
+import { realpathSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { Command, CommanderError } from "commander";
+import { ConfigError, getPath, loadConfig, toYaml, validatePpoConfig, type Config } from "../config/index.js";
+import { logger, setLogLevel } from "../utils/logger.js";
+import { packageRoot } from "../utils/paths.js";
+import type { CommandContext } from "./context.js";
+
+type Runner = (ctx: CommandContext) => Promise<void>;
+
+const LOG_LEVELS = ["trace", "debug", "info", "warn", "error", "fatal", "silent"];
+
+/** Each config-driven subcommand, its root config and what it does. */
+const CONFIG_COMMANDS = [
+  { name: "train", config: "ppo_trainer", summary: "RL training (PPO, GRPO, RLOO, ...) of a policy" },
+  { name: "sft", config: "sft_trainer", summary: "supervised fine-tuning on prompt/response pairs" },
+  { name: "generate", config: "generation", summary: "offline generation: add a `responses` column to a parquet of prompts" },
+  { name: "eval", config: "evaluation", summary: "offline scoring of a generated parquet" },
+] as const;
+
+async function loadRunner(name: string): Promise<Runner> {
+  const mod = (await import(`./commands/${name}.js`)) as { run?: Runner };
+  if (typeof mod.run !== "function") throw new Error(`src/cli/commands/${name}.ts does not export run(ctx)`);
+  return mod.run;
+}
+
+function applyLogLevel(config: Config): void {
+  const level = getPath(config, "trainer.log_level");
+  if (level === undefined || level === null) return;
+  if (typeof level !== "string" || !LOG_LEVELS.includes(level)) {
+    throw new ConfigError(`trainer.log_level is ${JSON.stringify(level)}; it must be one of ${LOG_LEVELS.join(", ")}`);
+  }
+  setLogLevel(level);
+}
+
+/** Hydra's short flags -cp/-cn and its spelling of --cfg=job, as commander options. */
+function normalizeArgv(argv: readonly string[]): string[] {
+  return argv.map((a) => (a === "-cp" ? "--config-path" : a === "-cn" ? "--config-name" : a));
+}
+
+function rejectStrayOptions(overrides: readonly string[]): void {
+  const stray = overrides.find((o) => o.startsWith("-"));
+  if (stray) throw new ConfigError(`unknown option '${stray}' (overrides are written key=value; see --help)`);
+}
+
+function packageVersion(): string {
+  try {
+    const pkg = JSON.parse(readFileSync(join(packageRoot, "package.json"), "utf8")) as { version?: string };
+    return pkg.version ?? "0.0.0";
+  } catch {
+    return "0.0.0";
+  }
+}
+
+export function buildProgram(): Command {
+  const program = new Command("verl")
+    .description("verl-ts: reinforcement learning for language models, configured like verl")
+    .version(packageVersion())
+    .exitOverride()
+    .showSuggestionAfterError();
+
+  for (const c of CONFIG_COMMANDS) {
+    program
+      .command(c.name)
+      .description(`${c.summary} (config: ${c.config})`)
+      .argument("[overrides...]", "Hydra-style overrides: a.b=v  +a.b=v  ++a.b=v  ~a.b  group=option")
+      .option("--cfg <what>", "print the resolved config (job) as YAML and exit without running")
+      .option("--config-path <dir>", "a folder of configs searched before the package's conf/ (Hydra -cp)")
+      .option("--config-name <name>", "the root config (Hydra -cn)", c.config)
+      .allowUnknownOption()
+      .addHelpText("after", `\nExamples:\n  verl ${c.name} --cfg job\n  verl ${c.name} trainer.log_level=debug --cfg job\nSee docs/configuration.md for the override grammar.`)
+      .action(async (overrides: string[], opts: { cfg?: string; configPath?: string; configName: string }) => {
+        rejectStrayOptions(overrides);
+        if (opts.cfg !== undefined && opts.cfg !== "job" && opts.cfg !== "all") {
+          throw new ConfigError(`--cfg ${opts.cfg}: only 'job' (or 'all', the same here) is supported`);
+        }
+        const config = loadConfig({ configName: opts.configName, configPath: opts.configPath, overrides });
+        applyLogLevel(config);
+        if (opts.cfg !== undefined) {
+          process.stdout.write(toYaml(config));
+          return;
+        }
+        if (c.name === "train") validatePpoConfig(config);
+        const run = await loadRunner(c.name);
+        await run({ config, overrides, options: { ...opts } });
+      });
+  }
+
+  program
+    .command("preprocess")
+    .description("write a data set as verl-layout parquet files (train.parquet, test.parquet)")
+    .argument("<dataset>", "gsm8k, arithmetic, ...")
+    .option("--local-dir <dir>", "where the raw data set lies")
+    .option("--output-dir <dir>", "where to write the parquet files")
+    .option("--agent", "the tool-agent variant (agent_name, tools_kwargs, interaction_kwargs)")
+    .option("--num-train <n>", "rows in the train split", parseCount)
+    .option("--num-test <n>", "rows in the test split", parseCount)
+    .option("--seed <s>", "seed for generated or sampled rows", parseCount)
+    .action(async (dataset: string, opts: Record<string, unknown>) => {
+      const run = await loadRunner("preprocess");
+      await run({ config: {}, overrides: [], options: { dataset, ...opts } });
+    });
+
+  program
+    .command("plot")
+    .description("draw the curves of a metrics JSONL file (the `file` logger's output)")
+    .argument("<metrics>", "metrics.jsonl")
+    .option("--out <dir>", "where to write the plots")
+    .action(async (metrics: string, opts: Record<string, unknown>) => {
+      const run = await loadRunner("plot");
+      await run({ config: {}, overrides: [], options: { metrics, ...opts } });
+    });
+
+  return program;
+}
+
+function parseCount(text: string): number {
+  const n = Number(text);
+  if (!Number.isInteger(n) || n < 0) throw new ConfigError(`expected a non-negative integer, got '${text}'`);
+  return n;
+}
+
+/** Run the CLI; resolves to the process exit code (errors are printed, not thrown). */
+export async function runCli(argv: readonly string[] = process.argv): Promise<number> {
+  try {
+    await buildProgram().parseAsync(normalizeArgv(argv));
+    return 0;
+  } catch (e) {
+    if (e instanceof CommanderError) return e.exitCode; // commander has printed its own message
+    const err = e as { message?: string; exitCode?: unknown; stack?: string };
+    process.stderr.write(`error: ${err.message ?? String(e)}\n`);
+    logger().debug({ stack: err.stack }, "error details");
+    return typeof err.exitCode === "number" ? err.exitCode : 1;
+  }
+}
+
+function isEntryPoint(): boolean {
+  const arg = process.argv[1];
+  if (!arg) return false;
+  try {
+    return realpathSync(arg) === realpathSync(fileURLToPath(import.meta.url));
+  } catch {
+    return false;
+  }
+}
+
+if (isEntryPoint()) {
+  // Exit explicitly: a command that leaves a worker pool or timer alive must not hang the shell.
+  process.exit(await runCli());
+}
