@@ -1,0 +1,130 @@
+// AgentLoopManager: runs one agent loop per row of a batch, concurrently
+// (at most rollout.agent.max_concurrent_loops at once), against one rollout
+// server, and packs the results in verl's rollout layout. The caller repeats
+// rows rollout.n times beforehand, as verl's trainer does.
+import type { Tokenizer } from "../models/tokenizer.js";
+import { DataProto } from "../protocol/data_proto.js";
+import type { TensorData } from "../protocol/tensor.js";
+import type { AgentLoopClass } from "./base.js";
+import { agentLoopCounters, agentLoopTiming, buildRolloutTensors, extraFieldColumns } from "./postprocess.js";
+import { getAgentLoopClass, loadAgentLoopConfig, type AgentLoopSpec } from "./registry.js";
+import { AgentLoopResources } from "./resources.js";
+import { Semaphore } from "./semaphore.js";
+import { checkGenerationParams, type AsyncRolloutServer, type GenerationParams } from "./server.js";
+import { resolveAgentLoopSettings, type AgentLoopSettings } from "./settings.js";
+import type { AgentLoopOutput, AgentLoopRow } from "./types.js";
+
+export interface AgentLoopManagerOptions {
+  /** The trainer config (plain nested object with actor_rollout_ref.rollout, data, ...). */
+  config: Record<string, unknown>;
+  tokenizer: Tokenizer;
+  server: AsyncRolloutServer;
+}
+
+export interface GenerateOptions {
+  /** Use rollout.val_kwargs sampling (also read from batch.metaInfo.validate). */
+  validate?: boolean;
+}
+
+/** The unpadded prompt of row b from left-padded input_ids + attention_mask. */
+function rowPromptIds(inputIds: TensorData, attention: TensorData | undefined, b: number): number[] {
+  const T = inputIds.shape[1]!;
+  const ids: number[] = [];
+  for (let j = 0; j < T; j++) if (!attention || attention.data[b * T + j]) ids.push(inputIds.data[b * T + j]!);
+  return ids;
+}
+
+export class AgentLoopManager {
+  readonly settings: AgentLoopSettings;
+  private readonly resources = new AgentLoopResources();
+  private yamlLoops: Promise<Map<string, AgentLoopSpec>> | undefined;
+
+  constructor(private readonly opts: AgentLoopManagerOptions) {
+    this.settings = resolveAgentLoopSettings(opts.config);
+  }
+
+  /** verl's sampling params for training or validation. */
+  samplingParams(validate: boolean): GenerationParams {
+    const s = this.settings;
+    const p: GenerationParams = validate
+      ? { temperature: s.val.temperature, topP: s.val.topP, topK: s.val.topK, doSample: s.val.doSample, logprobs: s.calculateLogProbs }
+      : { temperature: s.temperature, topP: s.topP, topK: s.topK, doSample: s.doSample, logprobs: s.calculateLogProbs };
+    checkGenerationParams(p);
+    return p;
+  }
+
+  private loopsFromYaml(): Promise<Map<string, AgentLoopSpec>> {
+    const path = this.settings.agent.agentLoopConfigPath;
+    this.yamlLoops ??= path === null
+      ? Promise.resolve(new Map())
+      : loadAgentLoopConfig(path).then((specs) => new Map(specs.map((s) => [s.name, s])));
+    return this.yamlLoops;
+  }
+
+  private async resolveLoop(name: string, rowIndex: number): Promise<{ cls: AgentLoopClass; kwargs: Record<string, unknown> }> {
+    const spec = (await this.loopsFromYaml()).get(name);
+    if (spec) return spec;
+    try {
+      return { cls: getAgentLoopClass(name), kwargs: {} };
+    } catch (e) {
+      throw new Error(`row ${rowIndex}: agent_name '${name}': ${(e as Error).message}`);
+    }
+  }
+
+  async generateSequences(batch: DataProto, opts: GenerateOptions = {}): Promise<DataProto> {
+    const validate = opts.validate ?? batch.metaInfo.validate === true;
+    const params = this.samplingParams(validate);
+    const n = batch.length;
+    const names = (batch.nonTensorBatch.agent_name as unknown[] | undefined) ?? [];
+    const loops = await Promise.all(
+      Array.from({ length: n }, (_, i) => {
+        const name = names[i] ?? this.settings.agent.defaultAgentLoop;
+        if (typeof name !== "string") throw new Error(`row ${i}: agent_name must be a string, got ${JSON.stringify(name)}`);
+        return this.resolveLoop(name, i);
+      }),
+    );
+    const inputIds = batch.batch.input_ids;
+    const attention = batch.batch.attention_mask;
+    const limiter = new Semaphore(this.settings.agent.maxConcurrentLoops);
+    const start = performance.now();
+    const settled = await Promise.allSettled(
+      loops.map(({ cls, kwargs }, i) => limiter.run(() => this.runOne(cls, kwargs, params, this.row(batch, i, inputIds, attention)))),
+    );
+    const failed = settled.findIndex((s) => s.status === "rejected");
+    if (failed >= 0) {
+      const reason = (settled[failed] as PromiseRejectedResult).reason as unknown;
+      const msg = reason instanceof Error ? reason.message : String(reason);
+      throw new Error(`agent loop for row ${failed} failed: ${msg}`, { cause: reason });
+    }
+    const outputs = settled.map((s) => (s as PromiseFulfilledResult<AgentLoopOutput>).value);
+    return this.pack(outputs, batch, (performance.now() - start) / 1000);
+  }
+
+  private row(batch: DataProto, i: number, inputIds: TensorData | undefined, attention: TensorData | undefined): AgentLoopRow {
+    const fields: Record<string, unknown> = {};
+    for (const [k, v] of Object.entries(batch.nonTensorBatch)) fields[k] = v[i];
+    return { index: i, fields, promptIds: inputIds ? rowPromptIds(inputIds, attention, i) : undefined };
+  }
+
+  private async runOne(cls: AgentLoopClass, kwargs: Record<string, unknown>, params: GenerationParams, row: AgentLoopRow): Promise<AgentLoopOutput> {
+    const { config, tokenizer, server } = this.opts;
+    const loop = new cls({ config, settings: this.settings, server, tokenizer, resources: this.resources, kwargs });
+    return loop.run(params, row);
+  }
+
+  private pack(outputs: AgentLoopOutput[], batch: DataProto, wallSeconds: number): DataProto {
+    const s = this.settings;
+    const tensors = buildRolloutTensors(outputs, { promptLength: s.promptLength, responseLength: s.responseLength, padTokenId: this.opts.tokenizer.padTokenId });
+    const nonTensor: Record<string, unknown[]> = {
+      __num_turns__: outputs.map((o) => o.numTurns),
+      ...extraFieldColumns(outputs),
+    };
+    // verl carries raw_prompt through as an extra field.
+    if (batch.nonTensorBatch.raw_prompt) nonTensor.raw_prompt = batch.nonTensorBatch.raw_prompt;
+    const timing = agentLoopTiming(outputs, tensors.attention_mask!, s.promptLength);
+    const metrics: Record<string, number> = { ...agentLoopCounters(outputs), "agent_loop/wall_seconds": wallSeconds };
+    const meta: Record<string, unknown> = { timing, metrics };
+    if (tensors.rm_scores) meta.reward_extra_keys = [];
+    return DataProto.fromDict(tensors, nonTensor, meta);
+  }
+}

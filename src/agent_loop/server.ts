@@ -1,0 +1,46 @@
+// The rollout server the agent loops talk to: token ids in, token ids out,
+// one request per assistant turn. Many loops await it at once; a batching
+// implementation (ContinuousBatchingServer) decodes their requests together.
+
+/** Sampling for one request (verl's sampling_params dict, camel-cased). */
+export interface GenerationParams {
+  /** 0 (or doSample false) means greedy. */
+  temperature: number;
+  /** Nucleus mass kept; 1 keeps everything. */
+  topP: number;
+  /** Candidates kept; -1 or 0 keeps everything. */
+  topK: number;
+  /** False forces greedy decoding whatever the temperature. */
+  doSample?: boolean;
+  /** Most new tokens to produce (the server may clamp it to its context). */
+  maxTokens?: number;
+  /** Ids that end the request; the stop id itself is returned. Defaults to the server's EOS ids. */
+  stopTokenIds?: number[];
+  /** Return the log-probability of every sampled token. */
+  logprobs?: boolean;
+}
+
+export interface TokenOutput {
+  tokenIds: number[];
+  /** log p(token) under the temperature-scaled distribution, when `logprobs` was asked for. */
+  logProbs?: number[];
+  /** Times the request was evicted and recomputed; -1 when unknown. */
+  numPreempted?: number;
+  /** "stop" when a stop id ended it, "length" when maxTokens or the context did. */
+  finishReason?: "stop" | "length";
+}
+
+export interface AsyncRolloutServer {
+  generate(requestId: string, promptIds: readonly number[], params: GenerationParams): Promise<TokenOutput>;
+}
+
+/** Throws a clear error for impossible parameters (a bad config key reaches here). */
+export function checkGenerationParams(params: GenerationParams): void {
+  const { temperature, topP, topK, maxTokens } = params;
+  if (!Number.isFinite(temperature) || temperature < 0) throw new Error(`sampling temperature must be >= 0, got ${temperature}`);
+  if (!(topP > 0 && topP <= 1)) throw new Error(`sampling top_p must be in (0, 1], got ${topP}`);
+  if (!Number.isInteger(topK) || topK < -1) throw new Error(`sampling top_k must be -1, 0 or a positive integer, got ${topK}`);
+  if (maxTokens !== undefined && (!Number.isInteger(maxTokens) || maxTokens < 0)) {
+    throw new Error(`max tokens must be a non-negative integer, got ${maxTokens}`);
+  }
+}
