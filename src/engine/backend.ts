@@ -20,27 +20,39 @@ export const backendImporters = {
 
 let initialised: string | undefined;
 
+function checkName(requested: string): BackendName {
+  if (!BACKEND_NAMES.includes(requested as BackendName)) {
+    throw new Error(`unknown engine backend '${requested}'; choose one of ${BACKEND_NAMES.join(", ")}`);
+  }
+  return requested as BackendName;
+}
+
+/**
+ * The concrete backend a request maps to, without initialising anything:
+ * `auto` becomes `tensorflow` when tfjs-node(-gpu) imports, else `wasm`.
+ * Throws when `tensorflow` is requested explicitly and cannot load.
+ */
+export async function resolveBackendName(requested: BackendName | string = "auto"): Promise<Exclude<BackendName, "auto">> {
+  const name = checkName(requested);
+  if (name === "auto") return (await tryImport("tensorflow")) ? "tensorflow" : "wasm";
+  if (name === "tensorflow" && !(await tryImport("tensorflow"))) {
+    throw new Error("engine backend 'tensorflow' needs @tensorflow/tfjs-node-gpu or @tensorflow/tfjs-node, which is not installed here; use 'wasm'");
+  }
+  return name;
+}
+
 /**
  * Initialise the backend once per thread and return the name in use.
  * Throws a clear error when an explicitly requested backend cannot load.
  */
 export async function initBackend(requested: BackendName | string = "auto"): Promise<string> {
-  if (!BACKEND_NAMES.includes(requested as BackendName)) {
-    throw new Error(`unknown engine backend '${requested}'; choose one of ${BACKEND_NAMES.join(", ")}`);
-  }
+  checkName(requested);
   if (initialised && (requested === "auto" || requested === initialised)) return initialised;
-  let name = requested as BackendName;
-  if (name === "auto") {
-    name = (await tryImport("tensorflow")) ? "tensorflow" : "wasm";
-  }
-  if (name === "tensorflow") {
-    if (!(await tryImport("tensorflow"))) {
-      throw new Error("engine backend 'tensorflow' needs @tensorflow/tfjs-node-gpu or @tensorflow/tfjs-node, which is not installed here; use 'wasm'");
-    }
-  } else if (name === "wasm") {
+  const name = await resolveBackendName(requested);
+  if (name === "wasm") {
     await backendImporters.wasm();
-    const hooks = await import("./wasm_kernels.js").catch(() => undefined);
-    hooks?.registerWasmKernels?.();
+    const hooks = await import("./wasm_kernels.js");
+    hooks.registerWasmKernels();
   } else if (name === "webgpu") {
     const gpu = await import("./webgpu.js");
     await gpu.prepareWebGpu();

@@ -1,0 +1,4 @@
+// Public surface of the engine layer: backend selection and the fast-path matmuls.
+export { initBackend, currentBackend, resolveBackendName, backendImporters, BACKEND_NAMES, type BackendName } from "./backend.js";
+export { linear, matmul } from "./matmul.js";
+export { registerWasmKernels } from "./wasm_kernels.js";

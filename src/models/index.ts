@@ -1,0 +1,7 @@
+// Public surface of the model layer.
+export { makeConfig, validateConfig, numParams, fromHfConfig, toHfConfig, SUPPORTED_ARCHITECTURES, type ModelConfig } from "./config.js";
+export { LlamaModel, parameterShapes, positionsFromMask, ropeTables, toVariables, type ForwardOptions } from "./llama.js";
+export { ValueHeadModel } from "./value_head.js";
+export { initModel, INIT_STD } from "./init.js";
+export { loadLlama2c, permuteInterleavedToHalves } from "./llama2c.js";
+export type { Tokenizer, ChatMessage } from "./tokenizer.js";

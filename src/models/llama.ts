@@ -1,0 +1,206 @@
+// A Llama-family decoder in TensorFlow.js: RMSNorm, rotary embeddings (Hugging
+// Face's "rotate halves" convention), grouped-query attention, SwiGLU, tied or
+// untied output projection, optional q/k/v biases (Qwen2). Parameters carry the
+// Hugging Face names and [out, in] shapes, so a checkpoint maps one to one.
+// This is the training path (real gradients); rollout decodes with a KV cache
+// in src/rollout/decoder.ts, which must agree with `forward` (tested).
+import * as tf from "@tensorflow/tfjs";
+import { linear, matmul } from "../engine/matmul.js";
+import type { ModelConfig } from "./config.js";
+
+export interface ForwardOptions {
+  /** [B, T], 1 for real tokens and 0 for padding (left or right). */
+  attentionMask?: tf.Tensor2D;
+  /** [B, T] positions for the rotary embedding; derived from the mask when absent. */
+  positionIds?: tf.Tensor2D;
+}
+
+/** Every parameter name and shape the config implies (HF names). */
+export function parameterShapes(c: ModelConfig, opts: { lmHead?: boolean } = {}): Map<string, number[]> {
+  const s = new Map<string, number[]>();
+  const q = c.nHeads * c.headDim, kv = c.nKvHeads * c.headDim;
+  s.set("model.embed_tokens.weight", [c.vocabSize, c.dim]);
+  for (let i = 0; i < c.nLayers; i++) {
+    const p = `model.layers.${i}.`;
+    s.set(p + "input_layernorm.weight", [c.dim]);
+    s.set(p + "self_attn.q_proj.weight", [q, c.dim]);
+    s.set(p + "self_attn.k_proj.weight", [kv, c.dim]);
+    s.set(p + "self_attn.v_proj.weight", [kv, c.dim]);
+    if (c.attentionBias) {
+      s.set(p + "self_attn.q_proj.bias", [q]);
+      s.set(p + "self_attn.k_proj.bias", [kv]);
+      s.set(p + "self_attn.v_proj.bias", [kv]);
+    }
+    s.set(p + "self_attn.o_proj.weight", [c.dim, q]);
+    s.set(p + "post_attention_layernorm.weight", [c.dim]);
+    s.set(p + "mlp.gate_proj.weight", [c.hiddenDim, c.dim]);
+    s.set(p + "mlp.up_proj.weight", [c.hiddenDim, c.dim]);
+    s.set(p + "mlp.down_proj.weight", [c.dim, c.hiddenDim]);
+  }
+  s.set("model.norm.weight", [c.dim]);
+  if (!c.tieWordEmbeddings && opts.lmHead !== false) s.set("lm_head.weight", [c.vocabSize, c.dim]);
+  return s;
+}
+
+/** Check that `params` holds exactly the expected names and shapes. */
+export function checkParameters(expected: Map<string, number[]>, params: Map<string, tf.Tensor>, source: string): void {
+  for (const [name, shape] of expected) {
+    const t = params.get(name);
+    if (!t) throw new Error(`${source}: missing parameter '${name}' [${shape}]`);
+    if (t.shape.join(",") !== shape.join(",")) throw new Error(`${source}: parameter '${name}' has shape [${t.shape}], expected [${shape}]`);
+  }
+  for (const name of params.keys()) {
+    if (!expected.has(name)) throw new Error(`${source}: unexpected parameter '${name}'`);
+  }
+}
+
+/** Positions from the attention mask (verl: cumsum(mask) - 1, clipped at 0), else 0..T-1. */
+export function positionsFromMask(mask: ArrayLike<number> | undefined, B: number, T: number): Int32Array {
+  const pos = new Int32Array(B * T);
+  for (let b = 0; b < B; b++) {
+    let c = 0;
+    for (let t = 0; t < T; t++) {
+      if (!mask) pos[b * T + t] = t;
+      else { c += mask[b * T + t]!; pos[b * T + t] = Math.max(c - 1, 0); }
+    }
+  }
+  return pos;
+}
+
+/** The rotary inverse frequencies theta^(-2i/d), in float32 as PyTorch and llama.c compute them. */
+export function ropeInvFreq(headDim: number, theta: number): Float32Array {
+  const f = new Float32Array(headDim / 2);
+  for (let i = 0; i < f.length; i++) f[i] = 1 / Math.fround(Math.pow(theta, Math.fround((2 * i) / headDim)));
+  return f;
+}
+
+/** cos and sin of position * invFreq, laid out as HF does: the half-table repeated twice. */
+export function ropeTables(positions: ArrayLike<number>, headDim: number, theta: number): { cos: Float32Array; sin: Float32Array } {
+  const inv = ropeInvFreq(headDim, theta), h = headDim / 2;
+  const cos = new Float32Array(positions.length * headDim), sin = new Float32Array(positions.length * headDim);
+  for (let n = 0; n < positions.length; n++) {
+    for (let i = 0; i < h; i++) {
+      const a = Math.fround(positions[n]! * inv[i]!);
+      cos[n * headDim + i] = cos[n * headDim + i + h] = Math.cos(a);
+      sin[n * headDim + i] = sin[n * headDim + i + h] = Math.sin(a);
+    }
+  }
+  return { cos, sin };
+}
+
+/** rotate_half as a matrix: x @ R = concat(-x[d/2:], x[:d/2]). */
+function rotateHalfMatrix(d: number): tf.Tensor2D {
+  const r = new Float32Array(d * d), h = d / 2;
+  for (let j = 0; j < h; j++) { r[(j + h) * d + j] = -1; r[j * d + j + h] = 1; }
+  return tf.tensor2d(r, [d, d]);
+}
+
+/** Additive attention bias [B, 1, T, 1, T]: 0 where query t may see key s (s <= t and s is real), else -1e9. */
+function attentionBias(mask: ArrayLike<number> | undefined, B: number, T: number): tf.Tensor {
+  const bias = new Float32Array(B * T * T);
+  for (let b = 0; b < B; b++) {
+    for (let t = 0; t < T; t++) {
+      for (let s = 0; s < T; s++) {
+        const visible = s <= t && (!mask || mask[b * T + s] !== 0);
+        bias[(b * T + t) * T + s] = visible ? 0 : -1e9;
+      }
+    }
+  }
+  return tf.tensor(bias, [B, 1, T, 1, T]);
+}
+
+export class LlamaModel {
+  /** False for the trunk of a value model saved without an (untied) lm_head. */
+  readonly hasLmHead: boolean;
+
+  constructor(readonly config: ModelConfig, readonly params: Map<string, tf.Variable>, opts: { lmHead?: boolean } = {}) {
+    this.hasLmHead = opts.lmHead !== false || config.tieWordEmbeddings;
+    checkParameters(parameterShapes(config, { lmHead: this.hasLmHead }), params, "LlamaModel");
+  }
+
+  p(name: string): tf.Variable {
+    const v = this.params.get(name);
+    if (!v) throw new Error(`LlamaModel: no parameter '${name}'`);
+    return v;
+  }
+
+  /** Final-norm hidden states [B, T, dim]. */
+  hiddenStates(inputIds: tf.Tensor2D, opts: ForwardOptions = {}): tf.Tensor3D {
+    const c = this.config, [B, T] = inputIds.shape, hd = c.headDim, g = c.nHeads / c.nKvHeads;
+    return tf.tidy(() => {
+      const mask = opts.attentionMask?.dataSync();
+      const pos = opts.positionIds ? opts.positionIds.dataSync() : positionsFromMask(mask, B, T);
+      const rope = ropeTables(pos, hd, c.ropeTheta);
+      const cos = tf.tensor(rope.cos, [B * T, 1, hd]), sin = tf.tensor(rope.sin, [B * T, 1, hd]);
+      const rot = rotateHalfMatrix(hd);
+      const bias = attentionBias(mask, B, T);
+      const rms = (x: tf.Tensor, w: tf.Tensor) => x.mul(tf.rsqrt(x.square().mean(-1, true).add(c.normEps))).mul(w);
+
+      let x: tf.Tensor = tf.gather(this.p("model.embed_tokens.weight"), inputIds.reshape([-1]).toInt()); // [B*T, dim]
+      for (let i = 0; i < c.nLayers; i++) {
+        const l = (n: string) => this.p(`model.layers.${i}.${n}`);
+        // attention: one fused q/k/v projection, rotary on q and k together
+        const n1 = rms(x, l("input_layernorm.weight"));
+        const wqkv = tf.concat([l("self_attn.q_proj.weight"), l("self_attn.k_proj.weight"), l("self_attn.v_proj.weight")], 0) as tf.Tensor2D;
+        let qkv = linear(n1, wqkv);
+        if (c.attentionBias) qkv = qkv.add(tf.concat([l("self_attn.q_proj.bias"), l("self_attn.k_proj.bias"), l("self_attn.v_proj.bias")]));
+        const [qk0, v0] = tf.split(qkv.reshape([B * T, c.nHeads + 2 * c.nKvHeads, hd]), [c.nHeads + c.nKvHeads, c.nKvHeads], 1);
+        const qkRot = matmul(qk0!.reshape([-1, hd]) as tf.Tensor2D, rot).reshape(qk0!.shape);
+        const qk = qk0!.mul(cos).add(qkRot.mul(sin));
+        const [q0, k0] = tf.split(qk, [c.nHeads, c.nKvHeads], 1);
+        // group the g query heads that share a kv head: rows of q are (t, j) pairs
+        const q = q0!.mul(1 / Math.sqrt(hd)).reshape([B, T, c.nKvHeads, g * hd]).transpose([0, 2, 1, 3]).reshape([B * c.nKvHeads, T * g, hd]);
+        const k = k0!.reshape([B, T, c.nKvHeads, hd]).transpose([0, 2, 1, 3]).reshape([B * c.nKvHeads, T, hd]);
+        const v = v0!.reshape([B, T, c.nKvHeads, hd]).transpose([0, 2, 1, 3]).reshape([B * c.nKvHeads, T, hd]);
+        const scores = tf.matMul(q, k, false, true).reshape([B, c.nKvHeads, T, g, T]).add(bias);
+        const probs = tf.softmax(scores).reshape([B * c.nKvHeads, T * g, T]);
+        const att = tf.matMul(probs, v).reshape([B, c.nKvHeads, T, g * hd]).transpose([0, 2, 1, 3]).reshape([B * T, c.nHeads * hd]);
+        const h = x.add(linear(att, l("self_attn.o_proj.weight") as tf.Tensor2D));
+        // SwiGLU feed-forward with one fused gate/up projection
+        const n2 = rms(h, l("post_attention_layernorm.weight"));
+        const gu = linear(n2, tf.concat([l("mlp.gate_proj.weight"), l("mlp.up_proj.weight")], 0) as tf.Tensor2D);
+        const [gate, up] = tf.split(gu, 2, 1);
+        x = h.add(linear(gate!.mul(tf.sigmoid(gate!)).mul(up!), l("mlp.down_proj.weight") as tf.Tensor2D));
+      }
+      return rms(x, this.p("model.norm.weight")).reshape([B, T, c.dim]) as tf.Tensor3D;
+    });
+  }
+
+  /** The output projection weight [vocab, dim] (the embedding when tied). */
+  lmHeadWeight(): tf.Variable {
+    if (!this.hasLmHead) throw new Error("LlamaModel: this trunk has no lm_head (it belongs to a value model)");
+    return this.p(this.config.tieWordEmbeddings ? "model.embed_tokens.weight" : "lm_head.weight");
+  }
+
+  /** Logits [..., vocab] for hidden states [..., dim]. */
+  lmHead(hidden: tf.Tensor): tf.Tensor {
+    return linear(hidden, this.lmHeadWeight() as tf.Tensor2D);
+  }
+
+  /** Logits [B, T, vocab]. */
+  forward(inputIds: tf.Tensor2D, opts: ForwardOptions = {}): tf.Tensor3D {
+    return tf.tidy(() => this.lmHead(this.hiddenStates(inputIds, opts)) as tf.Tensor3D);
+  }
+
+  trainableVariables(): tf.Variable[] {
+    return [...this.params.values()];
+  }
+
+  dispose(): void {
+    for (const v of this.params.values()) v.dispose();
+    this.params.clear();
+  }
+}
+
+/** Wrap named tensors as trainable float32 variables (the caller still owns, and may dispose, `tensors`). */
+export function toVariables(tensors: Map<string, tf.Tensor>): Map<string, tf.Variable> {
+  const vars = new Map<string, tf.Variable>();
+  for (const [name, t] of tensors) {
+    const f = t.dtype === "float32" ? t.clone() : t.toFloat();
+    // tfjs variable names are global: a serial keeps two models from colliding.
+    vars.set(name, tf.variable(f, true, `${name}#${variableSerial++}`));
+    f.dispose();
+  }
+  return vars;
+}
+let variableSerial = 0;
