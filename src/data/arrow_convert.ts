@@ -82,8 +82,22 @@ export function vectorToJs(vec: arrow.Vector, type: arrow.DataType = vec.type): 
       }
       return out;
     }
-    case T.List: case T.FixedSizeList: {
+    case T.List: {
+      // Convert each chunk's child column once, then cut it at the offsets (far cheaper than a sub-vector per row).
       const child = (type as arrow.List).children[0]!.type;
+      const out: unknown[] = [];
+      for (const data of vec.data) {
+        const offsets = data.valueOffsets;
+        const items = vectorToJs(new arrow.Vector([data.children[0]!]), child);
+        const chunk = new arrow.Vector([data]);
+        for (let i = 0; i < data.length; i++) {
+          out.push(chunk.isValid(i) ? items.slice(offsets[data.offset + i], offsets[data.offset + i + 1]) : null);
+        }
+      }
+      return out;
+    }
+    case T.FixedSizeList: {
+      const child = (type as arrow.FixedSizeList).children[0]!.type;
       return Array.from({ length: n }, (_, i) => {
         const sub = vec.get(i) as arrow.Vector | null;
         return sub === null ? null : vectorToJs(sub, child);
