@@ -1,0 +1,35 @@
+// Public surface of the algorithm layer (re-exported from the package root).
+export type * from "./types.js";
+export {
+  registerAdvEstimator, getAdvEstimator, listAdvEstimators,
+  registerPolicyLoss, getPolicyLoss, listPolicyLosses, NamedRegistry,
+} from "./registry.js";
+export {
+  computeGaeAdvantageReturn, computeReinforcePlusPlusOutcomeAdvantage, computeRemaxOutcomeAdvantage,
+} from "./advantage.js";
+export {
+  computeGrpoOutcomeAdvantage, computeGrpoVectorizedOutcomeAdvantage, computeGrpoPasskOutcomeAdvantage,
+  computeReinforcePlusPlusBaselineOutcomeAdvantage, computeRlooOutcomeAdvantage, computeRlooVectorizedOutcomeAdvantage,
+  computeOpoOutcomeAdvantage, computeGpgOutcomeAdvantage,
+} from "./advantage_group.js";
+export {
+  computePolicyLossVanilla, computePolicyLossGspo, computePolicyLossSapo, computePolicyLossGpg,
+  computePolicyLossGeoMean, computePolicyLossCispo,
+} from "./policy_loss.js";
+export { computePolicyLossClipCov, computePolicyLossKlCov, selectTopK } from "./policy_loss_cov.js";
+export { aggLoss, aggLossOptionsFromConfig, checkLossAggMode, LOSS_AGG_MODES, type LossAggMode } from "./agg_loss.js";
+export {
+  klPenalty, klPenaltyForward, KL_PENALTY_KINDS, FixedKLController, AdaptiveKLController, getKlController, type KlController,
+} from "./kl.js";
+export { computeValueLoss, type ValueLossArgs } from "./value_loss.js";
+export {
+  stopGradient, detached, toFloatMask, maskedSum, maskedMean, maskedVar, maskedWhiten, entropyFromLogits, getResponseMask,
+} from "./functional.js";
+export {
+  getLrSchedule, constantScheduleWithWarmup, cosineScheduleWithWarmup,
+  type LrSchedule, type OptimScheduleConfig, type CosineScheduleOptions,
+} from "./lr_schedule.js";
+export {
+  computeAdvantage, applyKlPenalty, computeResponseMask, pfPpoSampleIndices, type ComputeAdvantageOptions,
+} from "./batch_ops.js";
+export { keepMetrics, readMetrics } from "./loss_metrics.js";
