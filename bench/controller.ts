@@ -1,0 +1,86 @@
+// Single-controller overheads: microseconds per ONE_TO_ALL no-op call on 1, 2
+// and 4 ranks, and all-reduce throughput for a 16 MiB float32 buffer on 2 and 4
+// ranks. Prints one JSON line. Run: node dist/bench/controller.js
+// (VERL_BENCH_CALLS, VERL_BENCH_ALLREDUCE_ITERS, VERL_BENCH_CHUNK_ELEMS tune it).
+import { isMainThread } from "node:worker_threads";
+import { fileURLToPath } from "node:url";
+import os from "node:os";
+import { ClassWithInitArgs, Dispatch, ResourcePool, Worker, WorkerGroup, register } from "../src/single_controller/index.js";
+
+export class BenchWorker extends Worker {
+  @register({ dispatchMode: Dispatch.ONE_TO_ALL })
+  noop(): null {
+    return null;
+  }
+
+  /** Milliseconds for `iters` all-reduces of `elems` floats, after one warm-up. */
+  @register({ dispatchMode: Dispatch.ONE_TO_ALL })
+  allReduceLoop(elems: number, iters: number): number {
+    const buf = new Float32Array(elems).fill(this.rank + 1);
+    this.collective.allReduce(buf, "mean");
+    this.collective.barrier();
+    const t0 = performance.now();
+    for (let i = 0; i < iters; i++) this.collective.allReduce(buf, "sum");
+    return performance.now() - t0;
+  }
+}
+
+const envInt = (name: string, fallback: number): number => {
+  const v = Number(process.env[name] ?? fallback);
+  if (!Number.isInteger(v) || v < 1) throw new Error(`${name} must be a positive integer`);
+  return v;
+};
+
+type Bound = Awaited<ReturnType<typeof WorkerGroup.create<BenchWorker>>>;
+
+async function withGroup<T>(worldSize: number, fn: (wg: Bound) => Promise<T>): Promise<T> {
+  const chunkElems = process.env.VERL_BENCH_CHUNK_ELEMS ? envInt("VERL_BENCH_CHUNK_ELEMS", 1) : undefined;
+  const pool = new ResourcePool({ worldSize, ...(chunkElems ? { chunkElems } : {}) });
+  try {
+    const wg = await WorkerGroup.create<BenchWorker>(pool, new ClassWithInitArgs(import.meta.url, "BenchWorker"));
+    return await fn(wg);
+  } finally {
+    await pool.destroy();
+  }
+}
+
+export async function runControllerBench(): Promise<Record<string, unknown>> {
+  const calls = envInt("VERL_BENCH_CALLS", 2000);
+  const iters = envInt("VERL_BENCH_ALLREDUCE_ITERS", 10);
+  const callUs: Record<string, number> = {};
+  for (const world of [1, 2, 4]) {
+    callUs[String(world)] = await withGroup(world, async (wg) => {
+      for (let i = 0; i < 100; i++) await wg.noop();
+      const t0 = performance.now();
+      for (let i = 0; i < calls; i++) await wg.noop();
+      return Math.round(((performance.now() - t0) * 1000) / calls);
+    });
+  }
+  const elems = (16 * 1024 * 1024) / 4;
+  const mbps: Record<string, number> = {};
+  for (const world of [2, 4]) {
+    mbps[String(world)] = await withGroup(world, async (wg) => {
+      const ms = (await wg.allReduceLoop<number[]>(elems, iters)).reduce((a, b) => Math.max(a, b), 0);
+      return Math.round((elems * 4 * iters) / 1e6 / (ms / 1000));
+    });
+  }
+  return {
+    bench: "single_controller",
+    cores: os.availableParallelism(),
+    one_to_all_noop_call_us: callUs,
+    allreduce_16MiB_MB_per_s: mbps,
+    calls,
+    allreduce_iters: iters,
+  };
+}
+
+// No top-level await: the pool imports this module for BenchWorker, which would wait forever on a module still evaluating.
+if (isMainThread && process.argv[1] === fileURLToPath(import.meta.url)) {
+  runControllerBench().then(
+    (result) => process.stdout.write(`${JSON.stringify(result)}\n`),
+    (err: unknown) => {
+      process.stderr.write(`${err instanceof Error ? err.stack : String(err)}\n`);
+      process.exitCode = 1;
+    },
+  );
+}

@@ -1,0 +1,312 @@
+// Collectives among the ranks of a pool over SharedArrayBuffer + Atomics:
+// barrier, all-reduce (sum/mean/max/min of Float32Array or Float64Array of any
+// length) and broadcast. Blocking: Atomics.wait parks the worker thread, which
+// is fine off the main thread. Results do not depend on arrival order: each
+// element is reduced in rank order (in float64, stored once), so reruns are
+// bitwise identical and one rank's "mean" is the identity.
+//
+// Layout. control (Int32): count, generation, bell, broken, then per rank the
+// generation it last arrived at, the op it announced, its length, and per
+// writer (ranks + driver) the length of its abort reason; then reason bytes.
+// scratch: one slot per rank plus one result slot, `chunkElems` float32 each;
+// large buffers go through it chunk by chunk (two barriers per chunk).
+//
+// Failure. Any rank (a timeout, a method that threw) or the driver (a dead
+// thread) marks the collective broken with a reason; every waiter wakes and
+// throws CollectiveError with that reason, so no rank stays blocked. The driver
+// resets a broken collective once no call is in flight on the pool.
+import { CollectiveError } from "./errors.js";
+
+export type ReduceOp = "sum" | "mean" | "max" | "min";
+
+export interface CollectiveBuffers {
+  control: SharedArrayBuffer;
+  scratch: SharedArrayBuffer;
+  worldSize: number;
+  chunkElems: number;
+  timeoutMs: number;
+}
+
+export interface CollectiveOptions {
+  /** float32 elements per rank slot of the scratch buffer (default 1 Mi = 4 MiB per slot). */
+  chunkElems?: number;
+  /** How long a rank waits for the others at one step before failing (default 120 s). */
+  timeoutMs?: number;
+}
+
+export const DEFAULT_COLLECTIVE_TIMEOUT_MS = 120_000;
+export const DEFAULT_CHUNK_ELEMS = 1 << 20;
+
+const COUNT = 0, GEN = 1, BELL = 2, BROKEN = 3, HEADER = 4;
+const REASON_BYTES = 2048;
+const OP_BARRIER = 1, OP_BROADCAST = 2;
+const REDUCE_CODES: Record<ReduceOp, number> = { sum: 10, mean: 11, max: 12, min: 13 };
+
+export function createCollectiveBuffers(worldSize: number, opts: CollectiveOptions = {}): CollectiveBuffers {
+  if (!Number.isInteger(worldSize) || worldSize < 1) throw new Error(`collective: world size must be a positive integer, got ${worldSize}`);
+  const chunkElems = opts.chunkElems ?? DEFAULT_CHUNK_ELEMS;
+  if (!Number.isInteger(chunkElems) || chunkElems < 2 || chunkElems % 2 !== 0) {
+    throw new Error(`collective: chunkElems must be an even integer >= 2, got ${chunkElems}`);
+  }
+  const timeoutMs = opts.timeoutMs ?? DEFAULT_COLLECTIVE_TIMEOUT_MS;
+  if (!(timeoutMs > 0)) throw new Error(`collective: timeoutMs must be positive, got ${timeoutMs}`);
+  const ints = HEADER + 3 * worldSize + (worldSize + 1);
+  const control = new SharedArrayBuffer(ints * 4 + (worldSize + 1) * REASON_BYTES);
+  // One rank needs no scratch: every op is the identity.
+  const scratch = new SharedArrayBuffer(worldSize === 1 ? 8 : (worldSize + 1) * chunkElems * 4);
+  return { control, scratch, worldSize, chunkElems, timeoutMs };
+}
+
+/** What the current call looks like, for clear errors and for rejecting collectives in rank-zero-only calls. */
+export interface CallInfo {
+  method: string;
+  /** How many ranks run this call (all, or 1 for RANK_ZERO). */
+  participants: number;
+}
+
+export class Collective {
+  readonly worldSize: number;
+  readonly rank: number;
+  timeoutMs: number;
+  private readonly ctrl: Int32Array;
+  private readonly reasonBytes: Uint8Array;
+  private readonly f32: Float32Array;
+  private readonly f64: Float64Array;
+  private readonly u8: Uint8Array;
+  private readonly chunkElems: number;
+  private readonly arrivedAt: number;
+  private readonly opAt: number;
+  private readonly lenAt: number;
+  private readonly reasonLenAt: number;
+  /** The call running on this thread (set by the worker runtime); undefined outside calls. */
+  private call: CallInfo | undefined;
+  /** In a pool thread every collective must happen inside a call. */
+  private readonly requireCall: boolean;
+
+  /** `rank` is the rank of this thread, or worldSize for the driver's handle (abort/reset only). */
+  constructor(readonly buffers: CollectiveBuffers, rank: number, opts: { requireCall?: boolean } = {}) {
+    const n = buffers.worldSize;
+    if (!Number.isInteger(rank) || rank < 0 || rank > n) throw new Error(`collective: rank ${rank} is outside [0, ${n}]`);
+    this.worldSize = n;
+    this.rank = rank;
+    this.timeoutMs = buffers.timeoutMs;
+    this.chunkElems = buffers.chunkElems;
+    this.arrivedAt = HEADER;
+    this.opAt = HEADER + n;
+    this.lenAt = HEADER + 2 * n;
+    this.reasonLenAt = HEADER + 3 * n;
+    const ints = HEADER + 3 * n + (n + 1);
+    this.ctrl = new Int32Array(buffers.control, 0, ints);
+    this.reasonBytes = new Uint8Array(buffers.control, ints * 4);
+    this.f32 = new Float32Array(buffers.scratch);
+    this.f64 = new Float64Array(buffers.scratch);
+    this.u8 = new Uint8Array(buffers.scratch);
+    this.requireCall = opts.requireCall ?? false;
+  }
+
+  /** A collective for a single rank (a worker built outside a pool): every op is the identity. */
+  static single(): Collective {
+    return new Collective(createCollectiveBuffers(1), 0);
+  }
+
+  setCall(call: CallInfo | undefined): void {
+    this.call = call;
+  }
+
+  /** Blocks until every rank arrives. */
+  barrier(): void {
+    if (this.worldSize === 1) return;
+    this.enter("barrier");
+    this.announce(OP_BARRIER, 0);
+    this.arriveAndWait("barrier");
+    this.checkAgreement("barrier");
+    // A second step so no rank's next announce overwrites what a slower rank is still checking.
+    this.arriveAndWait("barrier");
+  }
+
+  /** In place: every rank's `buf` becomes the element-wise reduction over ranks (rank order). */
+  allReduce(buf: Float32Array | Float64Array, op: ReduceOp = "sum"): void {
+    const is64 = buf instanceof Float64Array;
+    if (!is64 && !(buf instanceof Float32Array)) throw new TypeError("allReduce: buf must be a Float32Array or a Float64Array");
+    if (!(op in REDUCE_CODES)) throw new Error(`allReduce: op must be one of ${Object.keys(REDUCE_CODES).join(", ")}, got '${String(op)}'`);
+    if (this.worldSize === 1) return;
+    this.enter("allReduce");
+    const world = this.worldSize, rank = this.rank;
+    const view = is64 ? this.f64 : this.f32;
+    const C = is64 ? this.chunkElems / 2 : this.chunkElems;
+    const res = world * C;
+    const n = buf.length;
+    this.announce(REDUCE_CODES[op] + (is64 ? 100 : 0), n);
+    let off = 0;
+    do {
+      const len = Math.min(C, n - off);
+      view.set(buf.subarray(off, off + len), rank * C);
+      this.arriveAndWait("allReduce");
+      if (off === 0) this.checkAgreement("allReduce");
+      const seg = Math.ceil(len / world);
+      const s0 = Math.min(len, rank * seg), s1 = Math.min(len, s0 + seg);
+      reduceSegment(view, C, world, res, s0, s1, op);
+      this.arriveAndWait("allReduce");
+      buf.set(view.subarray(res, res + len), off);
+      off += len;
+    } while (off < n);
+  }
+
+  /** In place: every rank's `buf` becomes root's (any typed array; same byte length on every rank). */
+  broadcast(buf: ArrayBufferView, root = 0): void {
+    if (!ArrayBuffer.isView(buf)) throw new TypeError("broadcast: buf must be a typed array");
+    if (!Number.isInteger(root) || root < 0 || root >= this.worldSize) throw new Error(`broadcast: root ${root} is not a rank in [0, ${this.worldSize})`);
+    if (this.worldSize === 1) return;
+    this.enter("broadcast");
+    const bytes = new Uint8Array(buf.buffer, buf.byteOffset, buf.byteLength);
+    const cap = this.worldSize * this.chunkElems * 4;
+    const n = bytes.length;
+    this.announce(OP_BROADCAST * 1000 + root, n);
+    let off = 0;
+    do {
+      const len = Math.min(cap, n - off);
+      if (this.rank === root) this.u8.set(bytes.subarray(off, off + len), 0);
+      this.arriveAndWait("broadcast");
+      if (off === 0) this.checkAgreement("broadcast");
+      if (this.rank !== root) bytes.set(this.u8.subarray(0, len), off);
+      this.arriveAndWait("broadcast");
+      off += len;
+    } while (off < n);
+  }
+
+  /** Marks the collective broken: every rank waiting now or later throws with `reason`. The first reason wins. */
+  abort(reason: string): void {
+    const writer = this.rank;
+    const encoded = new TextEncoder().encode(reason).subarray(0, REASON_BYTES);
+    this.reasonBytes.set(encoded, writer * REASON_BYTES);
+    Atomics.store(this.ctrl, this.reasonLenAt + writer, encoded.length);
+    Atomics.compareExchange(this.ctrl, BROKEN, 0, writer + 1);
+    this.ring();
+  }
+
+  /** Why the collective is broken, or undefined. */
+  brokenReason(): string | undefined {
+    const b = Atomics.load(this.ctrl, BROKEN);
+    if (b === 0) return undefined;
+    const writer = b - 1;
+    const len = Atomics.load(this.ctrl, this.reasonLenAt + writer);
+    const copy = this.reasonBytes.slice(writer * REASON_BYTES, writer * REASON_BYTES + len);
+    return new TextDecoder().decode(copy);
+  }
+
+  /** Clears a broken state. Only safe when no rank is inside a collective (the driver calls it when the pool is idle). */
+  reset(): void {
+    Atomics.store(this.ctrl, COUNT, 0);
+    Atomics.store(this.ctrl, BROKEN, 0);
+  }
+
+  // ---- internals ----
+
+  private where(): string {
+    return `on rank ${this.rank}${this.call ? ` in '${this.call.method}'` : ""}`;
+  }
+
+  private enter(op: string): void {
+    if (this.requireCall && !this.call) {
+      throw new CollectiveError(`collective ${op} ${this.where()} was used outside a worker call (e.g. in a timer); every rank must reach it from the same call`, "aborted");
+    }
+    if (this.call && this.call.participants !== this.worldSize) {
+      throw new CollectiveError(
+        `collective ${op} ${this.where()}: this call runs on ${this.call.participants} of ${this.worldSize} ranks (execute mode RANK_ZERO); ` +
+          "collectives need every rank of the group",
+        "aborted",
+      );
+    }
+    this.throwIfBroken(op);
+  }
+
+  private throwIfBroken(op: string): void {
+    const reason = this.brokenReason();
+    if (reason !== undefined) throw new CollectiveError(`collective ${op} aborted ${this.where()}: ${reason}`, "aborted");
+  }
+
+  private announce(code: number, len: number): void {
+    Atomics.store(this.ctrl, this.opAt + this.rank, code);
+    Atomics.store(this.ctrl, this.lenAt + this.rank, len);
+  }
+
+  /** After the first step of an op every rank has announced; all must agree on the op and the length. */
+  private checkAgreement(op: string): void {
+    const code = Atomics.load(this.ctrl, this.opAt), len = Atomics.load(this.ctrl, this.lenAt);
+    for (let r = 1; r < this.worldSize; r++) {
+      if (Atomics.load(this.ctrl, this.opAt + r) !== code || Atomics.load(this.ctrl, this.lenAt + r) !== len) {
+        const desc = (i: number) => `rank ${i}: ${describeOp(Atomics.load(this.ctrl, this.opAt + i))} of ${Atomics.load(this.ctrl, this.lenAt + i)}`;
+        const all = Array.from({ length: this.worldSize }, (_, i) => desc(i)).join("; ");
+        throw new CollectiveError(`collective ${op} ${this.where()}: ranks disagree on the operation or its length (${all})`, "aborted");
+      }
+    }
+  }
+
+  private ring(): void {
+    Atomics.add(this.ctrl, BELL, 1);
+    Atomics.notify(this.ctrl, BELL);
+  }
+
+  private arriveAndWait(op: string): void {
+    const ctrl = this.ctrl, world = this.worldSize;
+    const gen = Atomics.load(ctrl, GEN);
+    Atomics.store(ctrl, this.arrivedAt + this.rank, gen + 1);
+    if (Atomics.add(ctrl, COUNT, 1) + 1 === world) {
+      Atomics.store(ctrl, COUNT, 0);
+      Atomics.add(ctrl, GEN, 1);
+      this.ring();
+      return;
+    }
+    const deadline = Date.now() + this.timeoutMs;
+    for (;;) {
+      const bell = Atomics.load(ctrl, BELL);
+      if (Atomics.load(ctrl, GEN) !== gen) return;
+      this.throwIfBroken(op);
+      const left = deadline - Date.now();
+      if (left <= 0) {
+        const missing: number[] = [];
+        for (let r = 0; r < world; r++) if (Atomics.load(ctrl, this.arrivedAt + r) !== gen + 1) missing.push(r);
+        const msg =
+          `collective ${op} timed out after ${this.timeoutMs / 1000} s ${this.where()}: ranks [${missing.join(", ")}] did not arrive ` +
+          "(they may have failed, skipped the collective, or be stuck)";
+        this.abort(msg);
+        throw new CollectiveError(msg, "timeout");
+      }
+      Atomics.wait(ctrl, BELL, bell, left);
+    }
+  }
+}
+
+function describeOp(code: number): string {
+  if (code === OP_BARRIER) return "barrier";
+  if (code >= OP_BROADCAST * 1000) return `broadcast from rank ${code - OP_BROADCAST * 1000} (bytes)`;
+  const is64 = code >= 100;
+  const name = Object.entries(REDUCE_CODES).find(([, c]) => c === code % 100)?.[0];
+  return name ? `allReduce ${name} ${is64 ? "float64" : "float32"}` : `op ${code}`;
+}
+
+/** out[res + i] = reduction over ranks r = 0..world-1 (in that order) of view[r*C + i], for i in [s0, s1). */
+function reduceSegment(view: Float32Array | Float64Array, C: number, world: number, res: number, s0: number, s1: number, op: ReduceOp): void {
+  switch (op) {
+    case "sum":
+    case "mean": {
+      const scale = op === "mean" ? world : 1;
+      for (let i = s0; i < s1; i++) {
+        let acc = view[i]!;
+        for (let r = 1; r < world; r++) acc += view[r * C + i]!;
+        view[res + i] = scale === 1 ? acc : acc / scale;
+      }
+      return;
+    }
+    case "max":
+    case "min": {
+      const pick = op === "max" ? Math.max : Math.min;
+      for (let i = s0; i < s1; i++) {
+        let acc = view[i]!;
+        for (let r = 1; r < world; r++) acc = pick(acc, view[r * C + i]!);
+        view[res + i] = acc;
+      }
+      return;
+    }
+  }
+}

@@ -1,0 +1,80 @@
+// Errors a worker group raises on the driver. Each names the rank and the
+// method, and a method error carries the worker's own stack, so a failure deep
+// inside a worker thread reads like a local one.
+
+/** What a failed call looked like inside the worker thread (crosses threads as plain data). */
+export interface RemoteErrorInfo {
+  name: string;
+  message: string;
+  stack: string;
+  /** Set when the error came from a collective (timeout or abort), so the driver can tell root causes from their echoes. */
+  collective?: "timeout" | "aborted";
+}
+
+/** A worker method threw: `rank`, `method` and the worker's stack (`workerStack`). */
+export class WorkerError extends Error {
+  override name = "WorkerError";
+  constructor(
+    readonly rank: number,
+    readonly method: string,
+    readonly remote: RemoteErrorInfo,
+    /** Errors from the other ranks of the same call, if any failed too. */
+    readonly otherRanks: { rank: number; error: Error }[] = [],
+  ) {
+    super(
+      `${method} failed on rank ${rank}: ${remote.name}: ${remote.message}` +
+        otherRanks.map((o) => `\n  (also rank ${o.rank}: ${o.error.message.split("\n")[0]})`).join("") +
+        `\n--- worker stack (rank ${rank}) ---\n${remote.stack}`,
+    );
+  }
+  get workerStack(): string {
+    return this.remote.stack;
+  }
+}
+
+/** A worker thread died (exit, uncaught error, out of memory). The whole pool is failed after this. */
+export class WorkerDiedError extends Error {
+  override name = "WorkerDiedError";
+  constructor(readonly rank: number, readonly reason: string, readonly workerStack?: string, readonly method?: string) {
+    super(
+      `worker thread of rank ${rank} died${method ? ` during ${method}` : ""}: ${reason}; ` +
+        "the worker group is failed (its state is lost) and all its threads were stopped" +
+        (workerStack ? `\n--- worker stack (rank ${rank}) ---\n${workerStack}` : ""),
+    );
+  }
+}
+
+/** A collective did not complete: a timeout (names the ranks that did not arrive) or an abort. */
+export class CollectiveError extends Error {
+  override name = "CollectiveError";
+  constructor(message: string, readonly kind: "timeout" | "aborted") {
+    super(message);
+  }
+}
+
+/** Calls on a pool that failed or was shut down. */
+export class WorkerGroupClosedError extends Error {
+  override name = "WorkerGroupClosedError";
+  constructor(message: string, override readonly cause?: Error) {
+    super(message);
+  }
+}
+
+/** Turns anything thrown in a worker into plain data that survives postMessage. */
+export function toRemoteError(e: unknown): RemoteErrorInfo {
+  if (e instanceof Error) {
+    const info: RemoteErrorInfo = { name: e.name, message: e.message, stack: e.stack ?? `${e.name}: ${e.message}` };
+    if (e instanceof CollectiveError) info.collective = e.kind;
+    return info;
+  }
+  const text = typeof e === "string" ? e : safeString(e);
+  return { name: "NonErrorThrown", message: text, stack: `(a non-Error value was thrown: ${text})` };
+}
+
+function safeString(v: unknown): string {
+  try {
+    return JSON.stringify(v) ?? String(v);
+  } catch {
+    return String(v);
+  }
+}

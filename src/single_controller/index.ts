@@ -1,0 +1,18 @@
+// Public surface of the single controller: resource pools of rank threads,
+// worker classes with registered methods, worker groups that dispatch calls,
+// colocated roles, and collectives among the ranks.
+export { Dispatch, Execute, registerDispatchMode, updateDispatchMode, getDispatchMode, listDispatchModes } from "./dispatch.js";
+export type { ExecuteMode, WorkerGroupInfo, DispatchFn, CollectFn, DispatchResult, DispatchModeSpec } from "./dispatch.js";
+export { register, registerMethods, registeredMethods } from "./decorator.js";
+export type { RegisterOptions, MethodAttrs } from "./decorator.js";
+export { Worker } from "./worker.js";
+export { ClassWithInitArgs, FunctionRef, ColocatedWorkerClass, createColocatedWorkerClass } from "./class_with_init_args.js";
+export { ResourcePool, poolSizeFromConfig } from "./resource_pool.js";
+export type { ResourcePoolOptions } from "./resource_pool.js";
+export { WorkerGroup } from "./worker_group.js";
+export type { BoundWorkerGroup, RemoteMethod } from "./worker_group.js";
+export { DataProtoFuture } from "./future.js";
+export { Collective, DEFAULT_COLLECTIVE_TIMEOUT_MS } from "./collective.js";
+export type { ReduceOp, CollectiveOptions } from "./collective.js";
+export { WorkerError, WorkerDiedError, CollectiveError, WorkerGroupClosedError } from "./errors.js";
+export type { RemoteErrorInfo } from "./errors.js";

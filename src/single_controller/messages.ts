@@ -1,0 +1,51 @@
+// What the driver posts to a rank's thread and what comes back.
+import type { CollectiveBuffers } from "./collective.js";
+import type { RemoteErrorInfo } from "./errors.js";
+
+/** workerData of every pool thread. */
+export interface ThreadInit {
+  rank: number;
+  worldSize: number;
+  localRank: number;
+  collective: CollectiveBuffers;
+}
+
+export interface RoleSpec {
+  role: string;
+  moduleUrl: string;
+  exportName: string;
+  /** Encoded with transport.encodeValue. */
+  initArgs: unknown;
+}
+
+/** Construct the instances of one group (one per role) in this thread. */
+export interface InitTask {
+  kind: "init";
+  groupId: number;
+  roles: RoleSpec[];
+}
+
+/** Run `method` on the instance `key` ("<groupId>/<role>"). */
+export interface CallTask {
+  kind: "call";
+  key: string;
+  method: string;
+  /** Encoded with transport.encodeValue. */
+  args: unknown;
+  /** How many ranks run this call (collectives need all of them). */
+  participants: number;
+}
+
+/** Drop the instances of a group. */
+export interface DisposeTask {
+  kind: "dispose";
+  groupId: number;
+}
+
+export type Task = InitTask | CallTask | DisposeTask;
+
+export type TaskResult = { ok: true; value: unknown } | { ok: false; error: RemoteErrorInfo };
+
+export function instanceKey(groupId: number, role: string): string {
+  return `${groupId}/${role}`;
+}

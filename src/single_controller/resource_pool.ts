@@ -1,0 +1,200 @@
+// A ResourcePool is one long-lived thread per device slot (one per core on a
+// CPU host), each a rank with RANK / WORLD_SIZE / LOCAL_RANK in its env. Piscina
+// cannot pin a task to a thread, so every rank is its own single-thread piscina
+// pool (engine-notes: ~50 us a call): state stays in the thread and calls run in
+// the order they were sent. atomics 'disabled' keeps the thread's event loop
+// alive between tasks. A thread that dies fails the whole pool loudly: the
+// collective is aborted (peers blocked in it are released), every pending call
+// rejects, and all threads are stopped; piscina's silent replacement thread is
+// never used.
+import os from "node:os";
+import { Piscina } from "piscina";
+import type { ResourceLimits } from "node:worker_threads";
+import { Collective, createCollectiveBuffers, type CollectiveBuffers, type CollectiveOptions } from "./collective.js";
+import { WorkerDiedError, WorkerGroupClosedError } from "./errors.js";
+import type { Task, TaskResult, ThreadInit } from "./messages.js";
+import { logger } from "../utils/logger.js";
+
+export interface ResourcePoolOptions extends CollectiveOptions {
+  /** Number of ranks (threads). Default: the number of cores. */
+  worldSize?: number;
+  /** Used in logs and errors. */
+  name?: string;
+  /** Extra environment for every thread (RANK, WORLD_SIZE, LOCAL_RANK are set per rank). */
+  env?: Record<string, string>;
+  /** Per-thread V8 heap limits (a thread over them dies with ERR_WORKER_OUT_OF_MEMORY). */
+  resourceLimits?: ResourceLimits;
+  execArgv?: string[];
+}
+
+const ENTRY = new URL("./worker_entry.js", import.meta.url);
+
+/** Reads trainer.n_gpus_per_node / trainer.nnodes (one node only) from a composed config. */
+export function poolSizeFromConfig(config: unknown): number {
+  const trainer = (config as { trainer?: unknown } | null)?.trainer;
+  if (trainer === null || typeof trainer !== "object") throw new Error("ResourcePool.fromConfig: config has no 'trainer' section");
+  const t = trainer as Record<string, unknown>;
+  const nnodes = t.nnodes ?? 1;
+  if (nnodes !== 1) throw new Error(`trainer.nnodes=${String(nnodes)}: verl-ts runs on one host; set trainer.nnodes=1`);
+  const n = t.n_gpus_per_node;
+  if (typeof n !== "number" || !Number.isInteger(n) || n < 1) {
+    throw new Error(`trainer.n_gpus_per_node must be a positive integer (ranks on this host), got ${JSON.stringify(n)}`);
+  }
+  return n;
+}
+
+export class ResourcePool {
+  readonly worldSize: number;
+  readonly name: string;
+  readonly collectiveBuffers: CollectiveBuffers;
+  private readonly rankPools: Piscina[];
+  /** The driver's handle on the collective: abort on death, reset when idle. */
+  private readonly collective: Collective;
+  private failure: Error | undefined;
+  private destroying: Promise<void> | undefined;
+  private inFlight = 0;
+  private callCounter = 0;
+  private groupCounter = 0;
+  /** Calls are submitted in the order they were made, even when some wait for future arguments. */
+  private submitChain: Promise<void> = Promise.resolve();
+
+  constructor(opts: ResourcePoolOptions | number = {}) {
+    const o: ResourcePoolOptions = typeof opts === "number" ? { worldSize: opts } : opts;
+    const worldSize = o.worldSize ?? os.availableParallelism();
+    if (!Number.isInteger(worldSize) || worldSize < 1) throw new Error(`ResourcePool: worldSize must be a positive integer, got ${worldSize}`);
+    this.worldSize = worldSize;
+    this.name = o.name ?? "global_pool";
+    this.collectiveBuffers = createCollectiveBuffers(worldSize, o);
+    this.collective = new Collective(this.collectiveBuffers, worldSize);
+    this.rankPools = [];
+    for (let rank = 0; rank < worldSize; rank++) this.rankPools.push(this.startRank(rank, o));
+  }
+
+  /** One rank per `trainer.n_gpus_per_node` (a core each on a CPU host). */
+  static fromConfig(config: unknown, opts: Omit<ResourcePoolOptions, "worldSize"> = {}): ResourcePool {
+    return new ResourcePool({ ...opts, worldSize: poolSizeFromConfig(config) });
+  }
+
+  private startRank(rank: number, o: ResourcePoolOptions): Piscina {
+    const workerData: ThreadInit = { rank, worldSize: this.worldSize, localRank: rank, collective: this.collectiveBuffers };
+    const env: Record<string, string> = {};
+    for (const [k, v] of Object.entries(process.env)) if (v !== undefined) env[k] = v;
+    Object.assign(env, o.env ?? {}, { RANK: String(rank), WORLD_SIZE: String(this.worldSize), LOCAL_RANK: String(rank), LOCAL_WORLD_SIZE: String(this.worldSize) });
+    const pool = new Piscina({
+      filename: ENTRY.href,
+      minThreads: 1,
+      maxThreads: 1,
+      idleTimeout: Number.MAX_SAFE_INTEGER,
+      atomics: "disabled",
+      concurrentTasksPerWorker: 1,
+      // Without it piscina puts a task it could not hand out at the tail of its queue, reordering calls.
+      stricterFIFO: true,
+      recordTiming: false,
+      workerData,
+      env,
+      ...(o.resourceLimits ? { resourceLimits: o.resourceLimits } : {}),
+      ...(o.execArgv ? { execArgv: o.execArgv } : {}),
+    });
+    let created = 0;
+    pool.on("workerCreate", () => {
+      created += 1;
+      if (created > 1) this.fail(rank, "piscina replaced the thread after it died");
+    });
+    // Without an 'error' listener piscina's error event would crash the driver.
+    pool.on("error", (err: unknown) => this.fail(rank, describe(err), err instanceof Error ? err.stack : undefined));
+    const thread = pool.threads[0];
+    if (!thread) throw new Error(`ResourcePool: piscina started no thread for rank ${rank}`);
+    thread.on("error", (err: unknown) => this.fail(rank, describe(err), err instanceof Error ? err.stack : undefined));
+    thread.on("exit", (code: number) => this.fail(rank, `thread exited with code ${code}`));
+    return pool;
+  }
+
+  /** Undefined while the pool works; the error that failed it otherwise. */
+  get error(): Error | undefined {
+    return this.failure;
+  }
+
+  get alive(): boolean {
+    return this.failure === undefined;
+  }
+
+  /** A unique id for a worker group created on this pool. */
+  nextGroupId(): number {
+    return ++this.groupCounter;
+  }
+
+  /** Ids for calls, in submission order. */
+  nextCallId(): number {
+    return ++this.callCounter;
+  }
+
+  /** Runs `fn` after every earlier submission (keeps per-rank call order equal to call order). */
+  enqueueSubmission(fn: () => Promise<void> | void): Promise<void> {
+    const next = this.submitChain.then(fn);
+    this.submitChain = next.catch(() => undefined);
+    return next;
+  }
+
+  /** Throws if the pool failed or was shut down. */
+  checkUsable(): void {
+    if (this.failure) {
+      throw new WorkerGroupClosedError(`resource pool '${this.name}' is not usable: ${this.failure.message.split("\n")[0]}`, this.failure);
+    }
+  }
+
+  /**
+   * Sends one task to one rank. Rejects with WorkerDiedError when that rank's
+   * thread dies, WorkerGroupClosedError when another rank's death or a shutdown
+   * stopped it. A broken collective is reset first when nothing is in flight.
+   */
+  async run(rank: number, task: Task, transferList: ArrayBuffer[] = [], method = "call"): Promise<TaskResult> {
+    this.checkUsable();
+    const pool = this.rankPools[rank];
+    if (!pool) throw new Error(`ResourcePool '${this.name}': rank ${rank} is not in [0, ${this.worldSize})`);
+    if (this.inFlight === 0 && this.collective.brokenReason() !== undefined) this.collective.reset();
+    this.inFlight++;
+    try {
+      return (await pool.run(task, { transferList })) as TaskResult;
+    } catch (e) {
+      const failure = this.failure as Error | undefined;
+      if (failure instanceof WorkerDiedError && failure.rank === rank) {
+        throw new WorkerDiedError(rank, failure.reason, failure.workerStack, method);
+      }
+      if (failure) throw new WorkerGroupClosedError(`rank ${rank} was stopped during ${method}: ${failure.message.split("\n")[0]}`, failure);
+      throw e;
+    } finally {
+      this.inFlight--;
+    }
+  }
+
+  private fail(rank: number, reason: string, stack?: string): void {
+    if (this.failure || this.destroying) return;
+    const err = new WorkerDiedError(rank, reason, stack);
+    this.failure = err;
+    logger().error({ pool: this.name, rank, reason }, "worker thread died; failing the resource pool");
+    this.collective.abort(`rank ${rank} died: ${reason}`);
+    void this.stopThreads();
+  }
+
+  /** Stops every thread (pending calls reject); the process can exit afterwards. Idempotent. */
+  destroy(): Promise<void> {
+    if (!this.failure) this.failure = new WorkerGroupClosedError(`resource pool '${this.name}' was shut down`);
+    return this.stopThreads();
+  }
+
+  private stopThreads(): Promise<void> {
+    this.destroying ??= (async () => {
+      this.collective.abort(`resource pool '${this.name}' is shutting down`);
+      await Promise.allSettled(this.rankPools.map((p) => p.destroy()));
+    })();
+    return this.destroying;
+  }
+}
+
+function describe(err: unknown): string {
+  if (err instanceof Error) {
+    const code = (err as { code?: unknown }).code;
+    return `${err.name}${typeof code === "string" ? ` [${code}]` : ""}: ${err.message}`;
+  }
+  return String(err);
+}
