@@ -9,6 +9,7 @@ import { NamedRegistry } from "../agent_loop/named_registry.js";
 import { loadClass } from "../agent_loop/module_spec.js";
 import { isMapping, readYamlFile } from "../agent_loop/yaml_file.js";
 import { BaseInteraction, type InteractionClass } from "./base.js";
+import { Gsm8kInteraction } from "./gsm8k_interaction.js";
 
 const interactionClasses = new NamedRegistry<InteractionClass>("interaction class");
 
@@ -50,3 +51,6 @@ export async function loadInteractionsFromConfig(path: string): Promise<Map<stri
   }
   return out;
 }
+
+registerInteractionClass("Gsm8kInteraction", Gsm8kInteraction);
+registerInteractionClass("verl.interactions.gsm8k_interaction.Gsm8kInteraction", Gsm8kInteraction);

@@ -10,6 +10,7 @@ import { NamedRegistry } from "../agent_loop/named_registry.js";
 import { loadClass } from "../agent_loop/module_spec.js";
 import { isMapping, readYamlFile } from "../agent_loop/yaml_file.js";
 import { BaseTool, type ToolClass } from "./base_tool.js";
+import { Gsm8kTool } from "./gsm8k_tool.js";
 import { parseToolSchema } from "./schemas.js";
 
 const toolClasses = new NamedRegistry<ToolClass>("tool class");
@@ -54,3 +55,6 @@ export async function loadToolsFromConfig(path: string): Promise<BaseTool[]> {
   }
   return tools;
 }
+
+registerToolClass("Gsm8kTool", Gsm8kTool);
+registerToolClass("verl.tools.gsm8k_tool.Gsm8kTool", Gsm8kTool);
