@@ -1,0 +1,50 @@
+// loadRewardManager: verl's load_reward_manager. Picks the manager class by
+// reward_model.reward_manager (or reward_manager.{source: importlib, module.path, name}
+// for a class in the user's own module) and hands it the custom reward
+// function when custom_reward_function.path is set.
+import { getPath, type Config } from "../config/index.js";
+import type { Tokenizer } from "../models/tokenizer.js";
+import { asRecord, loadCustomRewardFunction, loadExport } from "./custom.js";
+import { getRewardManager } from "./managers/index.js";
+import type { RewardManager, RewardManagerClass } from "./types.js";
+
+async function managerClass(config: Config): Promise<RewardManagerClass> {
+  const source = getPath(config, "reward_manager.source") ?? "register";
+  if (source === "importlib") {
+    const path = getPath(config, "reward_manager.module.path");
+    const name = getPath(config, "reward_manager.name");
+    if (typeof path !== "string" || typeof name !== "string") {
+      throw new Error("reward_manager.source=importlib needs reward_manager.module.path and reward_manager.name");
+    }
+    const cls = await loadExport(path, name);
+    if (typeof cls !== "function") throw new Error(`reward manager module ${path}: export '${name}' is not a class`);
+    return cls as RewardManagerClass;
+  }
+  if (source !== "register") throw new Error(`reward_manager.source must be "register" or "importlib", got ${JSON.stringify(source)}`);
+  const name = getPath(config, "reward_model.reward_manager") ?? getPath(config, "reward_manager.name") ?? "naive";
+  if (typeof name !== "string") throw new Error(`reward_model.reward_manager must be a string, got ${JSON.stringify(name)}`);
+  return getRewardManager(name);
+}
+
+export interface LoadRewardManagerOptions {
+  /** Samples per data source to log per call (verl: 0 in training, 1 in validation). */
+  numExamine: number;
+  /** Extra manager options; override reward_model.reward_kwargs. */
+  rewardKwargs?: Record<string, unknown>;
+}
+
+export async function loadRewardManager(config: Config, tokenizer: Tokenizer, opts: LoadRewardManagerOptions): Promise<RewardManager> {
+  const custom = await loadCustomRewardFunction(config);
+  const cls = await managerClass(config);
+  const rewardFnKey = getPath(config, "data.reward_fn_key") ?? "data_source";
+  if (typeof rewardFnKey !== "string") throw new Error(`data.reward_fn_key must be a string, got ${JSON.stringify(rewardFnKey)}`);
+  return new cls({
+    tokenizer,
+    numExamine: opts.numExamine,
+    computeScore: custom?.computeScore,
+    computeScoreSource: custom?.source,
+    rewardFnKey,
+    rewardKwargs: { ...asRecord(getPath(config, "reward_model.reward_kwargs"), "reward_model.reward_kwargs"), ...(opts.rewardKwargs ?? {}) },
+    config,
+  });
+}
