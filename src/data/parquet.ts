@@ -2,6 +2,7 @@
 // apache-arrow for the in-memory tables). Arrow crosses the wasm boundary as an
 // IPC *stream* (the 'file' format makes parquet-wasm fail with "failed to fill
 // whole buffer"). Files are written with Snappy, as pyarrow does by default.
+import { readFileSync } from "node:fs";
 import { readFile } from "node:fs/promises";
 import * as arrow from "apache-arrow";
 import * as pw from "parquet-wasm";
@@ -24,19 +25,30 @@ export function parquetBytesToRows(bytes: Uint8Array, opts: ReadParquetOptions =
   return arrowTableToRows(parquetToArrow(bytes), opts.columns);
 }
 
-/** Read every row of a parquet file as plain objects. */
-export async function readParquet(path: string, opts: ReadParquetOptions = {}): Promise<Record<string, unknown>[]> {
-  let bytes: Uint8Array;
-  try {
-    bytes = await readFile(path);
-  } catch (e) {
-    throw new Error(`cannot read parquet file ${path}: ${(e as Error).message}`);
-  }
+function decodeFile(path: string, bytes: Uint8Array, opts: ReadParquetOptions): Record<string, unknown>[] {
   try {
     return parquetBytesToRows(bytes, opts);
   } catch (e) {
     throw new Error(`${path}: ${e instanceof Error ? e.message : String(e)}`);
   }
+}
+
+function cannotRead(path: string, e: unknown): Error {
+  return new Error(`cannot read parquet file ${path}: ${(e as Error).message}`);
+}
+
+/** Read every row of a parquet file as plain objects. */
+export async function readParquet(path: string, opts: ReadParquetOptions = {}): Promise<Record<string, unknown>[]> {
+  let bytes: Uint8Array;
+  try { bytes = await readFile(path); } catch (e) { throw cannotRead(path, e); }
+  return decodeFile(path, bytes, opts);
+}
+
+/** readParquet for synchronous callers (dataset constructors). */
+export function readParquetSync(path: string, opts: ReadParquetOptions = {}): Record<string, unknown>[] {
+  let bytes: Uint8Array;
+  try { bytes = readFileSync(path); } catch (e) { throw cannotRead(path, e); }
+  return decodeFile(path, bytes, opts);
 }
 
 /** The schema stored in a parquet file. */

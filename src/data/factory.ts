@@ -1,0 +1,44 @@
+// The train and validation loaders a PPO run needs, built from the `data` config
+// section as verl's RayPPOTrainer._create_dataloader builds them.
+import type { Tokenizer } from "../models/tokenizer.js";
+import { StatefulDataLoader } from "./dataloader.js";
+import { RLHFDataset, type RLRow, type RLHFDatasetOptions } from "./rl_dataset.js";
+import { dataFiles, readDataConfig } from "./data_config.js";
+
+export interface RLDataloaders {
+  trainDataset: RLHFDataset;
+  valDataset: RLHFDataset;
+  train: StatefulDataLoader<RLRow>;
+  val: StatefulDataLoader<RLRow>;
+}
+
+function positiveOr(v: unknown, key: string, fallback: number): number {
+  if (v === undefined || v === null) return fallback;
+  if (!Number.isInteger(v) || (v as number) < 1) throw new Error(`data.${key} must be a positive integer, got ${JSON.stringify(v)}`);
+  return v as number;
+}
+
+function maxSamples(v: unknown, key: string): number {
+  if (v === undefined || v === null) return -1;
+  if (!Number.isInteger(v)) throw new Error(`data.${key} must be an integer (-1 = all), got ${JSON.stringify(v)}`);
+  return v as number;
+}
+
+/** Train loader: gen_batch_size (else train_batch_size) prompts, drop_last, seeded shuffle.
+ *  Val loader: val_batch_size (null = the whole set), validation_shuffle, keeps the last batch. */
+export function createRLDataloaders(data: Record<string, unknown>, tokenizer: Tokenizer | null, opts: Pick<RLHFDatasetOptions, "tools"> = {}): RLDataloaders {
+  const cfg = readDataConfig(data);
+  const trainDataset = new RLHFDataset(dataFiles(data.train_files, "train_files"), tokenizer, data, { ...opts, maxSamples: maxSamples(data.train_max_samples, "train_max_samples") });
+  const valDataset = new RLHFDataset(dataFiles(data.val_files, "val_files"), tokenizer, data, { ...opts, maxSamples: maxSamples(data.val_max_samples, "val_max_samples") });
+  const trainBatch = positiveOr(data.gen_batch_size, "gen_batch_size", positiveOr(data.train_batch_size, "train_batch_size", 1024));
+  const train = new StatefulDataLoader<RLRow>(trainDataset, { batchSize: trainBatch, shuffle: cfg.shuffle, seed: cfg.seed, dropLast: true });
+  if (train.length < 1) {
+    throw new Error(`the train dataloader is empty: ${trainDataset.length} prompts, fewer than one batch of ${trainBatch} (data.train_batch_size)`);
+  }
+  const valShuffle = typeof data.validation_shuffle === "boolean" ? data.validation_shuffle : false;
+  const val = new StatefulDataLoader<RLRow>(valDataset, {
+    batchSize: positiveOr(data.val_batch_size, "val_batch_size", Math.max(1, valDataset.length)), shuffle: valShuffle, seed: cfg.seed, dropLast: false,
+  });
+  if (val.length < 1) throw new Error("the validation dataloader is empty (data.val_files has no rows)");
+  return { trainDataset, valDataset, train, val };
+}

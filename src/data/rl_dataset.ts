@@ -1,0 +1,142 @@
+// RL prompts from parquet (or JSON-lines) files, as verl's RLHFDataset: keeps the
+// chat messages as `raw_prompt`, optionally drops prompts longer than
+// data.max_prompt_length, and (with a tokenizer) gives each row its prompt ids:
+// the chat template with the generation prompt, or the message contents joined
+// by newlines when the tokenizer has no template (then BOS is added where the
+// tokenizer uses one, since no template supplies it).
+import { readFileSync } from "node:fs";
+import type { ChatMessage, Tokenizer } from "../models/tokenizer.js";
+import type { DataProto } from "../protocol/data_proto.js";
+import { Rng } from "../utils/rng.js";
+import { logger } from "../utils/logger.js";
+import { readParquetSync } from "./parquet.js";
+import { readDataConfig, type RLDataConfig } from "./data_config.js";
+import { collateToDataProto, truncateIds } from "./collate.js";
+import { expandHome } from "./preprocess/output.js";
+
+export interface RLRow extends Record<string, unknown> {
+  raw_prompt: ChatMessage[];
+  /** Prompt token ids (chat-templated), when the dataset has a tokenizer. */
+  input_ids?: number[];
+  /** extra_info.index, or 0. */
+  index: number;
+  extra_info: Record<string, unknown>;
+  tools_kwargs: Record<string, unknown>;
+  interaction_kwargs: Record<string, unknown>;
+}
+
+export interface RLHFDatasetOptions {
+  /** train_max_samples / val_max_samples: keep this many rows (-1 = all). */
+  maxSamples?: number;
+  /** Tool schemas rendered into the chat template (verl's tool_config_path). */
+  tools?: unknown[];
+}
+
+interface SourcedRow { row: Record<string, unknown>; where: string }
+
+function readRows(file: string): SourcedRow[] {
+  const path = expandHome(file);
+  if (path.endsWith(".parquet")) return readParquetSync(path).map((row, i) => ({ row, where: `${file} row ${i}` }));
+  if (path.endsWith(".json") || path.endsWith(".jsonl")) {
+    const out: SourcedRow[] = [];
+    readFileSync(path, "utf8").split("\n").forEach((line, i) => {
+      if (line.trim() === "") return;
+      try { out.push({ row: JSON.parse(line) as Record<string, unknown>, where: `${file}:${i + 1}` }); } catch (e) {
+        throw new Error(`${file}:${i + 1}: not valid JSON (${(e as Error).message})`);
+      }
+    });
+    return out;
+  }
+  throw new Error(`unsupported data file format: ${file} (use .parquet or JSON lines .json/.jsonl)`);
+}
+
+function checkMessages(v: unknown, key: string, where: string): ChatMessage[] {
+  if (!Array.isArray(v) || v.length === 0) throw new Error(`${where}: '${key}' must be a non-empty list of chat messages`);
+  return v.map((m, i) => {
+    const msg = m as ChatMessage;
+    if (msg === null || typeof msg !== "object" || typeof msg.role !== "string" || typeof msg.content !== "string") {
+      throw new Error(`${where}: '${key}'[${i}] must be {role: string, content: string}`);
+    }
+    return { ...msg };
+  });
+}
+
+const asObject = (v: unknown): Record<string, unknown> =>
+  v !== null && typeof v === "object" && !Array.isArray(v) ? (v as Record<string, unknown>) : {};
+
+export class RLHFDataset {
+  readonly config: RLDataConfig;
+  private readonly rows: SourcedRow[];
+  private readonly ids: (number[] | undefined)[];
+
+  constructor(files: string | string[], readonly tokenizer: Tokenizer | null, dataConfig: Record<string, unknown> = {}, readonly opts: RLHFDatasetOptions = {}) {
+    this.config = readDataConfig(dataConfig);
+    let rows = (typeof files === "string" ? [files] : files).flatMap(readRows);
+    rows.forEach((r) => checkMessages(r.row[this.config.promptKey], this.config.promptKey, r.where));
+    const max = opts.maxSamples ?? -1;
+    if (max > 0 && max < rows.length) {
+      const pick = this.config.shuffle ? new Rng(this.config.seed).permutation(rows.length).slice(0, max) : [...Array(max).keys()];
+      rows = pick.map((i) => rows[i]!);
+      logger().info(`selected ${max} of the rows of ${String(files)}`);
+    }
+    let ids: (number[] | undefined)[] = rows.map(() => undefined);
+    if (this.config.filterOverlongPrompts) {
+      if (!tokenizer) throw new Error("data.filter_overlong_prompts needs a tokenizer to measure prompts");
+      ids = rows.map((r) => this.promptIds(r));
+      const keep = ids.map((x) => x!.length <= this.config.maxPromptLength);
+      const before = rows.length;
+      rows = rows.filter((_, i) => keep[i]);
+      ids = ids.filter((_, i) => keep[i]);
+      logger().info(`filtered prompts longer than ${this.config.maxPromptLength} tokens: ${before} -> ${rows.length} rows`);
+    }
+    this.rows = rows;
+    this.ids = ids;
+  }
+
+  get length(): number {
+    return this.rows.length;
+  }
+
+  /** Chat-templated prompt ids of one row, untruncated. */
+  private promptIds(r: SourcedRow): number[] {
+    const tok = this.tokenizer!;
+    const messages = checkMessages(r.row[this.config.promptKey], this.config.promptKey, r.where);
+    try {
+      if (!tok.hasChatTemplate) return tok.encode(messages.map((m) => m.content).join("\n"), { addSpecialTokens: true });
+      const text = tok.applyChatTemplate(messages, { addGenerationPrompt: true, tools: this.opts.tools, kwargs: this.config.applyChatTemplateKwargs });
+      return tok.encode(text, { addSpecialTokens: false });
+    } catch (e) {
+      throw new Error(`${r.where}: cannot tokenize the prompt: ${(e as Error).message}`);
+    }
+  }
+
+  get(i: number): RLRow {
+    if (!Number.isInteger(i) || i < 0 || i >= this.rows.length) throw new Error(`RLHFDataset: index ${i} out of range for ${this.rows.length} rows`);
+    const src = this.rows[i]!;
+    const extra = asObject(src.row.extra_info);
+    const out: RLRow = {
+      ...src.row,
+      raw_prompt: checkMessages(src.row[this.config.promptKey], this.config.promptKey, src.where),
+      extra_info: extra,
+      index: typeof extra.index === "number" ? extra.index : 0,
+      tools_kwargs: asObject(extra.tools_kwargs),
+      interaction_kwargs: asObject(extra.interaction_kwargs),
+    };
+    const needTools = typeof extra.need_tools_kwargs === "boolean" ? extra.need_tools_kwargs : this.config.needToolsKwargs;
+    if (needTools && Object.keys(out.tools_kwargs).length === 0) logger().warn(`${src.where}: tools_kwargs is empty but tools need them`);
+    if (this.tokenizer) {
+      const ids = this.ids[i] ?? this.promptIds(src);
+      out.input_ids = truncateIds(ids, this.config.maxPromptLength, this.config.truncation, src.where);
+    }
+    return out;
+  }
+
+  /** The DataProto for a batch of this dataset's rows. */
+  collate(rows: RLRow[]): DataProto {
+    return collateToDataProto(rows, {
+      maxPromptLength: this.config.maxPromptLength,
+      padTokenId: this.tokenizer?.padTokenId ?? 0,
+      truncation: this.config.truncation,
+    });
+  }
+}
