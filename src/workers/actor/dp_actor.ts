@@ -1,0 +1,146 @@
+// The data-parallel PPO actor (verl's dp_actor): log-probs for a batch, and the
+// policy update — for each of ppo_epochs, mini-batches of the rank's share (one
+// optimizer step each), micro-batches inside them (gradient accumulation). Losses
+// use aggLoss's global normalisation (the mini-batch's token / sequence count over
+// all ranks), so summing micro-batch and rank gradients gives exactly the gradient
+// of one pass over the whole mini-batch, whatever the micro-batch size or world size.
+import * as tf from "@tensorflow/tfjs";
+import type { DataProto } from "../../protocol/index.js";
+import type { TensorData } from "../../protocol/tensor.js";
+import {
+  aggLoss, getPolicyLoss, keepMetrics, klPenalty, stopGradient,
+  type ActorLossConfig, type LossMetrics,
+} from "../../trainer/ppo/core_algos/index.js";
+import { Rng } from "../../utils/rng.js";
+import { column, miniBatches, microBatches, toTf, type MicroBatchSpec } from "../batching.js";
+import type { ConfigView } from "../config_view.js";
+import type { DataParallelOptimizer } from "../dp_optimizer.js";
+import { inferInMicroBatches, readScalars, responseLogProbs, type CausalLm } from "../forward.js";
+
+export interface DpActorOptions {
+  /** The actor section (actor_rollout_ref.actor). */
+  config: ConfigView;
+  /** Sequences per rank per mini-batch (ppo_mini_batch_size * n / world). */
+  miniBatchPerRank: number;
+  /** Sequences per rank per micro-batch; null with use_dynamic_bsz. */
+  microBatchPerRank: number | null;
+  /** Seed for the per-epoch shuffles and losses that draw random numbers. */
+  seed: number;
+}
+
+/** Per-mini-batch and per-micro-batch metric lists (reduced by the driver). */
+export type MetricLists = Record<string, number[]>;
+
+export function push(into: MetricLists, key: string, v: number): void {
+  (into[key] ??= []).push(v);
+}
+
+export class DataParallelPPOActor {
+  readonly rng: Rng;
+
+  constructor(
+    readonly model: CausalLm,
+    readonly optimizer: DataParallelOptimizer | null,
+    readonly opts: DpActorOptions,
+  ) {
+    this.rng = new Rng(opts.seed);
+  }
+
+  /** Old (or reference) log-probs [B, R], and the entropy when asked; no gradients. */
+  computeLogProb(data: DataProto, spec: MicroBatchSpec, temperature: number, calculateEntropy: boolean): { logProbs: TensorData; entropy?: TensorData } {
+    const outs = inferInMicroBatches(data, spec, (micro) => {
+      const r = responseLogProbs(this.model, micro, temperature, calculateEntropy);
+      return r.entropy ? [r.logProb, r.entropy] : [r.logProb];
+    });
+    return calculateEntropy ? { logProbs: outs[0]!, entropy: outs[1]! } : { logProbs: outs[0]! };
+  }
+
+  updatePolicy(data: DataProto): MetricLists {
+    const optimizer = this.optimizer;
+    if (!optimizer) throw new Error("updatePolicy: this actor has no optimizer (a reference policy is frozen)");
+    const cfg = this.opts.config;
+    const temperature = typeof data.metaInfo.temperature === "number" ? data.metaInfo.temperature : NaN;
+    if (!(temperature > 0)) throw new Error("updateActor: batch.metaInfo.temperature (the rollout temperature) must be a positive number");
+    const epochs = cfg.int("ppo_epochs", 1);
+    const shuffle = cfg.bool("shuffle", false);
+    const entropyCoeff = cfg.num("entropy_coeff", 0);
+    const withEntropy = cfg.bool("calculate_entropy", false) || entropyCoeff !== 0;
+    const useKl = cfg.bool("use_kl_loss", false);
+    const klCoef = cfg.num("kl_loss_coef", 0.001);
+    const klType = cfg.str("kl_loss_type", "low_var_kl");
+    const mode = cfg.str("loss_agg_mode", "token-mean");
+    const scaleFactor = cfg.optNum("loss_scale_factor");
+    const lossCfg = cfg.section() as ActorLossConfig;
+    const lossFn = getPolicyLoss(cfg.str("policy_loss.loss_mode", "vanilla"));
+    const dynamic = cfg.bool("use_dynamic_bsz", false);
+    const spec: MicroBatchSpec = {
+      microBatchSize: this.opts.microBatchPerRank,
+      maxTokenLen: dynamic ? cfg.int("ppo_max_token_len_per_gpu") : null,
+    };
+    const keys = ["responses", "response_mask", "input_ids", "attention_mask", "position_ids", "old_log_probs", "advantages"];
+    if (useKl) keys.push("ref_log_prob");
+    if (data.batch.rollout_is_weights) keys.push("rollout_is_weights");
+    const batch = data.select(keys.filter((k) => k in data.batch));
+    for (const k of ["responses", "response_mask", "input_ids", "attention_mask", "advantages", ...(useKl ? ["ref_log_prob"] : [])]) column(batch, k);
+
+    const nMini = Math.ceil(batch.length / this.opts.miniBatchPerRank);
+    const onPolicy = nMini === 1 && epochs === 1;
+    if (!onPolicy) column(batch, "old_log_probs");
+    const vars = optimizer.vars;
+    const metrics: MetricLists = {};
+    for (let epoch = 0; epoch < epochs; epoch++) {
+      for (const mini of miniBatches(batch, this.opts.miniBatchPerRank, shuffle ? this.rng : undefined)) {
+        const info = optimizer.globalLossNorm(column(mini, "response_mask"), scaleFactor);
+        let pgSum = 0, klSum = 0, entSum = 0;
+        for (const micro of microBatches(mini, spec).batches) {
+          let kept: LossMetrics = {};
+          let parts: tf.Scalar[] = [];
+          const { value, grads } = tf.variableGrads(() => {
+            const { logProb, entropy } = responseLogProbs(this.model, micro, temperature, withEntropy);
+            const responseMask = toTf(column(micro, "response_mask"), "float32");
+            const old = onPolicy ? stopGradient(logProb) : toTf(column(micro, "old_log_probs"), "float32");
+            const out = lossFn({
+              oldLogProb: old, logProb, advantages: toTf(column(micro, "advantages"), "float32"), responseMask,
+              lossAggMode: mode, config: lossCfg, globalBatchInfo: info, rng: this.rng,
+              rolloutIsWeights: micro.batch.rollout_is_weights ? toTf(micro.batch.rollout_is_weights, "float32") : null,
+            });
+            kept = keepMetrics(out.metrics);
+            let loss: tf.Scalar = out.pgLoss;
+            const terms: tf.Scalar[] = [out.pgLoss, tf.scalar(0), tf.scalar(0)];
+            if (entropy) {
+              const ent = aggLoss(entropy, responseMask, mode, info);
+              terms[2] = ent;
+              if (entropyCoeff !== 0) loss = tf.sub(loss, tf.mul(ent, entropyCoeff));
+            }
+            if (useKl) {
+              const kld = klPenalty(logProb, toTf(column(micro, "ref_log_prob"), "float32"), klType);
+              const klLoss = aggLoss(kld, responseMask, mode, info);
+              terms[1] = klLoss;
+              loss = tf.add(loss, tf.mul(klLoss, klCoef));
+            }
+            parts = terms.map((t) => tf.keep(t));
+            return loss;
+          }, vars);
+          optimizer.accumulate(grads);
+          const vals = readScalars(parts);
+          // `value` may be one of `parts` (the bare policy loss): dispose each once.
+          tf.dispose([...new Set<tf.Tensor>([value, ...parts, ...Object.values(grads)])]);
+          pgSum += vals[0]!; klSum += vals[1]!; entSum += vals[2]!;
+          for (const [k, v] of Object.entries(kept)) {
+            if (typeof v === "number") push(metrics, k, v);
+            else { push(metrics, k, v.dataSync()[0]!); v.dispose(); }
+          }
+        }
+        const res = optimizer.step([pgSum, klSum, entSum]);
+        push(metrics, "actor/pg_loss", res.scalars[0]!);
+        if (useKl) {
+          push(metrics, "actor/kl_loss", res.scalars[1]!);
+          push(metrics, "actor/kl_coef", klCoef);
+        }
+        if (withEntropy) push(metrics, "actor/entropy", res.scalars[2]!);
+        push(metrics, "actor/grad_norm", res.gradNorm);
+      }
+    }
+    return metrics;
+  }
+}

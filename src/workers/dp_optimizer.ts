@@ -1,0 +1,126 @@
+// One data-parallel optimizer step for a model whose replica lives on every rank:
+// micro-batch gradients accumulate as one flat vector; at the end of a mini-batch
+// they are SUMMED across ranks with the collective (losses are normalised by the
+// global token / sequence count, so the sum is the mini-batch gradient), clipped
+// by global norm, and applied with AdamW at the scheduled learning rate. A few
+// scalars ride along in the same all-reduce so loss metrics come out global too.
+import type * as tf from "@tensorflow/tfjs";
+import { AdamW, type AdamWState } from "../engine/optim/adamw.js";
+import { clipByGlobalNorm, FlatGradAccumulator } from "../engine/optim/grad_utils.js";
+import { LrScheduler, type LrSchedulerState } from "../engine/optim/lr_scheduler.js";
+import type { TensorData } from "../protocol/tensor.js";
+import { getLrSchedule, type AggLossOptions } from "../trainer/ppo/core_algos/index.js";
+import { tokenAndSequenceCounts } from "./batching.js";
+import type { ConfigView } from "./config_view.js";
+
+/** What the collective offers (Worker.collective). */
+export interface AllReducer {
+  allReduce(buf: Float32Array | Float64Array, op?: "sum" | "mean" | "max" | "min"): void;
+}
+
+export interface DpOptimizerState {
+  optimizer: AdamWState;
+  scheduler: LrSchedulerState;
+}
+
+export interface StepResult {
+  gradNorm: number;
+  /** True when the norm was not finite and the update was skipped. */
+  skipped: boolean;
+  /** The extra scalars, summed over ranks. */
+  scalars: Float64Array;
+}
+
+export class DataParallelOptimizer {
+  readonly optimizer: AdamW;
+  readonly scheduler: LrScheduler;
+  private readonly acc: FlatGradAccumulator;
+
+  /**
+   * `optim` is the role's optim section (lr, weight_decay, betas, lr schedule keys);
+   * `totalSteps` is the number of training steps the schedule spans.
+   */
+  constructor(
+    readonly vars: tf.Variable[],
+    optim: ConfigView,
+    totalSteps: number,
+    private readonly collective: AllReducer,
+    private readonly gradClip: number | null,
+  ) {
+    const name = optim.str("optimizer", "AdamW");
+    if (name.toLowerCase() !== "adamw") throw new Error(`${optim.key("optimizer")}='${name}' is not available; verl-ts implements AdamW`);
+    const betas = optim.raw("betas") ?? [0.9, 0.999];
+    if (!Array.isArray(betas) || betas.length !== 2 || !betas.every((b) => typeof b === "number")) {
+      throw new Error(`${optim.key("betas")} must be a list of two numbers, got ${JSON.stringify(betas)}`);
+    }
+    const lr = optim.num("lr");
+    this.optimizer = new AdamW(vars, {
+      lr,
+      betas: betas as [number, number],
+      eps: optim.num("eps", 1e-8),
+      weightDecay: optim.num("weight_decay", 0.01),
+    });
+    const schedule = getLrSchedule(optim.section() as Parameters<typeof getLrSchedule>[0], totalSteps);
+    this.scheduler = new LrScheduler(lr, (s) => schedule.ratio(s));
+    this.acc = new FlatGradAccumulator(vars);
+  }
+
+  get lr(): number {
+    return this.scheduler.lr;
+  }
+
+  /** Sum small host values over ranks (mini-batch token counts and the like). */
+  allReduceSum(buf: Float64Array): void {
+    this.collective.allReduce(buf, "sum");
+  }
+
+  /**
+   * aggLoss options for one mini-batch: its token count, non-empty sequence count and
+   * row count summed over ranks, so every micro-batch loss on every rank shares one
+   * denominator (seq-mean-token-sum-norm divides by scaleFactor (default T) x rows).
+   */
+  globalLossNorm(responseMask: TensorData, scaleFactor: number | null): AggLossOptions {
+    const counts = tokenAndSequenceCounts(responseMask);
+    const global = Float64Array.of(counts.tokens, counts.sequences, responseMask.shape[0]!);
+    this.allReduceSum(global);
+    return {
+      dpSize: 1,
+      batchNumTokens: global[0]!,
+      globalBatchSize: global[1]!,
+      lossScaleFactor: (scaleFactor ?? responseMask.shape[1]!) * global[2]!,
+    };
+  }
+
+  accumulate(grads: tf.NamedTensorMap): void {
+    this.acc.add(grads);
+  }
+
+  /** End of a mini-batch: all-reduce (with `scalars` appended), clip, step. */
+  step(scalars: number[] = []): StepResult {
+    const grad = this.acc.take();
+    const buf = new Float32Array(grad.length + scalars.length);
+    buf.set(grad);
+    buf.set(scalars, grad.length);
+    this.collective.allReduce(buf, "sum");
+    const flat = buf.subarray(0, grad.length);
+    const summed = Float64Array.from(buf.subarray(grad.length));
+    const gradNorm = clipByGlobalNorm(flat, this.gradClip);
+    const skipped = !Number.isFinite(gradNorm);
+    if (!skipped) this.optimizer.stepFlat(flat, this.scheduler.lr);
+    return { gradNorm, skipped, scalars: summed };
+  }
+
+  stateDict(): DpOptimizerState {
+    return { optimizer: this.optimizer.stateDict(), scheduler: this.scheduler.stateDict() };
+  }
+
+  loadStateDict(s: DpOptimizerState): void {
+    this.optimizer.loadStateDict(s.optimizer);
+    this.scheduler.loadStateDict(s.scheduler);
+  }
+
+  dispose(): void {
+    this.acc.dispose();
+    this.optimizer.dispose();
+  }
+}
