@@ -3,9 +3,8 @@
 import { realpathSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { Command, CommanderError } from "commander";
+import { Command, CommanderError, InvalidArgumentError } from "commander";
 import { ConfigError, getPath, loadConfig, toYaml, validatePpoConfig, type Config } from "../config/index.js";
-import { logger, setLogLevel } from "../utils/logger.js";
 import { packageRoot } from "../utils/paths.js";
 import type { CommandContext } from "./context.js";
 
@@ -27,12 +26,20 @@ async function loadRunner(name: string): Promise<Runner> {
   return mod.run;
 }
 
-function applyLogLevel(config: Config): void {
+/** trainer.log_level, checked; undefined when the config has none. */
+function logLevelOf(config: Config): string | undefined {
   const level = getPath(config, "trainer.log_level");
-  if (level === undefined || level === null) return;
+  if (level === undefined || level === null) return undefined;
   if (typeof level !== "string" || !LOG_LEVELS.includes(level)) {
     throw new ConfigError(`trainer.log_level is ${JSON.stringify(level)}; it must be one of ${LOG_LEVELS.join(", ")}`);
   }
+  return level;
+}
+
+async function applyLogLevel(level: string | undefined): Promise<void> {
+  if (level === undefined) return;
+  // Loaded here, not at the top: --cfg and --help never need pino.
+  const { setLogLevel } = await import("../utils/logger.js");
   setLogLevel(level);
 }
 
@@ -78,12 +85,13 @@ export function buildProgram(): Command {
           throw new ConfigError(`--cfg ${opts.cfg}: only 'job' (or 'all', the same here) is supported`);
         }
         const config = loadConfig({ configName: opts.configName, configPath: opts.configPath, overrides });
-        applyLogLevel(config);
+        const level = logLevelOf(config);
         if (opts.cfg !== undefined) {
           process.stdout.write(toYaml(config));
           return;
         }
         if (c.name === "train") validatePpoConfig(config);
+        await applyLogLevel(level);
         const run = await loadRunner(c.name);
         await run({ config, overrides, options: { ...opts } });
       });
@@ -99,6 +107,7 @@ export function buildProgram(): Command {
     .option("--num-train <n>", "rows in the train split", parseCount)
     .option("--num-test <n>", "rows in the test split", parseCount)
     .option("--seed <s>", "seed for generated or sampled rows", parseCount)
+    .option("--digits <n>", "arithmetic: the largest operand's number of digits", parseCount)
     .action(async (dataset: string, opts: Record<string, unknown>) => {
       const run = await loadRunner("preprocess");
       await run({ config: {}, overrides: [], options: { dataset, ...opts } });
@@ -119,7 +128,7 @@ export function buildProgram(): Command {
 
 function parseCount(text: string): number {
   const n = Number(text);
-  if (!Number.isInteger(n) || n < 0) throw new ConfigError(`expected a non-negative integer, got '${text}'`);
+  if (!/^\d+$/.test(text) || !Number.isSafeInteger(n)) throw new InvalidArgumentError("expected a non-negative integer");
   return n;
 }
 
@@ -132,7 +141,7 @@ export async function runCli(argv: readonly string[] = process.argv): Promise<nu
     if (e instanceof CommanderError) return e.exitCode; // commander has printed its own message
     const err = e as { message?: string; exitCode?: unknown; stack?: string };
     process.stderr.write(`error: ${err.message ?? String(e)}\n`);
-    logger().debug({ stack: err.stack }, "error details");
+    if (process.env.VERL_DEBUG && err.stack) process.stderr.write(`${err.stack}\n`);
     return typeof err.exitCode === "number" ? err.exitCode : 1;
   }
 }

@@ -29,11 +29,12 @@ export function suggestKeys(cfg: ConfigNode, key: string, limit = 3): string[] {
   const lastLimit = Math.max(1, Math.floor(last.length * 0.34));
   const scored: { path: string; rank: [number, number, number] }[] = [];
   for (const path of listPaths(cfg)) {
-    const isSuffix = path.endsWith(`.${key}`);
+    // A key written without its leading groups, or cut short, is the likeliest mistake of all.
+    const tier = path.endsWith(`.${key}`) ? 0 : path.startsWith(key) ? 1 : 2;
     const fullD = editDistance(key, path);
     const lastD = editDistance(last, lastSegment(path));
-    if (!isSuffix && fullD > fullLimit && lastD > lastLimit) continue;
-    scored.push({ path, rank: [isSuffix ? 0 : 1, Math.min(fullD, lastD), fullD] });
+    if (tier === 2 && fullD > fullLimit && lastD > lastLimit) continue;
+    scored.push({ path, rank: [tier, tier === 2 ? Math.min(fullD, lastD) : 0, fullD] });
   }
   scored.sort((x, y) => x.rank[0] - y.rank[0] || x.rank[1] - y.rank[1] || x.rank[2] - y.rank[2] || x.path.localeCompare(y.path));
   const best = scored[0];

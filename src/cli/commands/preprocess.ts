@@ -1,6 +1,5 @@
 // `verl preprocess <dataset>`: turn a raw data set into verl's parquet layout through
 // the data layer's preprocessor registry (gsm8k, arithmetic, ...).
-import { logger } from "../../utils/logger.js";
 import { CliError, type CommandContext } from "../context.js";
 
 type PreprocessorLookup = (name: string) => (opts: Record<string, unknown>) => unknown;
@@ -29,6 +28,6 @@ export async function run(ctx: CommandContext): Promise<void> {
   if (typeof dataset !== "string" || dataset === "") throw new CliError("verl preprocess: name a dataset, e.g. `verl preprocess gsm8k`", 2);
   const getPreprocessor = await loadRegistry();
   const preprocess = getPreprocessor(dataset);
-  const result = await preprocess(opts);
-  logger().info({ dataset, result }, "preprocess done");
+  // The preprocessor logs each file it writes.
+  await preprocess(opts);
 }

@@ -1,0 +1,86 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { ConfigError, loadConfig, validatePpoConfig } from "../../src/config/index.js";
+
+// A GRPO config that passes: 8 prompts x 4 responses over 2 ranks, mini-batch 4 prompts.
+const GOOD = [
+  "algorithm.adv_estimator=grpo",
+  "data.train_batch_size=8",
+  "actor_rollout_ref.rollout.n=4",
+  "trainer.n_gpus_per_node=2",
+  "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+  "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+  "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
+];
+const ppo = (...extra: string[]) => loadConfig({ configName: "ppo_trainer", overrides: [...GOOD, ...extra] });
+
+function rejects(extra: string[], pattern: RegExp): void {
+  assert.throws(() => validatePpoConfig(ppo(...extra)), (e: unknown) => {
+    assert.ok(e instanceof ConfigError, String(e));
+    assert.equal(e.exitCode, 2);
+    assert.match(e.message, pattern);
+    return true;
+  });
+}
+
+test("a consistent config passes and yields the per-rank sizes", () => {
+  const plan = validatePpoConfig(ppo());
+  assert.deepEqual(plan, {
+    worldSize: 2,
+    rolloutN: 4,
+    actorMiniBatchPerRank: 8,
+    actorMicroBatchPerRank: 2,
+    criticMiniBatchPerRank: null,
+    criticMicroBatchPerRank: null,
+    needCritic: false,
+    needReference: false,
+  });
+});
+
+test("train_batch_size must cover the mini-batch", () => {
+  rejects(["data.train_batch_size=2"], /data\.train_batch_size \(2\) must be >= actor_rollout_ref\.actor\.ppo_mini_batch_size \(4\): lower .* by 2/);
+});
+
+test("train_batch_size * n must split over the world", () => {
+  rejects(["trainer.n_gpus_per_node=3", "actor_rollout_ref.rollout.n=1", "data.train_batch_size=8"], /data\.train_batch_size \* rollout\.n \(8 \* 1 = 8\) must be divisible by the world size 3 .*remainder 2/);
+  rejects(["trainer.nnodes=2", "trainer.n_gpus_per_node=3"], /world size 6 \(trainer\.n_gpus_per_node 3 \* trainer\.nnodes 2\)/);
+});
+
+test("the mini-batch per rank must split into micro-batches", () => {
+  rejects(["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3"], /4 \* 4 \/ 2 = 8 sequences per rank must be divisible by the micro-batch size 3 .*remainder 2/);
+  rejects(["actor_rollout_ref.actor.ppo_mini_batch_size=1", "actor_rollout_ref.rollout.n=1", "data.train_batch_size=2"], /ppo_mini_batch_size \* rollout\.n \(1 \* 1 = 1\) must be divisible by the world size 2/);
+});
+
+test("micro_batch_size and micro_batch_size_per_gpu: exactly one, unless dynamic batch size", () => {
+  rejects(["actor_rollout_ref.actor.ppo_micro_batch_size=4"], /actor\.ppo_micro_batch_size \(4\) and actor_rollout_ref\.actor\.ppo_micro_batch_size_per_gpu \(2\) are both set/);
+  rejects(["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=null"], /neither actor_rollout_ref\.actor\.ppo_micro_batch_size nor .*_per_gpu is set/);
+  rejects(["actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=null"], /neither actor_rollout_ref\.rollout\.log_prob_micro_batch_size nor/);
+  // dynamic batch size needs neither (and the ref/rollout inherit the actor's switch through interpolation)
+  validatePpoConfig(ppo("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=null", "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=null", "actor_rollout_ref.actor.use_dynamic_bsz=true"));
+  // the deprecated global form is split over ranks
+  const plan = validatePpoConfig(ppo("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=null", "actor_rollout_ref.actor.ppo_micro_batch_size=4"));
+  assert.equal(plan.actorMicroBatchPerRank, 2);
+});
+
+test("the reference and the critic are checked only when used", () => {
+  rejects(["actor_rollout_ref.actor.use_kl_loss=true"], /neither actor_rollout_ref\.ref\.log_prob_micro_batch_size nor/);
+  validatePpoConfig(ppo("actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4"));
+  rejects(["algorithm.adv_estimator=gae"], /neither critic\.ppo_micro_batch_size nor critic\.ppo_micro_batch_size_per_gpu is set/);
+  rejects(["critic.enable=true"], /critic\.ppo_micro_batch_size_per_gpu/);
+  const plan = validatePpoConfig(ppo("algorithm.adv_estimator=gae", "critic.ppo_micro_batch_size_per_gpu=4"));
+  assert.equal(plan.needCritic, true);
+  assert.equal(plan.criticMiniBatchPerRank, 8, "critic.ppo_mini_batch_size follows the actor's");
+  rejects(["reward_model.enable=true"], /neither reward_model\.micro_batch_size nor reward_model\.micro_batch_size_per_gpu/);
+});
+
+test("loss_agg_mode and clip_ratio_c are checked", () => {
+  rejects(["actor_rollout_ref.actor.loss_agg_mode=seq-mean"], /actor_rollout_ref\.actor\.loss_agg_mode is "seq-mean"; it must be one of token-mean, seq-mean-token-sum, seq-mean-token-mean, seq-mean-token-sum-norm/);
+  rejects(["actor_rollout_ref.actor.clip_ratio_c=1.0"], /clip_ratio_c must be greater than 1\.0 .*got 1$/m);
+});
+
+test("all problems are reported at once", () => {
+  assert.throws(
+    () => validatePpoConfig(ppo("actor_rollout_ref.actor.clip_ratio_c=0.5", "actor_rollout_ref.actor.loss_agg_mode=x", "data.train_batch_size=2")),
+    (e: unknown) => e instanceof ConfigError && e.message.split("\n  - ").length === 4,
+  );
+});
