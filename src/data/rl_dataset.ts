@@ -12,7 +12,7 @@ import { logger } from "../utils/logger.js";
 import { readParquetSync } from "./parquet.js";
 import { readDataConfig, type RLDataConfig } from "./data_config.js";
 import { collateToDataProto, truncateIds } from "./collate.js";
-import { expandHome } from "./preprocess/output.js";
+import { expandHome } from "./home_path.js";
 
 export interface RLRow extends Record<string, unknown> {
   raw_prompt: ChatMessage[];

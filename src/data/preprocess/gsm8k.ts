@@ -4,7 +4,8 @@
 // reward's ground truth, and the raw question/answer in extra_info.
 import { createProgress } from "../progress.js";
 import { findSplitFiles, readRawRecords, requireString, type RawRecord } from "./raw_input.js";
-import { expandHome, writeSplits } from "./output.js";
+import { writeSplits } from "./output.js";
+import { expandHome } from "../home_path.js";
 import type { PreprocessOptions, PreprocessResult } from "./types.js";
 
 export const GSM8K_DATA_SOURCE = "openai/gsm8k";

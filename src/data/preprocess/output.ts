@@ -1,15 +1,11 @@
 // Writing a preprocessed data set: every split is encoded before any file is
 // written, and each file is written atomically, so a bad row leaves no output.
-import { homedir } from "node:os";
-import { join, resolve } from "node:path";
+import { join } from "node:path";
+import { expandHome } from "../home_path.js";
 import { writeFileAtomic } from "../../utils/fs.js";
 import { logger } from "../../utils/logger.js";
 import { rowsToParquetBytes } from "../parquet.js";
 import type { PreprocessResult } from "./types.js";
-
-export function expandHome(p: string): string {
-  return resolve(p === "~" ? homedir() : p.startsWith("~/") ? join(homedir(), p.slice(2)) : p);
-}
 
 /** Writes `<outputDir>/<split>.parquet` for every split. */
 export function writeSplits(outputDir: string, splits: Record<string, Record<string, unknown>[]>): PreprocessResult {
