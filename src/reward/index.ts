@@ -13,3 +13,4 @@ export {
 } from "./managers/index.js";
 export { loadRewardManager, type LoadRewardManagerOptions } from "./load.js";
 export { ScoringPool, type ScoreOutcome } from "./scoring_pool.js";
+export { evaluateGenerations, type EvalColumns } from "./evaluate.js";
