@@ -4,7 +4,7 @@ import { realpathSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { Command, CommanderError, InvalidArgumentError } from "commander";
-import { ConfigError, getPath, loadConfig, toYaml, validatePpoConfig, type Config } from "../config/index.js";
+import { ConfigError, getPath, loadConfig, toYaml, validateDevice, validatePpoConfig, type Config } from "../config/index.js";
 import { packageRoot } from "../utils/paths.js";
 import type { CommandContext } from "./context.js";
 
@@ -90,6 +90,7 @@ export function buildProgram(): Command {
           process.stdout.write(toYaml(config));
           return;
         }
+        validateDevice(config);
         if (c.name === "train") validatePpoConfig(config);
         await applyLogLevel(level);
         const run = await loadRunner(c.name);

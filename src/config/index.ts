@@ -12,7 +12,7 @@ export { composeConfig, packageConfDir } from "./compose.js";
 export { resolveConfig, resolveAt } from "./interpolate.js";
 export { applyOverrides, parseOverride, parseOverrideValue, type Override } from "./overrides.js";
 export { suggestKeys, editDistance } from "./suggest.js";
-export { validatePpoConfig, LOSS_AGG_MODES, type PpoBatchPlan } from "./validate.js";
+export { validatePpoConfig, validateDevice, LOSS_AGG_MODES, type PpoBatchPlan } from "./validate.js";
 export { getPath, hasPath, listPaths, type Config, type ConfigNode, type ConfigValue } from "./tree.js";
 
 export interface LoadConfigOptions {

@@ -3,6 +3,7 @@
 // Sizes count prompts (train_batch_size, ppo_mini_batch_size) or sequences
 // (micro batches); a mini-batch of prompts becomes mini*n sequences, split over
 // the world of ranks (trainer.n_gpus_per_node * trainer.nnodes worker threads).
+import type { BackendName } from "../engine/backend.js";
 import { ConfigError } from "./errors.js";
 import { getPath, type Config } from "./tree.js";
 
@@ -144,4 +145,18 @@ export function validatePpoConfig(cfg: Config): PpoBatchPlan {
     needCritic,
     needReference,
   };
+}
+
+// The engine's backend names; a type-only import keeps tfjs out of config loading.
+const DEVICES = ["auto", "wasm", "cpu", "tensorflow", "webgpu"] as const satisfies readonly BackendName[];
+
+/** trainer.device must name an engine backend (verl scripts often say `cuda`). */
+export function validateDevice(cfg: Config): void {
+  const device = getPath(cfg, "trainer.device");
+  if (device === undefined || device === null) return;
+  if (!(DEVICES as readonly unknown[]).includes(device)) {
+    throw new ConfigError(
+      `trainer.device is ${JSON.stringify(device)}; verl-ts runs on the tensor backends ${DEVICES.join(", ")} (for an NVIDIA GPU: tensorflow with @tensorflow/tfjs-node-gpu, or webgpu)`,
+    );
+  }
 }

@@ -1,6 +1,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { ConfigError, loadConfig, validatePpoConfig } from "../../src/config/index.js";
+import { ConfigError, loadConfig, validateDevice, validatePpoConfig } from "../../src/config/index.js";
 
 // A GRPO config that passes: 8 prompts x 4 responses over 2 ranks, mini-batch 4 prompts.
 const GOOD = [
@@ -83,4 +83,10 @@ test("all problems are reported at once", () => {
     () => validatePpoConfig(ppo("actor_rollout_ref.actor.clip_ratio_c=0.5", "actor_rollout_ref.actor.loss_agg_mode=x", "data.train_batch_size=2")),
     (e: unknown) => e instanceof ConfigError && e.message.split("\n  - ").length === 4,
   );
+});
+
+test("trainer.device must name a tensor backend", () => {
+  validateDevice(ppo("trainer.device=wasm"));
+  validateDevice(loadConfig({ configName: "evaluation" }));
+  assert.throws(() => validateDevice(ppo("trainer.device=cuda")), (e: unknown) => e instanceof ConfigError && /trainer\.device is "cuda"; verl-ts runs on the tensor backends auto, wasm, cpu, tensorflow, webgpu/.test(e.message));
 });
