@@ -72,7 +72,12 @@ export class ResourcePool {
 
   /** One rank per `trainer.n_gpus_per_node` (a core each on a CPU host). */
   static fromConfig(config: unknown, opts: Omit<ResourcePoolOptions, "worldSize"> = {}): ResourcePool {
-    return new ResourcePool({ ...opts, worldSize: poolSizeFromConfig(config) });
+    const worldSize = poolSizeFromConfig(config);
+    const cores = os.availableParallelism();
+    if (worldSize > cores) {
+      logger().warn({ ranks: worldSize, cores }, "trainer.n_gpus_per_node asks for more ranks than this host has cores; ranks will share cores");
+    }
+    return new ResourcePool({ ...opts, worldSize });
   }
 
   private startRank(rank: number, o: ResourcePoolOptions): Piscina {

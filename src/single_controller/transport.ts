@@ -23,15 +23,36 @@ function isPlainObject(v: object): v is Record<string, unknown> {
   return proto === Object.prototype || proto === null;
 }
 
-/** Replaces DataProto and FunctionRef values by markers; throws on functions, naming where. */
+const NOT_CLONEABLE: [new (...a: never[]) => object, string][] = [
+  [Promise, "a Promise (await it first)"],
+  [WeakMap, "a WeakMap"],
+  [WeakSet, "a WeakSet"],
+  [WeakRef, "a WeakRef"],
+];
+
+/** Values postMessage cannot clone. Failing here gives a clear error; failing inside postMessage would kill the worker thread. */
+function checkCloneable(v: unknown, path: string): void {
+  if (typeof v === "function") {
+    throw new TypeError(`${path} is a function; functions cannot cross threads (use FunctionRef(moduleUrl, exportName))`);
+  }
+  if (typeof v === "symbol") throw new TypeError(`${path} is a symbol; symbols cannot cross threads`);
+  if (v !== null && typeof v === "object") {
+    for (const [cls, what] of NOT_CLONEABLE) if (v instanceof cls) throw new TypeError(`${path} is ${what}, which cannot cross threads`);
+  }
+}
+
+/** Leaves cloned as they are: nothing inside needs checking or encoding. */
+function isOpaqueLeaf(v: object): boolean {
+  return ArrayBuffer.isView(v) || v instanceof ArrayBuffer || v instanceof SharedArrayBuffer || v instanceof Date || v instanceof RegExp || v instanceof Error;
+}
+
+/** Replaces DataProto and FunctionRef values by markers; throws on values that cannot cross threads, naming where. */
 export function encodeValue(value: unknown, where: string): Encoded {
   const buffers = new Set<ArrayBuffer>();
   const seen = new WeakSet<object>();
   const walk = (v: unknown, path: string, depth: number): unknown => {
-    if (typeof v === "function") {
-      throw new TypeError(`${path} is a function; functions cannot cross threads (use FunctionRef(moduleUrl, exportName))`);
-    }
-    if (v === null || typeof v !== "object") return v;
+    checkCloneable(v, path);
+    if (v === null || typeof v !== "object" || isOpaqueLeaf(v)) return v;
     if (v instanceof DataProto) {
       for (const [key, t] of Object.entries(v.batch)) {
         if (t.data.length !== numel(t.shape)) {
@@ -61,6 +82,17 @@ export function encodeValue(value: unknown, where: string): Encoded {
       }
       return out ?? v;
     }
+    // Maps, Sets and class instances are cloned as they are (instances arrive as plain objects); only check what they hold.
+    const check = (x: unknown, p: string) => {
+      checkCloneable(x, p);
+      if (x !== null && typeof x === "object" && !isOpaqueLeaf(x) && depth + 1 < MAX_DEPTH && !seen.has(x)) {
+        if (x instanceof DataProto || x instanceof FunctionRef) return;
+        walk(x, p, depth + 1);
+      }
+    };
+    if (v instanceof Map) for (const [k, x] of v) { check(k, `${path}<key>`); check(x, `${path}.get(${String(k)})`); }
+    else if (v instanceof Set) for (const x of v) check(x, `${path}<item>`);
+    else for (const [k, x] of Object.entries(v)) check(x, `${path}.${k}`);
     return v;
   };
   return { value: walk(value, where, 0), buffers };

@@ -34,24 +34,27 @@ async function loadWorkerClass(spec: ClassWithInitArgs): Promise<WorkerClass> {
   return cls as WorkerClass;
 }
 
+// Internals are #private so that worker methods may use any name but the few public members.
 export class WorkerGroup implements WorkerGroupInfo {
   readonly worldSize: number;
-  private readonly methods: Map<string, MethodAttrs>;
+  readonly pool: ResourcePool;
+  readonly groupId: number;
+  /** The role inside a colocated class ("" for a plain class). */
+  readonly role: string;
+  readonly #methods: Map<string, MethodAttrs>;
+  /** Per-role method tables when this group holds a colocated class. */
+  readonly #roleMethods: Map<string, Map<string, MethodAttrs>>;
 
-  private constructor(
-    readonly pool: ResourcePool,
-    readonly groupId: number,
-    /** The role inside a colocated class ("" for a plain class). */
-    readonly role: string,
-    methods: Map<string, MethodAttrs>,
-    /** Per-role method tables when this group holds a colocated class. */
-    private readonly roleMethods: Map<string, Map<string, MethodAttrs>>,
-  ) {
+  private constructor(pool: ResourcePool, groupId: number, role: string, methods: Map<string, MethodAttrs>, roleMethods: Map<string, Map<string, MethodAttrs>>) {
+    this.pool = pool;
+    this.groupId = groupId;
+    this.role = role;
     this.worldSize = pool.worldSize;
-    this.methods = methods;
+    this.#methods = methods;
+    this.#roleMethods = roleMethods;
     for (const [name, attrs] of methods) {
-      if (name in this) throw new Error(`worker method '${name}' clashes with a WorkerGroup member; rename it`);
-      const bound: RemoteMethod = <R>(...args: unknown[]) => this.invoke<R>(name, attrs, args);
+      if (name in this) throw new Error(`worker method '${name}' clashes with the WorkerGroup member of that name; rename the method`);
+      const bound: RemoteMethod = <R>(...args: unknown[]) => this.#invoke<R>(name, attrs, args);
       Object.defineProperty(this, name, { value: bound, enumerable: true });
     }
   }
@@ -75,26 +78,34 @@ export class WorkerGroup implements WorkerGroupInfo {
     });
     const group = new WorkerGroup(pool, groupId, "", cls instanceof ColocatedWorkerClass ? new Map() : roleMethods.get("")!, roleMethods);
     const what = `init(${roles.map(([, s]) => s.exportName).join(", ")})`;
-    await pool.enqueueSubmission(() => {
-      const calls = Array.from({ length: pool.worldSize }, (_, rank) => pool.run(rank, { kind: "init", groupId, roles: specs }, [], what));
-      return settleAll(what, calls).then(() => undefined);
-    });
+    try {
+      await pool.enqueueSubmission(() => {
+        const calls = Array.from({ length: pool.worldSize }, (_, rank) => pool.run(rank, { kind: "init", groupId, roles: specs }, [], what));
+        return settleAll(what, calls).then(() => undefined);
+      });
+    } catch (e) {
+      // Drop the instances the ranks that succeeded built.
+      if (pool.alive) {
+        await pool.enqueueSubmission(() => Promise.allSettled(Array.from({ length: pool.worldSize }, (_, rank) => pool.run(rank, { kind: "dispose", groupId }))).then(() => undefined));
+      }
+      throw e;
+    }
     return group as BoundWorkerGroup<W>;
   }
 
   /** Names of the methods bound on this group. */
   methodNames(): string[] {
-    return [...this.methods.keys()].sort();
+    return [...this.#methods.keys()].sort();
   }
 
   /** Calls a registered method by name (the untyped form of `group.name(...)`). */
   call<R = unknown>(method: string, ...args: unknown[]): DataProtoFuture<R> {
-    const attrs = this.methods.get(method);
+    const attrs = this.#methods.get(method);
     if (!attrs) {
       const known = this.methodNames();
       throw new Error(`worker group has no registered method '${method}'; registered: ${known.join(", ") || "none"}`);
     }
-    return this.invoke<R>(method, attrs, args);
+    return this.#invoke<R>(method, attrs, args);
   }
 
   /**
@@ -102,11 +113,11 @@ export class WorkerGroup implements WorkerGroupInfo {
    * calls to its role's instance in the same threads.
    */
   spawn<M extends Record<string, unknown> = Record<string, unknown>>(roles: (keyof M & string)[]): { [K in keyof M]: BoundWorkerGroup<M[K]> } {
-    if (this.roleMethods.has("")) throw new Error("spawn: this group holds a single worker class, not a colocated one");
+    if (this.#roleMethods.has("")) throw new Error("spawn: this group holds a single worker class, not a colocated one");
     const out: Record<string, WorkerGroup> = {};
     for (const role of roles) {
-      const methods = this.roleMethods.get(role);
-      if (!methods) throw new Error(`spawn: no role '${role}'; roles: ${[...this.roleMethods.keys()].join(", ")}`);
+      const methods = this.#roleMethods.get(role);
+      if (!methods) throw new Error(`spawn: no role '${role}'; roles: ${[...this.#roleMethods.keys()].join(", ")}`);
       out[role] = new WorkerGroup(this.pool, this.groupId, role, methods, new Map([[role, methods]]));
     }
     return out as { [K in keyof M]: BoundWorkerGroup<M[K]> };
@@ -117,13 +128,13 @@ export class WorkerGroup implements WorkerGroupInfo {
     await this.pool.destroy();
   }
 
-  private invoke<R>(method: string, attrs: MethodAttrs, args: unknown[]): DataProtoFuture<R> {
+  #invoke<R>(method: string, attrs: MethodAttrs, args: unknown[]): DataProtoFuture<R> {
     const result = new Promise<R>((resolve, reject) => {
       this.pool
         .enqueueSubmission(async () => {
           this.pool.checkUsable();
           const ready = attrs.materializeFutures && args.some(isThenable) ? await Promise.all(args.map((a) => (isThenable(a) ? a : Promise.resolve(a)))) : args;
-          const pending = this.execute(method, attrs, ready);
+          const pending = this.#execute(method, attrs, ready);
           pending.then((v) => resolve(v as R), reject);
         })
         .catch(reject);
@@ -132,7 +143,7 @@ export class WorkerGroup implements WorkerGroupInfo {
   }
 
   /** Dispatch, send to the ranks (synchronously, so per-rank order is call order), then collect. */
-  private execute(method: string, attrs: MethodAttrs, args: unknown[]): Promise<unknown> {
+  #execute(method: string, attrs: MethodAttrs, args: unknown[]): Promise<unknown> {
     const spec = getDispatchMode(attrs.dispatchMode);
     const { args: perArg, padSize } = normalizeDispatch(attrs.dispatchMode, this.worldSize, spec.dispatchFn(this, ...args));
     const ranks = executeModeOf(attrs) === Execute.RANK_ZERO ? [0] : Array.from({ length: this.worldSize }, (_, r) => r);

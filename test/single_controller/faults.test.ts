@@ -28,6 +28,21 @@ test("an exception in a worker reaches the driver with the rank, the method and 
   });
 });
 
+test("values that cannot cross threads fail the call with a clear error and never kill the thread", async () => {
+  await withPool(2, async (pool) => {
+    const wg = await WorkerGroup.create<EchoWorker>(pool, echo());
+    await assert.rejects(wg.uncloneable("function").get(), /uncloneable result\.nested\[0\]\.cb is a function; functions cannot cross threads/);
+    await assert.rejects(wg.uncloneable("promise").get(), /uncloneable result\.pending is a Promise \(await it first\)/);
+    await assert.rejects(wg.uncloneable("instance").get(), /uncloneable result\.onDone is a function/);
+    const ok = (await wg.uncloneable("fine")) as { set: Set<number>; map: Map<string, Float32Array>; at: Date }[];
+    assert.deepEqual([...ok[1]!.set], [1, 2]);
+    assert.ok(ok[1]!.map.get("k") instanceof Float32Array);
+    await assert.rejects(wg.inc(new Map([["f", () => 1]])).get(), /inc argument\[0\]\.get\(f\) is a function/);
+    assert.ok(pool.alive);
+    assert.deepEqual(await wg.inc(1), [1, 1]);
+  });
+});
+
 test("a worker thread that calls process.exit fails the call and the group, loudly", async () => {
   await withPool(2, async (pool) => {
     const wg = await WorkerGroup.create<EchoWorker>(pool, echo());

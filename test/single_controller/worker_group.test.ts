@@ -88,6 +88,8 @@ test("several groups share one pool's threads; bad worker classes are refused cl
     const a = await WorkerGroup.create<EchoWorker>(pool, echo());
     const b = await WorkerGroup.create<PlainWorker>(pool, new ClassWithInitArgs(fixture("workers"), "PlainWorker"));
     assert.deepEqual(await b.hello(), ["hello from 0", "hello from 1"]);
+    assert.equal(await b.execute(), "executed");
+    await assert.rejects(WorkerGroup.create(pool, new ClassWithInitArgs(fixture("workers"), "ClashingWorker")), /worker method 'spawn' clashes with the WorkerGroup member/);
     assert.deepEqual(await a.inc(2), [2, 2]);
     await assert.rejects(WorkerGroup.create(pool, new ClassWithInitArgs(fixture("workers"), "NotAWorker")), /NotAWorker .* does not extend Worker/);
     await assert.rejects(WorkerGroup.create(pool, new ClassWithInitArgs(fixture("workers"), "Missing")), /has no exported class 'Missing'/);
