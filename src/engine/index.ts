@@ -2,3 +2,4 @@
 export { initBackend, currentBackend, resolveBackendName, backendImporters, BACKEND_NAMES, type BackendName } from "./backend.js";
 export { linear, matmul } from "./matmul.js";
 export { registerWasmKernels } from "./wasm_kernels.js";
+export { hostKernels, JsKernels, XnnpackKernels, transposeToInOut, type HostKernels, type HostBuffer, type HostWeight } from "./host_kernels.js";

@@ -1,0 +1,356 @@
+// Autoregressive decoding engines behind `generate`. The rollout's fast path is
+// `KvCacheDecoder`: a dedicated inference engine (as verl hands rollout to vLLM)
+// over host Float32Arrays, with a preallocated KV cache written in place, one
+// fused q/k/v product and one fused gate/up product per layer, and the dense
+// products in XNNPACK (host_kernels.ts). `FullForwardDecoder` recomputes the
+// whole prefix with the tfjs training forward each step: slow, but it is the
+// reference the fast path is tested against (same tokens, same log-probs).
+import * as tf from "@tensorflow/tfjs";
+import { hostKernels, type HostBuffer, type HostKernels, type HostWeight } from "../engine/host_kernels.js";
+import type { ModelConfig } from "../models/config.js";
+import { ropeInvFreq, type LlamaModel } from "../models/llama.js";
+
+export interface StepDecoder {
+  readonly vocabSize: number;
+  /**
+   * Run the prompt columns [0, P) of every row (ids, positions, mask are [B, P]).
+   * Returns the logits [B, V] at column P-1. The view is valid until the next call.
+   */
+  prefill(ids: Int32Array, positions: Int32Array, mask: ArrayLike<number>, P: number): Float32Array;
+  /** Append one token to each of `rows` at column `slot` (one for all, or one per row); returns logits [rows.length, V]. */
+  step(rows: Int32Array, tokens: Int32Array, positions: Int32Array, slot: number | Int32Array): Float32Array;
+  dispose(): void;
+}
+
+interface LayerWeights {
+  attnNorm: Float32Array; wqkv: HostWeight; bqkv?: Float32Array; wo: HostWeight;
+  ffnNorm: Float32Array; wgu: HostWeight; wd: HostWeight;
+}
+
+function concatRows(parts: Float32Array[]): Float32Array {
+  const out = new Float32Array(parts.reduce((n, p) => n + p.length, 0));
+  let at = 0;
+  for (const p of parts) { out.set(p, at); at += p.length; }
+  return out;
+}
+
+export class KvCacheDecoder implements StepDecoder {
+  readonly vocabSize: number;
+  private readonly c: ModelConfig;
+  private readonly kernels: HostKernels;
+  private readonly layers: LayerWeights[] = [];
+  private readonly emb: Float32Array;
+  private readonly finalNorm: Float32Array;
+  private readonly lmHead: HostWeight;
+  private readonly kCache: Float32Array[] = [];
+  private readonly vCache: Float32Array[] = [];
+  /** valid[b * maxLen + slot]: the slot holds a real token that may be attended to. */
+  private readonly valid: Uint8Array;
+  private readonly firstValid: Int32Array;
+  private readonly maxRows: number;
+  private readonly x: Float32Array;
+  private readonly xn: HostBuffer; private readonly qkv: HostBuffer; private readonly att: HostBuffer;
+  private readonly o: HostBuffer; private readonly gu: HostBuffer; private readonly h: HostBuffer;
+  private readonly logits: HostBuffer;
+  private readonly scores: Float64Array;
+  private readonly invFreq: Float32Array;
+  private ropeCos = new Float32Array(0);
+  private ropeSin = new Float32Array(0);
+
+  constructor(model: LlamaModel, readonly batch: number, readonly maxLen: number, opts: { kernels?: HostKernels; maxRowsPerCall?: number } = {}) {
+    const c = (this.c = model.config);
+    this.vocabSize = c.vocabSize;
+    this.kernels = opts.kernels ?? hostKernels();
+    const read = (n: string) => model.p(n).dataSync() as Float32Array;
+    const Q = c.nHeads * c.headDim, KV = c.nKvHeads * c.headDim, D = c.dim, F = c.hiddenDim;
+    for (let i = 0; i < c.nLayers; i++) {
+      const p = (n: string) => read(`model.layers.${i}.${n}`);
+      this.layers.push({
+        attnNorm: p("input_layernorm.weight"),
+        wqkv: this.kernels.weight(concatRows([p("self_attn.q_proj.weight"), p("self_attn.k_proj.weight"), p("self_attn.v_proj.weight")]), Q + 2 * KV, D),
+        bqkv: c.attentionBias ? concatRows([p("self_attn.q_proj.bias"), p("self_attn.k_proj.bias"), p("self_attn.v_proj.bias")]) : undefined,
+        wo: this.kernels.weight(p("self_attn.o_proj.weight"), D, Q),
+        ffnNorm: p("post_attention_layernorm.weight"),
+        wgu: this.kernels.weight(concatRows([p("mlp.gate_proj.weight"), p("mlp.up_proj.weight")]), 2 * F, D),
+        wd: this.kernels.weight(p("mlp.down_proj.weight"), D, F),
+      });
+      this.kCache.push(new Float32Array(batch * c.nKvHeads * maxLen * c.headDim));
+      this.vCache.push(new Float32Array(batch * c.nKvHeads * maxLen * c.headDim));
+    }
+    this.emb = read("model.embed_tokens.weight");
+    this.finalNorm = read("model.norm.weight");
+    this.lmHead = this.kernels.weight(c.tieWordEmbeddings ? this.emb : read("lm_head.weight"), c.vocabSize, D);
+    this.valid = new Uint8Array(batch * maxLen);
+    this.firstValid = new Int32Array(batch).fill(maxLen);
+    const N = (this.maxRows = Math.max(batch, opts.maxRowsPerCall ?? 2048));
+    this.x = new Float32Array(N * D);
+    this.xn = this.kernels.alloc(N * D);
+    this.qkv = this.kernels.alloc(N * (Q + 2 * KV));
+    this.att = this.kernels.alloc(N * Q);
+    this.o = this.kernels.alloc(N * D);
+    this.gu = this.kernels.alloc(N * 2 * F);
+    this.h = this.kernels.alloc(N * F);
+    this.logits = this.kernels.alloc(batch * c.vocabSize);
+    this.scores = new Float64Array(maxLen);
+    this.invFreq = ropeInvFreq(c.headDim, c.ropeTheta);
+  }
+
+  prefill(ids: Int32Array, positions: Int32Array, mask: ArrayLike<number>, P: number): Float32Array {
+    const B = this.batch;
+    if (P < 1 || P > this.maxLen) throw new Error(`KvCacheDecoder: prompt length ${P} must be in [1, ${this.maxLen}]`);
+    this.resetRows(Int32Array.from({ length: B }, (_, b) => b));
+    let start = P - 1; // columns that are padding in every row need no work
+    for (let b = 0; b < B; b++) {
+      for (let s = 0; s < start; s++) if (mask[b * P + s] !== 0) { start = s; break; }
+    }
+    const rows = Int32Array.from({ length: B }, (_, b) => b);
+    const chunk = Math.max(1, Math.floor(this.maxRows / B));
+    let out: Float32Array = new Float32Array(0);
+    for (let c0 = start; c0 < P; c0 += chunk) {
+      const T = Math.min(chunk, P - c0);
+      const tok = new Int32Array(B * T), pos = new Int32Array(B * T), valid = new Uint8Array(B * T);
+      for (let b = 0; b < B; b++) {
+        for (let t = 0; t < T; t++) {
+          const i = b * P + c0 + t;
+          tok[b * T + t] = ids[i]!; pos[b * T + t] = positions[i]!; valid[b * T + t] = mask[i] !== 0 ? 1 : 0;
+        }
+      }
+      out = this.forwardRows(rows, tok, pos, new Int32Array(B).fill(c0), T, valid);
+    }
+    return out;
+  }
+
+  step(rows: Int32Array, tokens: Int32Array, positions: Int32Array, slot: number | Int32Array): Float32Array {
+    const slots = typeof slot === "number" ? new Int32Array(rows.length).fill(slot) : slot;
+    return this.forwardRows(rows, tokens, positions, slots, 1);
+  }
+
+  /** Forget what `rows` hold, so they can start new sequences. */
+  resetRows(rows: Int32Array): void {
+    for (const b of rows) {
+      this.valid.fill(0, b * this.maxLen, (b + 1) * this.maxLen);
+      this.firstValid[b] = this.maxLen;
+    }
+  }
+
+  /**
+   * The general step: T new tokens for each of `rows` (cache rows), placed at
+   * cache columns slotStart[r] .. slotStart[r]+T-1, each attending to the valid
+   * columns up to its own. `valid` (per token, default all 1) marks padding
+   * tokens, which are computed but never attended to. Returns the logits
+   * [rows.length, V] of each row's last new token; the view is valid until the next call.
+   */
+  forwardRows(rows: Int32Array, tokens: Int32Array, positions: Int32Array, slotStart: Int32Array, T: number, valid?: ArrayLike<number>): Float32Array {
+    const c = this.c, D = c.dim, F = c.hiddenDim, R = rows.length, N = R * T;
+    const W = (c.nHeads + 2 * c.nKvHeads) * c.headDim;
+    if (N > this.maxRows || R > this.batch) throw new Error(`KvCacheDecoder: ${R} rows x ${T} tokens exceed the buffers (${this.maxRows} rows)`);
+    if (tokens.length !== N || positions.length !== N || slotStart.length !== R) throw new Error("KvCacheDecoder: tokens/positions must hold rows x T entries and slotStart one per row");
+    for (let r = 0; r < R; r++) {
+      const b = rows[r]!;
+      if (b < 0 || b >= this.batch) throw new Error(`KvCacheDecoder: row ${b} outside [0, ${this.batch})`);
+      if (slotStart[r]! < 0 || slotStart[r]! + T > this.maxLen) throw new Error(`KvCacheDecoder: columns ${slotStart[r]}..${slotStart[r]! + T - 1} are past the cache length ${this.maxLen}`);
+      for (let t = 0; t < T; t++) {
+        const s = slotStart[r]! + t, v = valid ? (valid[r * T + t] !== 0 ? 1 : 0) : 1;
+        this.valid[b * this.maxLen + s] = v;
+        if (v && s < this.firstValid[b]!) this.firstValid[b] = s;
+      }
+    }
+    const x = this.x, k = this.kernels;
+    this.ensureRope(positions);
+    for (let n = 0; n < N; n++) {
+      const tkn = tokens[n]!;
+      if (tkn < 0 || tkn >= c.vocabSize) throw new Error(`KvCacheDecoder: token id ${tkn} outside the vocabulary [0, ${c.vocabSize})`);
+      x.set(this.emb.subarray(tkn * D, tkn * D + D), n * D);
+    }
+    for (let l = 0; l < c.nLayers; l++) {
+      const L = this.layers[l]!;
+      rmsNorm(x, this.xn.view(), N, D, L.attnNorm, c.normEps);
+      k.matmul(this.xn, N, L.wqkv, this.qkv);
+      const qkv = this.qkv.view();
+      if (L.bqkv) for (let n = 0; n < N; n++) for (let j = 0; j < W; j++) qkv[n * W + j]! += L.bqkv[j]!;
+      this.ropeAndStore(l, qkv, rows, positions, slotStart, T);
+      this.attention(l, qkv, this.att.view(), rows, slotStart, T);
+      k.matmul(this.att, N, L.wo, this.o);
+      addInto(x, this.o.view(), N * D);
+      rmsNorm(x, this.xn.view(), N, D, L.ffnNorm, c.normEps);
+      k.matmul(this.xn, N, L.wgu, this.gu);
+      swiGlu(this.gu.view(), this.h.view(), N, F);
+      k.matmul(this.h, N, L.wd, this.o);
+      addInto(x, this.o.view(), N * D);
+    }
+    // final norm of each row's last token, then the output projection
+    const last = T === 1 ? x : gatherLast(x, R, T, D);
+    rmsNorm(last, this.xn.view(), R, D, this.finalNorm, c.normEps);
+    k.matmul(this.xn, R, this.lmHead, this.logits);
+    return this.logits.view().subarray(0, R * c.vocabSize);
+  }
+
+  private ensureRope(positions: Int32Array): void {
+    let maxPos = 0;
+    for (const p of positions) maxPos = Math.max(maxPos, p);
+    const h = this.c.headDim / 2;
+    if (this.ropeCos.length >= (maxPos + 1) * h) return;
+    const n = Math.max(maxPos + 1, 2 * (this.ropeCos.length / h));
+    this.ropeCos = new Float32Array(n * h);
+    this.ropeSin = new Float32Array(n * h);
+    for (let p = 0; p < n; p++) {
+      for (let i = 0; i < h; i++) {
+        const a = Math.fround(p * this.invFreq[i]!); // float32 angle, as the tfjs forward and PyTorch compute it
+        this.ropeCos[p * h + i] = Math.cos(a);
+        this.ropeSin[p * h + i] = Math.sin(a);
+      }
+    }
+  }
+
+  /** Rotate q and k in place (HF halves convention) and write k, v into the cache. */
+  private ropeAndStore(l: number, qkv: Float32Array, rows: Int32Array, positions: Int32Array, slotStart: Int32Array, T: number): void {
+    const c = this.c, hd = c.headDim, h = hd / 2, W = (c.nHeads + 2 * c.nKvHeads) * hd;
+    const nRot = c.nHeads + c.nKvHeads, K = this.kCache[l]!, V = this.vCache[l]!, cos = this.ropeCos, sin = this.ropeSin;
+    for (let r = 0; r < rows.length; r++) {
+      const b = rows[r]!;
+      for (let t = 0; t < T; t++) {
+        const n = r * T + t, base = n * W, tp = positions[n]! * h;
+        for (let head = 0; head < nRot; head++) {
+          const o = base + head * hd;
+          for (let i = 0; i < h; i++) {
+            const x1 = qkv[o + i]!, x2 = qkv[o + i + h]!, co = cos[tp + i]!, si = sin[tp + i]!;
+            qkv[o + i] = x1 * co - x2 * si;
+            qkv[o + i + h] = x2 * co + x1 * si;
+          }
+        }
+        const slot = slotStart[r]! + t;
+        for (let j = 0; j < c.nKvHeads; j++) {
+          const dst = ((b * c.nKvHeads + j) * this.maxLen + slot) * hd;
+          const ks = base + (c.nHeads + j) * hd, vs = base + (c.nHeads + c.nKvHeads + j) * hd;
+          for (let d = 0; d < hd; d++) { K[dst + d] = qkv[ks + d]!; V[dst + d] = qkv[vs + d]!; }
+        }
+      }
+    }
+  }
+
+  /** Causal attention of each new column over the valid cached slots up to itself. */
+  private attention(l: number, qkv: Float32Array, out: Float32Array, rows: Int32Array, slotStart: Int32Array, T: number): void {
+    const c = this.c, hd = c.headDim, g = c.nHeads / c.nKvHeads, W = (c.nHeads + 2 * c.nKvHeads) * hd, Q = c.nHeads * hd;
+    const K = this.kCache[l]!, V = this.vCache[l]!, sc = this.scores, scale = 1 / Math.sqrt(hd), maxLen = this.maxLen;
+    for (let r = 0; r < rows.length; r++) {
+      const b = rows[r]!, s0 = this.firstValid[b]!, vrow = b * maxLen;
+      for (let t = 0; t < T; t++) {
+        const n = r * T + t, qs = slotStart[r]! + t;
+        for (let head = 0; head < c.nHeads; head++) {
+          const kvBase = (b * c.nKvHeads + Math.floor(head / g)) * maxLen * hd;
+          const qo = n * W + head * hd, oo = n * Q + head * hd;
+          let max = -Infinity;
+          for (let s = s0; s <= qs; s++) {
+            if (!this.valid[vrow + s]) { sc[s] = -Infinity; continue; }
+            const ko = kvBase + s * hd;
+            let dot = 0;
+            for (let d = 0; d < hd; d++) dot += qkv[qo + d]! * K[ko + d]!;
+            dot *= scale;
+            sc[s] = dot;
+            if (dot > max) max = dot;
+          }
+          for (let d = 0; d < hd; d++) out[oo + d] = 0;
+          if (max === -Infinity) continue; // a padding column with nothing to see: its output is never used
+          let den = 0;
+          for (let s = s0; s <= qs; s++) { const e = sc[s] === -Infinity ? 0 : Math.exp(sc[s]! - max); sc[s] = e; den += e; }
+          const inv = 1 / den;
+          for (let s = s0; s <= qs; s++) {
+            const p = sc[s]! * inv;
+            if (p === 0) continue;
+            const vo = kvBase + s * hd;
+            for (let d = 0; d < hd; d++) out[oo + d]! += p * V[vo + d]!;
+          }
+        }
+      }
+    }
+  }
+
+  dispose(): void {
+    this.kernels.dispose();
+  }
+}
+
+function rmsNorm(x: Float32Array, out: Float32Array, N: number, D: number, w: Float32Array, eps: number): void {
+  for (let n = 0; n < N; n++) {
+    const o = n * D;
+    let ss = 0;
+    for (let d = 0; d < D; d++) ss += x[o + d]! * x[o + d]!;
+    const r = 1 / Math.sqrt(ss / D + eps);
+    for (let d = 0; d < D; d++) out[o + d] = x[o + d]! * r * w[d]!;
+  }
+}
+
+function addInto(x: Float32Array, y: Float32Array, n: number): void {
+  for (let i = 0; i < n; i++) x[i]! += y[i]!;
+}
+
+/** h = silu(gate) * up, from gu rows laid out [gate (F) | up (F)]. */
+function swiGlu(gu: Float32Array, h: Float32Array, N: number, F: number): void {
+  for (let n = 0; n < N; n++) {
+    const gi = n * 2 * F, ho = n * F;
+    for (let j = 0; j < F; j++) {
+      const g = gu[gi + j]!;
+      h[ho + j] = (g / (1 + Math.exp(-g))) * gu[gi + F + j]!;
+    }
+  }
+}
+
+function gatherLast(x: Float32Array, R: number, T: number, D: number): Float32Array {
+  const out = new Float32Array(R * D);
+  for (let r = 0; r < R; r++) out.set(x.subarray((r * T + T - 1) * D, (r * T + T) * D), r * D);
+  return out;
+}
+
+/** The reference engine: the tfjs forward over the whole prefix at every step. */
+export class FullForwardDecoder implements StepDecoder {
+  readonly vocabSize: number;
+  private readonly ids: Int32Array;
+  private readonly pos: Int32Array;
+  private readonly mask: Int32Array;
+  private out: Float32Array = new Float32Array(0);
+
+  constructor(private readonly model: LlamaModel, readonly batch: number, readonly maxLen: number) {
+    this.vocabSize = model.config.vocabSize;
+    this.ids = new Int32Array(batch * maxLen);
+    this.pos = new Int32Array(batch * maxLen);
+    this.mask = new Int32Array(batch * maxLen);
+  }
+
+  prefill(ids: Int32Array, positions: Int32Array, mask: ArrayLike<number>, P: number): Float32Array {
+    for (let b = 0; b < this.batch; b++) {
+      for (let s = 0; s < P; s++) {
+        this.ids[b * this.maxLen + s] = ids[b * P + s]!;
+        this.pos[b * this.maxLen + s] = positions[b * P + s]!;
+        this.mask[b * this.maxLen + s] = mask[b * P + s] !== 0 ? 1 : 0;
+      }
+    }
+    return this.lastLogits(Int32Array.from({ length: this.batch }, (_, b) => b), P);
+  }
+
+  step(rows: Int32Array, tokens: Int32Array, positions: Int32Array, slot: number | Int32Array): Float32Array {
+    if (typeof slot !== "number") throw new Error("FullForwardDecoder: one column for all rows only");
+    rows.forEach((b, r) => {
+      this.ids[b * this.maxLen + slot] = tokens[r]!;
+      this.pos[b * this.maxLen + slot] = positions[r]!;
+      this.mask[b * this.maxLen + slot] = 1;
+    });
+    return this.lastLogits(rows, slot + 1);
+  }
+
+  private lastLogits(rows: Int32Array, len: number): Float32Array {
+    const R = rows.length, pick = (src: Int32Array) => {
+      const a = new Int32Array(R * len);
+      rows.forEach((b, r) => a.set(src.subarray(b * this.maxLen, b * this.maxLen + len), r * len));
+      return a;
+    };
+    const logits = tf.tidy(() => {
+      const opts = { attentionMask: tf.tensor2d(pick(this.mask), [R, len], "int32"), positionIds: tf.tensor2d(pick(this.pos), [R, len], "int32") };
+      return this.model.forward(tf.tensor2d(pick(this.ids), [R, len], "int32"), opts).slice([0, len - 1, 0], [R, 1, -1]);
+    });
+    this.out = logits.dataSync() as Float32Array;
+    logits.dispose();
+    return this.out;
+  }
+
+  dispose(): void {}
+}

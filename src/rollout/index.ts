@@ -1,0 +1,6 @@
+// Public surface of the rollout layer: generation and log-probs.
+export { generate, type GenerateOptions } from "./generate.js";
+export { TokenSampler, defaultSamplingParams, checkSamplingParams, isGreedy, type SamplingParams } from "./sampling.js";
+export { KvCacheDecoder, FullForwardDecoder, type StepDecoder } from "./decoder.js";
+export { logProbsFromLogits, entropyFromLogits, responseLogProbs, computeLogProb, type LogProbOptions, type ComputeLogProbOptions } from "./log_probs.js";
+export { leftPadPrompts } from "./prompts.js";

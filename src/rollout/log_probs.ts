@@ -1,0 +1,102 @@
+// Log-probs and entropy of given responses under a model, with the tfjs forward
+// (differentiable: the actor update calls `responseLogProbs` inside
+// tf.variableGrads), and a micro-batched, no-grad `computeLogProb` for old/ref
+// log-probs.
+import * as tf from "@tensorflow/tfjs";
+import { DataProto } from "../protocol/data_proto.js";
+import { tensor, type TensorData } from "../protocol/tensor.js";
+import type { LlamaModel } from "../models/llama.js";
+
+/** log softmax(logits)[label] along the last axis: logits [..., V], labels [...] -> [...]. */
+export function logProbsFromLogits(logits: tf.Tensor, labels: tf.Tensor): tf.Tensor {
+  return tf.tidy(() => {
+    const V = logits.shape[logits.shape.length - 1]!;
+    const lse = tf.logSumExp(logits, -1);
+    // a one-hot product rather than a gather: its gradient is one multiply on every backend
+    const picked = tf.sum(tf.mul(logits, tf.oneHot(labels.toInt(), V)), -1);
+    return tf.sub(picked, lse);
+  });
+}
+
+/** Entropy of softmax(logits) along the last axis: logsumexp(l) - sum(softmax(l) * l). */
+export function entropyFromLogits(logits: tf.Tensor): tf.Tensor {
+  return tf.tidy(() => {
+    const lse = tf.logSumExp(logits, -1, true);
+    const p = tf.exp(tf.sub(logits, lse));
+    return tf.sub(tf.squeeze(lse, [-1]), tf.sum(tf.mul(p, logits), -1));
+  });
+}
+
+export interface LogProbOptions {
+  /** Logits are divided by this first (the rollout temperature); 0 is read as 1 (greedy). */
+  temperature?: number;
+  calculateEntropy?: boolean;
+}
+
+function asInt32(t: TensorData): Int32Array {
+  return t.data instanceof Int32Array ? t.data : Int32Array.from(t.data);
+}
+
+function tdata(data: DataProto, key: string): TensorData {
+  const t = data.batch[key];
+  if (!t) throw new Error(`log-probs: the batch has no '${key}'`);
+  return t;
+}
+
+/**
+ * Response log-probs [B, R] (and entropy) under `model` for a micro-batch with
+ * input_ids, attention_mask, position_ids [B, P+R] and responses [B, R], as tf
+ * tensors with gradients. Columns that are padding in every row (left of the
+ * prompts, right of the longest response) are trimmed before the forward; the
+ * trimmed response slots get log-prob 0 (they are masked everywhere).
+ */
+export function responseLogProbs(model: LlamaModel, micro: DataProto, opts: LogProbOptions = {}): { logProbs: tf.Tensor2D; entropy?: tf.Tensor2D } {
+  const ids = tdata(micro, "input_ids"), mask = tdata(micro, "attention_mask"), responses = tdata(micro, "responses");
+  const [B, L] = ids.shape as [number, number], R = responses.shape[1]!, P = L - R;
+  if (P < 1) throw new Error(`log-probs: input_ids [${ids.shape}] leaves no prompt before responses [${responses.shape}]`);
+  const pos = micro.batch["position_ids"];
+  // trim: first column any row uses, last response column any row uses
+  let first = P - 1, lastR = 0;
+  for (let b = 0; b < B; b++) {
+    for (let s = 0; s < first; s++) if (mask.data[b * L + s]) { first = s; break; }
+    for (let t = R - 1; t >= lastR; t--) if (mask.data[b * L + P + t]) { lastR = t + 1; break; }
+  }
+  lastR = Math.max(lastR, 1);
+  const temperature = opts.temperature && opts.temperature > 0 ? opts.temperature : 1;
+  return tf.tidy(() => {
+    const cols = (t: TensorData) => tf.tensor2d(asInt32(t), [B, L], "int32").slice([0, first], [B, P + lastR - 1 - first]) as tf.Tensor2D;
+    const hidden = model.hiddenStates(cols(ids), { attentionMask: cols(mask), positionIds: pos ? cols(pos) : undefined });
+    // the logits at column j predict token j+1: the responses are predicted from columns P-1 .. P+lastR-2
+    const h = hidden.slice([0, P - 1 - first, 0], [B, lastR, -1]);
+    let logits = model.lmHead(h);
+    if (temperature !== 1) logits = logits.div(temperature);
+    const labels = tf.tensor2d(asInt32(responses), [B, R], "int32").slice([0, 0], [B, lastR]);
+    const pad = (t: tf.Tensor) => (lastR < R ? tf.concat([t, tf.zeros([B, R - lastR])], 1) : t) as tf.Tensor2D;
+    const logProbs = pad(logProbsFromLogits(logits, labels));
+    return opts.calculateEntropy ? { logProbs, entropy: pad(entropyFromLogits(logits)) } : { logProbs };
+  });
+}
+
+export interface ComputeLogProbOptions extends LogProbOptions {
+  /** Rows per forward (verl's log_prob_micro_batch_size_per_gpu). */
+  microBatchSize: number;
+}
+
+/** No-grad response log-probs [B, R] (and entropy) in micro-batches, as plain TensorData. */
+export function computeLogProb(model: LlamaModel, data: DataProto, opts: ComputeLogProbOptions): { logProbs: TensorData; entropy?: TensorData } {
+  if (!Number.isInteger(opts.microBatchSize) || opts.microBatchSize < 1) {
+    throw new Error(`computeLogProb: microBatchSize must be a positive integer, got ${opts.microBatchSize}`);
+  }
+  const B = data.length, R = tdata(data, "responses").shape[1]!;
+  const lp = new Float32Array(B * R), ent = opts.calculateEntropy ? new Float32Array(B * R) : undefined;
+  const keys = ["input_ids", "attention_mask", "responses", ...(data.batch["position_ids"] ? ["position_ids"] : [])];
+  const slim = data.select(keys, [], []);
+  for (let b0 = 0; b0 < B; b0 += opts.microBatchSize) {
+    const micro = slim.slice(b0, Math.min(B, b0 + opts.microBatchSize));
+    const out = responseLogProbs(model, micro, opts);
+    lp.set(out.logProbs.dataSync(), b0 * R);
+    if (ent && out.entropy) ent.set(out.entropy.dataSync(), b0 * R);
+    tf.dispose([out.logProbs, out.entropy]);
+  }
+  return { logProbs: tensor(lp, [B, R], "float32"), ...(ent ? { entropy: tensor(ent, [B, R], "float32") } : {}) };
+}
