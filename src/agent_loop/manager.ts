@@ -2,7 +2,10 @@
 // (at most rollout.agent.max_concurrent_loops at once), against one rollout
 // server, and packs the results in verl's rollout layout. The caller repeats
 // rows rollout.n times beforehand, as verl's trainer does.
+import type { LlamaModel } from "../models/llama.js";
 import type { Tokenizer } from "../models/tokenizer.js";
+import type { Rng } from "../utils/rng.js";
+import { ContinuousBatchingServer } from "./batching_server.js";
 import { DataProto } from "../protocol/data_proto.js";
 import type { TensorData } from "../protocol/tensor.js";
 import type { AgentLoopClass } from "./base.js";
@@ -41,6 +44,28 @@ export class AgentLoopManager {
 
   constructor(private readonly opts: AgentLoopManagerOptions) {
     this.settings = resolveAgentLoopSettings(opts.config);
+  }
+
+  /**
+   * A manager whose server is a ContinuousBatchingServer over `model`: up to
+   * min(rollout.max_num_seqs, rollout.agent.max_concurrent_loops) sequences per
+   * decode step, contexts up to prompt_length + response_length.
+   */
+  static fromModel(opts: { config: Record<string, unknown>; model: LlamaModel; tokenizer: Tokenizer; rng: Rng }): AgentLoopManager {
+    const s = resolveAgentLoopSettings(opts.config);
+    const modelEos = opts.model.config.eosTokenId;
+    const eos = new Set([...opts.tokenizer.eosTokenIds, ...(modelEos === null || modelEos === undefined ? [] : [modelEos].flat())]);
+    const server = new ContinuousBatchingServer(opts.model, {
+      maxNumSeqs: Math.min(s.maxNumSeqs, s.agent.maxConcurrentLoops),
+      maxModelLen: s.promptLength + s.responseLength,
+      eosTokenIds: [...eos],
+      rng: opts.rng,
+    });
+    return new AgentLoopManager({ config: opts.config, tokenizer: opts.tokenizer, server });
+  }
+
+  get server(): AsyncRolloutServer {
+    return this.opts.server;
   }
 
   /** verl's sampling params for training or validation. */
@@ -87,9 +112,15 @@ export class AgentLoopManager {
     const attention = batch.batch.attention_mask;
     const limiter = new Semaphore(this.settings.agent.maxConcurrentLoops);
     const start = performance.now();
-    const settled = await Promise.allSettled(
-      loops.map(({ cls, kwargs }, i) => limiter.run(() => this.runOne(cls, kwargs, params, this.row(batch, i, inputIds, attention)))),
-    );
+    let settled: PromiseSettledResult<AgentLoopOutput>[];
+    try {
+      settled = await Promise.allSettled(
+        loops.map(({ cls, kwargs }, i) => limiter.run(() => this.runOne(cls, kwargs, params, this.row(batch, i, inputIds, attention)))),
+      );
+    } finally {
+      // The trainer changes the weights before the next batch: let the server re-read them.
+      await this.opts.server.sleep?.();
+    }
     const failed = settled.findIndex((s) => s.status === "rejected");
     if (failed >= 0) {
       const reason = (settled[failed] as PromiseRejectedResult).reason as unknown;

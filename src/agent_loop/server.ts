@@ -32,6 +32,11 @@ export interface TokenOutput {
 
 export interface AsyncRolloutServer {
   generate(requestId: string, promptIds: readonly number[], params: GenerationParams): Promise<TokenOutput>;
+  /**
+   * Optional: free caches and forget the weights once idle (verl's rollout sleep).
+   * The manager calls it after every batch, since the trainer updates weights in between.
+   */
+  sleep?(): Promise<void>;
 }
 
 /** Throws a clear error for impossible parameters (a bad config key reaches here). */

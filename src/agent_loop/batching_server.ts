@@ -1,0 +1,232 @@
+// ContinuousBatchingServer: an AsyncRolloutServer over a LlamaModel. Requests
+// from many agent loops join the running batch between decode steps (after a
+// prefill into a free slot) and leave when they stop, so one decode step
+// advances every live conversation at once. A finished request's cache is
+// parked: a later prompt that extends it (the next turn of the same
+// conversation) prefills only the new tokens.
+import { JsKernels } from "../engine/host_kernels.js";
+import type { LlamaModel } from "../models/llama.js";
+import { TokenSampler } from "../rollout/sampling.js";
+import type { Rng } from "../utils/rng.js";
+import { checkGenerationParams, type AsyncRolloutServer, type GenerationParams, type TokenOutput } from "./server.js";
+import { SlotKvEngine } from "./slot_engine.js";
+
+export interface ContinuousBatchingServerOptions {
+  /** Most sequences decoded together (rollout.max_num_seqs); also the number of cache slots. */
+  maxNumSeqs: number;
+  /** Longest prompt + generation a request may reach (rollout.prompt_length + response_length). */
+  maxModelLen: number;
+  /** Default stop ids (the tokenizer's EOS ids). */
+  eosTokenIds: number[];
+  /** Sampling randomness; each request draws from its own fork. */
+  rng: Rng;
+  /** Prompt tokens per prefill forward call. */
+  prefillChunk?: number;
+  /** "js" forces the plain-JS products (tests); default picks XNNPACK on wasm. */
+  kernels?: "auto" | "js";
+}
+
+export interface BatchingServerStats {
+  requests: number;
+  decodeSteps: number;
+  /** Tokens produced by decode steps (sum of batch sizes). */
+  decodeTokens: number;
+  prefillTokens: number;
+  /** Prompt tokens whose cache was reused from an earlier turn. */
+  reusedTokens: number;
+  maxBatch: number;
+  enginesBuilt: number;
+}
+
+interface Request {
+  prompt: number[];
+  maxTokens: number;
+  stop: Set<number>;
+  sampler: TokenSampler;
+  rng: Rng;
+  logprobs: boolean;
+  out: number[];
+  logps: number[];
+  slot: number;
+  /** The last sampled token, fed at the next decode step. */
+  next: number;
+  resolve: (o: TokenOutput) => void;
+  reject: (e: Error) => void;
+}
+
+const yieldToEventLoop = () => new Promise<void>((resolve) => setImmediate(resolve));
+
+export class ContinuousBatchingServer implements AsyncRolloutServer {
+  private engine: SlotKvEngine | undefined;
+  private readonly waiting: Request[] = [];
+  private readonly active: Request[] = [];
+  /** Token ids whose K/V each slot holds. */
+  private readonly cached: number[][] = [];
+  /** Slots holding a finished request's cache, least recently parked first. */
+  private parked: number[] = [];
+  private readonly free: number[] = [];
+  private running = false;
+  private idleWaiters: (() => void)[] = [];
+  private readonly counters: BatchingServerStats = { requests: 0, decodeSteps: 0, decodeTokens: 0, prefillTokens: 0, reusedTokens: 0, maxBatch: 0, enginesBuilt: 0 };
+
+  constructor(private readonly model: LlamaModel, private readonly opts: ContinuousBatchingServerOptions) {
+    if (!Number.isInteger(opts.maxNumSeqs) || opts.maxNumSeqs < 1) throw new Error(`ContinuousBatchingServer: maxNumSeqs must be a positive integer, got ${opts.maxNumSeqs}`);
+    if (opts.maxModelLen > model.config.maxSeqLen) {
+      throw new Error(`ContinuousBatchingServer: maxModelLen ${opts.maxModelLen} exceeds the model's max_position_embeddings ${model.config.maxSeqLen}`);
+    }
+  }
+
+  async generate(_requestId: string, promptIds: readonly number[], params: GenerationParams): Promise<TokenOutput> {
+    checkGenerationParams(params);
+    const V = this.model.config.vocabSize, L = this.opts.maxModelLen;
+    if (promptIds.length === 0) throw new Error("generate: empty prompt");
+    if (promptIds.length >= L) throw new Error(`generate: prompt of ${promptIds.length} tokens leaves no room under the model length ${L}`);
+    for (const id of promptIds) if (!Number.isInteger(id) || id < 0 || id >= V) throw new Error(`generate: token id ${id} outside the vocabulary [0, ${V})`);
+    const maxTokens = Math.min(params.maxTokens ?? L - promptIds.length, L - promptIds.length);
+    this.counters.requests++;
+    if (maxTokens === 0) return { tokenIds: [], logProbs: params.logprobs ? [] : undefined, numPreempted: 0, finishReason: "length" };
+    return new Promise<TokenOutput>((resolve, reject) => {
+      this.waiting.push({
+        prompt: [...promptIds],
+        maxTokens,
+        stop: new Set(params.stopTokenIds ?? this.opts.eosTokenIds),
+        sampler: new TokenSampler(V, {
+          temperature: params.temperature, topK: params.topK, topP: params.topP, doSample: params.doSample ?? true,
+          responseLength: maxTokens, eosTokenIds: [], padTokenId: 0, calculateLogProbs: params.logprobs ?? false,
+        }),
+        rng: this.opts.rng.fork(),
+        logprobs: params.logprobs ?? false,
+        out: [], logps: [], slot: -1, next: -1, resolve, reject,
+      });
+      this.kick();
+    });
+  }
+
+  stats(): BatchingServerStats {
+    return { ...this.counters };
+  }
+
+  /** Wait for every request to finish, then drop the engine and caches; the next request re-reads the weights. */
+  async sleep(): Promise<void> {
+    if (this.running) await new Promise<void>((resolve) => this.idleWaiters.push(resolve));
+    this.engine?.dispose();
+    this.engine = undefined;
+    this.cached.length = 0;
+    this.parked = [];
+    this.free.length = 0;
+  }
+
+  private kick(): void {
+    if (this.running) return;
+    this.running = true;
+    void this.loop();
+  }
+
+  private async loop(): Promise<void> {
+    while (this.waiting.length > 0 || this.active.length > 0) {
+      try {
+        this.admit();
+        if (this.active.length > 0) this.decodeStep();
+      } catch (e) {
+        this.failAll(e instanceof Error ? e : new Error(String(e)));
+      }
+      await yieldToEventLoop();
+    }
+    this.running = false;
+    this.idleWaiters.splice(0).forEach((w) => w());
+  }
+
+  private ensureEngine(): SlotKvEngine {
+    if (!this.engine) {
+      this.engine = new SlotKvEngine(this.model, {
+        numSlots: this.opts.maxNumSeqs,
+        maxLen: this.opts.maxModelLen,
+        prefillChunk: this.opts.prefillChunk,
+        kernels: this.opts.kernels === "js" ? new JsKernels() : undefined,
+      });
+      this.counters.enginesBuilt++;
+      this.free.length = 0;
+      for (let s = this.opts.maxNumSeqs - 1; s >= 0; s--) this.free.push(s);
+      this.cached.length = 0;
+      for (let s = 0; s < this.opts.maxNumSeqs; s++) this.cached.push([]);
+      this.parked = [];
+    }
+    return this.engine;
+  }
+
+  /** Prefill waiting requests into slots while any is free or parked. */
+  private admit(): void {
+    while (this.waiting.length > 0 && this.active.length < this.opts.maxNumSeqs) {
+      const engine = this.ensureEngine();
+      const req = this.waiting.shift()!;
+      const { slot, reuse } = this.pickSlot(req.prompt);
+      req.slot = slot;
+      engine.truncate(slot, reuse);
+      const cache = this.cached[slot]!;
+      cache.length = reuse;
+      const suffix = req.prompt.slice(reuse);
+      this.counters.reusedTokens += reuse;
+      this.counters.prefillTokens += suffix.length;
+      const logits = engine.append(slot, suffix);
+      cache.push(...suffix);
+      this.active.push(req);
+      this.accept(req, logits, 0);
+    }
+  }
+
+  /** The parked slot sharing the longest prefix with the prompt, else a free slot, else the oldest parked one. */
+  private pickSlot(prompt: number[]): { slot: number; reuse: number } {
+    let best = -1, bestLen = 0;
+    for (const s of this.parked) {
+      const c = this.cached[s]!;
+      const n = Math.min(c.length, prompt.length - 1); // keep one prompt token to compute logits from
+      let j = 0;
+      while (j < n && c[j] === prompt[j]) j++;
+      if (j > bestLen) { best = s; bestLen = j; }
+    }
+    if (best >= 0) {
+      this.parked = this.parked.filter((s) => s !== best);
+      return { slot: best, reuse: bestLen };
+    }
+    const slot = this.free.pop() ?? this.parked.shift();
+    if (slot === undefined) throw new Error("ContinuousBatchingServer: no slot available (internal error)");
+    return { slot, reuse: 0 };
+  }
+
+  /** One token for every active request. */
+  private decodeStep(): void {
+    const engine = this.engine!;
+    const rows = this.active.slice();
+    const logits = engine.decode(Int32Array.from(rows, (r) => r.slot), Int32Array.from(rows, (r) => r.next));
+    for (const r of rows) this.cached[r.slot]!.push(r.next);
+    this.counters.decodeSteps++;
+    this.counters.decodeTokens += rows.length;
+    this.counters.maxBatch = Math.max(this.counters.maxBatch, rows.length);
+    rows.forEach((r, i) => this.accept(r, logits, i * engine.vocabSize));
+  }
+
+  /** Sample the request's next token from its logits row; finish it or keep it for the next step. */
+  private accept(req: Request, logits: Float32Array, offset: number): void {
+    const { token, logProb } = req.sampler.sample(logits, offset, req.rng);
+    req.out.push(token);
+    if (req.logprobs) req.logps.push(logProb);
+    const full = this.engine!.lengths[req.slot]! >= this.opts.maxModelLen;
+    if (req.stop.has(token)) this.finish(req, "stop");
+    else if (req.out.length >= req.maxTokens || full) this.finish(req, "length");
+    else req.next = token;
+  }
+
+  private finish(req: Request, reason: "stop" | "length"): void {
+    this.active.splice(this.active.indexOf(req), 1);
+    this.parked.push(req.slot);
+    req.resolve({ tokenIds: req.out, logProbs: req.logprobs ? req.logps : undefined, numPreempted: 0, finishReason: reason });
+  }
+
+  private failAll(err: Error): void {
+    for (const r of [...this.active, ...this.waiting]) r.reject(new Error(`rollout server: ${err.message}`, { cause: err }));
+    this.active.length = 0;
+    this.waiting.length = 0;
+    this.engine?.dispose();
+    this.engine = undefined;
+  }
+}
