@@ -3,6 +3,7 @@ import assert from "node:assert/strict";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { pathToFileURL } from "node:url";
 import { CharTokenizer } from "../../src/models/tokenizers/char.js";
 import { loadRewardManager } from "../../src/reward/load.js";
 import { PrimeRewardManager } from "../../src/reward/managers/index.js";
@@ -98,6 +99,29 @@ test("prime: a hanging or throwing reward function is cut off and counted while 
     assert.deepEqual(again.metrics, { "reward/timeout_count": 0, "reward/error_count": 0 });
   } finally {
     await mgr.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test("prime: scorers registered with { module: import.meta.url } are loaded by the worker threads", async () => {
+  const dir = mkdtempSync(join(tmpdir(), "verl-prime-"));
+  const registry = new URL("../../src/reward/scorers/registry.js", import.meta.url).href;
+  writeFileSync(join(dir, "scorer.mjs"), `
+import { registerScorer } from ${JSON.stringify(registry)};
+import { isMainThread } from "node:worker_threads";
+registerScorer("test/module-scorer", (s, gt) => ({ score: s === gt ? 1 : 0, in_worker: !isMainThread }), { module: import.meta.url });
+`);
+  try {
+    await import(pathToFileURL(join(dir, "scorer.mjs")).href);
+    const mgr = (await loadRewardManager(cfg(null, { num_workers: 1 }), tok, { numExamine: 0 })) as PrimeRewardManager;
+    try {
+      const r = await mgr.compute(makeBatch(tok, [{ prompt: "a", response: "7", dataSource: "test/module-scorer", groundTruth: "7" }], 2, 4));
+      assert.deepEqual(rowSums(r.rewardTensor), [1]);
+      assert.deepEqual(r.rewardExtraInfo.in_worker, [true]);
+    } finally {
+      await mgr.close();
+    }
+  } finally {
     rmSync(dir, { recursive: true, force: true });
   }
 });
