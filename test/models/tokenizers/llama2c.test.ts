@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import { mkdtempSync, rmSync, existsSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { Llama2cTokenizer } from "../../../src/models/tokenizers/llama2c.js";
+import { Llama2cTokenizer, parseLlama2cTokenizer } from "../../../src/models/tokenizers/llama2c.js";
 import { HfTokenizer } from "../../../src/models/tokenizers/hf.js";
 import { loadTokenizer } from "../../../src/models/tokenizers/index.js";
 import { sharedPath } from "../../../src/utils/paths.js";
@@ -121,6 +121,11 @@ test("llama2c: corrupt files fail with the path in the message", () => {
   const dir = mkdtempSync(join(tmpdir(), "verl-tok-"));
   try {
     assert.throws(() => Llama2cTokenizer.fromFile(join(dir, "missing.bin")), /cannot read llama2.c tokenizer .*missing\.bin/);
+    if (tokPath) {
+      const bytes = readFileSync(tokPath);
+      assert.throws(() => parseLlama2cTokenizer(bytes.subarray(0, 3000), "cut.bin"), /cut\.bin: (truncated at token|token \d+ has byte length)/);
+      assert.throws(() => parseLlama2cTokenizer(bytes, "tok.bin", 600), /tok\.bin: expected 600 tokens, found 512/);
+    }
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
