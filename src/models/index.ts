@@ -5,3 +5,6 @@ export { ValueHeadModel } from "./value_head.js";
 export { initModel, INIT_STD } from "./init.js";
 export { loadLlama2c, permuteInterleavedToHalves } from "./llama2c.js";
 export type { Tokenizer, ChatMessage } from "./tokenizer.js";
+export { loadHfModel, loadHfValueModel, saveHfModel, readHfWeights } from "./hf.js";
+export { loadModel } from "./load.js";
+export { parseSafetensors, readSafetensors, serializeSafetensors, halfToFloat, type NamedArray } from "./safetensors.js";

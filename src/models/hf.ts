@@ -1,0 +1,123 @@
+// Hugging Face model folders: config.json + model.safetensors (or shards listed
+// in model.safetensors.index.json), f32/f16/bf16 weights in, float32 out. A
+// saved folder is what transformers' from_pretrained reads (LlamaForCausalLM /
+// Qwen2ForCausalLM, or *ForTokenClassification for a value model).
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import * as tf from "@tensorflow/tfjs";
+import { writeDirAtomic } from "../utils/fs.js";
+import type { Rng } from "../utils/rng.js";
+import { fromHfConfig, toHfConfig, type ModelConfig } from "./config.js";
+import { LlamaModel, toVariables } from "./llama.js";
+import { readSafetensors, serializeSafetensors, type NamedArray } from "./safetensors.js";
+import type { Tokenizer } from "./tokenizer.js";
+import { ValueHeadModel } from "./value_head.js";
+
+function readJson(path: string): Record<string, unknown> {
+  try {
+    return JSON.parse(readFileSync(path, "utf8")) as Record<string, unknown>;
+  } catch (e) {
+    throw new Error(`${path}: ${(e as Error).message}`);
+  }
+}
+
+/** All tensors of a folder, from model.safetensors or the shards of its index. */
+export function readHfWeights(dir: string): Map<string, NamedArray> {
+  const single = join(dir, "model.safetensors"), index = join(dir, "model.safetensors.index.json");
+  if (existsSync(single)) return readSafetensors(single).tensors;
+  if (!existsSync(index)) {
+    const hint = existsSync(join(dir, "pytorch_model.bin")) ? " (pytorch_model.bin is not supported: convert it to safetensors)" : "";
+    throw new Error(`${dir}: no model.safetensors or model.safetensors.index.json${hint}`);
+  }
+  const map = readJson(index)["weight_map"];
+  if (typeof map !== "object" || map === null) throw new Error(`${index}: missing 'weight_map'`);
+  const out = new Map<string, NamedArray>();
+  for (const shard of new Set(Object.values(map as Record<string, string>))) {
+    for (const [name, t] of readSafetensors(join(dir, shard)).tensors) out.set(name, t);
+  }
+  for (const name of Object.keys(map as Record<string, string>)) {
+    if (!out.has(name)) throw new Error(`${index}: '${name}' is listed but not found in its shard`);
+  }
+  return out;
+}
+
+/** Named float32 arrays -> tensors, dropping buffers that are not parameters and a tied lm_head copy. */
+function toTensors(weights: Map<string, NamedArray>, config: ModelConfig): Map<string, tf.Tensor> {
+  const t = new Map<string, tf.Tensor>();
+  for (const [name, w] of weights) {
+    if (name.endsWith("rotary_emb.inv_freq")) continue; // a buffer older checkpoints saved
+    if (name === "lm_head.weight" && config.tieWordEmbeddings) continue;
+    t.set(name, tf.tensor(w.data, w.shape));
+  }
+  return t;
+}
+
+function configOf(dir: string): { config: ModelConfig; raw: Record<string, unknown> } {
+  const path = join(dir, "config.json");
+  if (!existsSync(path)) throw new Error(`${dir}: no config.json (not a Hugging Face model folder)`);
+  const raw = readJson(path);
+  return { config: fromHfConfig(raw, path), raw };
+}
+
+/** Load a causal LM folder (LlamaForCausalLM / Qwen2ForCausalLM). */
+export async function loadHfModel(dir: string): Promise<LlamaModel> {
+  const { config } = configOf(dir);
+  const t = toTensors(readHfWeights(dir), config);
+  try {
+    for (const n of [...t.keys()]) if (n.startsWith("score.")) { t.get(n)!.dispose(); t.delete(n); }
+    return new LlamaModel(config, toVariables(t));
+  } catch (e) {
+    throw new Error(`${dir}: ${(e as Error).message}`);
+  } finally {
+    tf.dispose([...t.values()]);
+  }
+}
+
+/**
+ * A value model from a folder: a saved *ForTokenClassification (with score.*)
+ * loads as is; a causal LM gets a fresh score head (seeded by `rng`), as verl
+ * initialises a critic from the actor's weights.
+ */
+export async function loadHfValueModel(dir: string, rng: Rng): Promise<ValueHeadModel> {
+  const { config } = configOf(dir);
+  const t = toTensors(readHfWeights(dir), config);
+  try {
+    if (!t.has("score.weight")) {
+      const policy = new LlamaModel(config, toVariables(t));
+      try { return ValueHeadModel.fromPolicy(policy, rng); } finally { policy.dispose(); }
+    }
+    t.get("lm_head.weight")?.dispose();
+    t.delete("lm_head.weight");
+    return new ValueHeadModel(config, toVariables(t));
+  } catch (e) {
+    throw new Error(`${dir}: ${(e as Error).message}`);
+  } finally {
+    tf.dispose([...t.values()]);
+  }
+}
+
+/**
+ * Save a model as a Hugging Face folder (atomically): config.json,
+ * generation_config.json, model.safetensors (float32; a tied lm_head is not
+ * stored, as transformers does) and the tokenizer's files when it can write them.
+ */
+export async function saveHfModel(model: LlamaModel | ValueHeadModel, dir: string, tokenizer?: Tokenizer): Promise<void> {
+  const valueHead = model instanceof ValueHeadModel;
+  const c = model.config;
+  const cfg = toHfConfig(c, { valueHead });
+  if (tokenizer) {
+    if (cfg["bos_token_id"] === null && tokenizer.bosTokenId !== null) cfg["bos_token_id"] = tokenizer.bosTokenId;
+    if (cfg["eos_token_id"] === null) cfg["eos_token_id"] = tokenizer.eosTokenId;
+  }
+  const arrays = new Map<string, NamedArray>();
+  for (const [name, v] of model.params) arrays.set(name, { data: v.dataSync() as Float32Array, shape: [...v.shape] });
+  await writeDirAtomic(dir, (tmp) => {
+    writeFileSync(join(tmp, "config.json"), JSON.stringify(cfg, null, 2) + "\n");
+    if (!valueHead) {
+      const gen = { _from_model_config: true, bos_token_id: cfg["bos_token_id"], eos_token_id: cfg["eos_token_id"] };
+      writeFileSync(join(tmp, "generation_config.json"), JSON.stringify(gen, null, 2) + "\n");
+    }
+    writeFileSync(join(tmp, "model.safetensors"), serializeSafetensors(arrays));
+    tokenizer?.saveTo?.(tmp);
+  });
+}
