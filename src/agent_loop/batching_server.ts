@@ -7,7 +7,7 @@
 import { JsKernels } from "../engine/host_kernels.js";
 import type { LlamaModel } from "../models/llama.js";
 import { TokenSampler } from "../rollout/sampling.js";
-import type { Rng } from "../utils/rng.js";
+import { Rng } from "../utils/rng.js";
 import { checkGenerationParams, type AsyncRolloutServer, type GenerationParams, type TokenOutput } from "./server.js";
 import { SlotKvEngine } from "./slot_engine.js";
 
@@ -94,7 +94,7 @@ export class ContinuousBatchingServer implements AsyncRolloutServer {
           temperature: params.temperature, topK: params.topK, topP: params.topP, doSample: params.doSample ?? true,
           responseLength: maxTokens, eosTokenIds: [], padTokenId: 0, calculateLogProbs: params.logprobs ?? false,
         }),
-        rng: this.opts.rng.fork(),
+        rng: params.seed !== undefined ? new Rng(params.seed) : this.opts.rng.fork(),
         logprobs: params.logprobs ?? false,
         out: [], logps: [], slot: -1, next: -1, resolve, reject,
       });

@@ -18,6 +18,18 @@ export interface GenerationParams {
   stopTokenIds?: number[];
   /** Return the log-probability of every sampled token. */
   logprobs?: boolean;
+  /** Seed of this request's sampling stream (else the server draws one). */
+  seed?: number;
+}
+
+/**
+ * Params seeded for turn `turn` of a row that carries `rollout_seed` (rollout.seed_per_sample):
+ * turn 0 uses the row seed itself, as `generate` does, so samples do not depend on
+ * how the batch is split or scheduled; later turns get distinct streams.
+ */
+export function seededForTurn(params: GenerationParams, rolloutSeed: unknown, turn: number): GenerationParams {
+  if (typeof rolloutSeed !== "number") return params;
+  return { ...params, seed: turn === 0 ? rolloutSeed : (rolloutSeed ^ Math.imul(turn, 0x9e3779b1)) >>> 0 };
 }
 
 export interface TokenOutput {

@@ -1,7 +1,7 @@
 // single_turn_agent: template the prompt, generate once, done (num_turns 2).
 import { randomUUID } from "node:crypto";
 import { AgentLoopBase } from "./base.js";
-import type { GenerationParams } from "./server.js";
+import { seededForTurn, type GenerationParams } from "./server.js";
 import { emptyMetrics, type AgentLoopOutput, type AgentLoopRow } from "./types.js";
 
 export class SingleTurnAgentLoop extends AgentLoopBase {
@@ -11,7 +11,7 @@ export class SingleTurnAgentLoop extends AgentLoopBase {
     const metrics = emptyMetrics();
     const responseLength = this.settings.responseLength;
     const start = performance.now();
-    const out = await this.server.generate(randomUUID(), promptIds, { ...params, maxTokens: responseLength });
+    const out = await this.server.generate(randomUUID(), promptIds, { ...seededForTurn(params, row.fields.rollout_seed, 0), maxTokens: responseLength });
     metrics.generate_sequences = (performance.now() - start) / 1000;
     metrics.num_preempted = out.numPreempted ?? -1;
     const responseIds = out.tokenIds.slice(0, responseLength);

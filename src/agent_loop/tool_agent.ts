@@ -15,7 +15,7 @@ import { checkToolResponse, type ToolResponse } from "../tools/schemas.js";
 import { logger } from "../utils/logger.js";
 import { AgentData } from "./agent_data.js";
 import { AgentLoopBase } from "./base.js";
-import type { GenerationParams } from "./server.js";
+import { seededForTurn, type GenerationParams } from "./server.js";
 import { getToolParser, type FunctionCall, type ToolParser } from "./tool_parser.js";
 import { truncateToolResponse } from "./truncate.js";
 import { emptyMetrics, type AgentLoopOutput, type AgentLoopRow } from "./types.js";
@@ -79,7 +79,7 @@ export class ToolAgentLoop extends AgentLoopBase {
       case AgentState.PENDING:
         return this.handlePending(data, row);
       case AgentState.GENERATING:
-        return this.handleGenerating(data, params);
+        return this.handleGenerating(data, seededForTurn(params, row.fields.rollout_seed, data.assistantTurns));
       case AgentState.PROCESSING_TOOLS:
         return this.handleProcessingTools(data, params);
       case AgentState.INTERACTING:

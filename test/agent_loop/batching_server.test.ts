@@ -157,3 +157,25 @@ test("AgentLoopManager.fromModel re-reads the weights for every batch", async ()
     model.dispose();
   }
 });
+
+test("rows with rollout_seed sample exactly as generate does with that seed, however they are scheduled", async () => {
+  await initBackend("wasm");
+  const model = randomModel();
+  try {
+    const { CharTokenizer } = await import("../../src/models/tokenizers/index.js");
+    const tok = new CharTokenizer("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRS");
+    const R = 10;
+    const config = testConfig({ promptLength: 16, responseLength: R, rollout: { temperature: 0.8, top_k: 10, top_p: 0.95 } });
+    const texts = ["hello", "abc", "xyz", "hello"];
+    const seeds = [11, 22, 33, 44];
+    const batch = DataProto.fromDict({}, { raw_prompt: texts.map((t) => [{ role: "user", content: t }]), rollout_seed: seeds });
+    const out = await AgentLoopManager.fromModel({ config, model, tokenizer: tok, rng: new Rng(0) }).generateSequences(batch);
+    const params = defaultSamplingParams({ temperature: 0.8, topK: 10, topP: 0.95, responseLength: R, eosTokenIds: [tok.eosTokenId], padTokenId: 0 });
+    texts.forEach((t, b) => {
+      const ref = generate(model, leftPadPrompts([tok.encode(t, { addSpecialTokens: false })], 0), params, new Rng(seeds[b]!));
+      assert.deepEqual(Array.from(out.batch.responses!.data.subarray(b * R, (b + 1) * R)), Array.from(ref.batch.responses!.data), `row ${b}`);
+    });
+  } finally {
+    model.dispose();
+  }
+});
