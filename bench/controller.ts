@@ -2,6 +2,7 @@
 // and 4 ranks, and all-reduce throughput for a 16 MiB float32 buffer on 2 and 4
 // ranks. Prints one JSON line. Run: node dist/bench/controller.js
 // (VERL_BENCH_CALLS, VERL_BENCH_ALLREDUCE_ITERS, VERL_BENCH_CHUNK_ELEMS tune it).
+// Medians over rounds / iterations, so a busy machine disturbs the figures less.
 import { isMainThread } from "node:worker_threads";
 import { fileURLToPath } from "node:url";
 import os from "node:os";
@@ -13,15 +14,19 @@ export class BenchWorker extends Worker {
     return null;
   }
 
-  /** Milliseconds for `iters` all-reduces of `elems` floats, after one warm-up. */
+  /** Milliseconds of each of `iters` all-reduces of `elems` floats, after one warm-up. */
   @register({ dispatchMode: Dispatch.ONE_TO_ALL })
-  allReduceLoop(elems: number, iters: number): number {
+  allReduceLoop(elems: number, iters: number): number[] {
     const buf = new Float32Array(elems).fill(this.rank + 1);
     this.collective.allReduce(buf, "mean");
-    this.collective.barrier();
-    const t0 = performance.now();
-    for (let i = 0; i < iters; i++) this.collective.allReduce(buf, "sum");
-    return performance.now() - t0;
+    const times: number[] = [];
+    for (let i = 0; i < iters; i++) {
+      this.collective.barrier();
+      const t0 = performance.now();
+      this.collective.allReduce(buf, "mean");
+      times.push(performance.now() - t0);
+    }
+    return times;
   }
 }
 
@@ -44,6 +49,11 @@ async function withGroup<T>(worldSize: number, fn: (wg: Bound) => Promise<T>): P
   }
 }
 
+const median = (xs: number[]): number => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
+};
+
 export async function runControllerBench(): Promise<Record<string, unknown>> {
   const calls = envInt("VERL_BENCH_CALLS", 2000);
   const iters = envInt("VERL_BENCH_ALLREDUCE_ITERS", 10);
@@ -51,17 +61,24 @@ export async function runControllerBench(): Promise<Record<string, unknown>> {
   for (const world of [1, 2, 4]) {
     callUs[String(world)] = await withGroup(world, async (wg) => {
       for (let i = 0; i < 100; i++) await wg.noop();
-      const t0 = performance.now();
-      for (let i = 0; i < calls; i++) await wg.noop();
-      return Math.round(((performance.now() - t0) * 1000) / calls);
+      const rounds: number[] = [];
+      const perRound = Math.max(1, Math.floor(calls / 5));
+      for (let k = 0; k < 5; k++) {
+        const t0 = performance.now();
+        for (let i = 0; i < perRound; i++) await wg.noop();
+        rounds.push(((performance.now() - t0) * 1000) / perRound);
+      }
+      return Math.round(median(rounds));
     });
   }
   const elems = (16 * 1024 * 1024) / 4;
   const mbps: Record<string, number> = {};
   for (const world of [2, 4]) {
     mbps[String(world)] = await withGroup(world, async (wg) => {
-      const ms = (await wg.allReduceLoop<number[]>(elems, iters)).reduce((a, b) => Math.max(a, b), 0);
-      return Math.round((elems * 4 * iters) / 1e6 / (ms / 1000));
+      const perRank = await wg.allReduceLoop<number[][]>(elems, iters);
+      // An all-reduce is done when the slowest rank is.
+      const ms = median(perRank[0]!.map((_, i) => Math.max(...perRank.map((t) => t[i]!))));
+      return Math.round((elems * 4) / 1e6 / (ms / 1000));
     });
   }
   return {

@@ -8,6 +8,8 @@
 // rejects, and all threads are stopped; piscina's silent replacement thread is
 // never used.
 import os from "node:os";
+import { existsSync } from "node:fs";
+import { fileURLToPath } from "node:url";
 import { Piscina } from "piscina";
 import type { ResourceLimits } from "node:worker_threads";
 import { Collective, createCollectiveBuffers, type CollectiveBuffers, type CollectiveOptions } from "./collective.js";
@@ -62,6 +64,9 @@ export class ResourcePool {
     const o: ResourcePoolOptions = typeof opts === "number" ? { worldSize: opts } : opts;
     const worldSize = o.worldSize ?? os.availableParallelism();
     if (!Number.isInteger(worldSize) || worldSize < 1) throw new Error(`ResourcePool: worldSize must be a positive integer, got ${worldSize}`);
+    if (!existsSync(fileURLToPath(ENTRY))) {
+      throw new Error(`ResourcePool: the compiled worker script ${fileURLToPath(ENTRY)} is missing; build with tsc and run from the compiled output (dist/), not from .ts sources`);
+    }
     this.worldSize = worldSize;
     this.name = o.name ?? "global_pool";
     this.collectiveBuffers = createCollectiveBuffers(worldSize, o);
