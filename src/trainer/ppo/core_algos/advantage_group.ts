@@ -42,14 +42,7 @@ function groupStats(scores: Float64Array, rows: number[]): { mu: number; sigma: 
 
 /** GRPO: (s − mean_g)/(std_g + ε), or s − mean_g when normAdvByStdInGrpo is false (Dr.GRPO). */
 export function computeGrpoOutcomeAdvantage(args: AdvEstimatorArgs): AdvEstimatorOutput {
-  const { mask, scores, groups } = outcomeInputs(args, "grpo");
-  const eps = args.epsilon ?? DEFAULT_EPS, norm = normByStd(args);
-  const out = new Float64Array(scores.length);
-  for (const rows of groups.values()) {
-    const { mu, sigma } = groupStats(scores, rows);
-    for (const r of rows) out[r] = norm ? (scores[r]! - mu) / (sigma + eps) : scores[r]! - mu;
-  }
-  return broadcastOutcome(out, mask);
+  return groupNormalised(args, "grpo", stdUnbiased);
 }
 
 /**
@@ -57,16 +50,18 @@ export function computeGrpoOutcomeAdvantage(args: AdvEstimatorArgs): AdvEstimato
  * floored, std = sqrt(max(var, ε)), before adding ε.
  */
 export function computeGrpoVectorizedOutcomeAdvantage(args: AdvEstimatorArgs): AdvEstimatorOutput {
-  const { mask, scores, groups } = outcomeInputs(args, "grpo_vectorized");
+  const eps = args.epsilon ?? DEFAULT_EPS;
+  return groupNormalised(args, "grpo_vectorized", (xs) => Math.sqrt(Math.max(stdUnbiased(xs) ** 2, eps)));
+}
+
+function groupNormalised(args: AdvEstimatorArgs, name: string, groupStd: (xs: number[]) => number): AdvEstimatorOutput {
+  const { mask, scores, groups } = outcomeInputs(args, name);
   const eps = args.epsilon ?? DEFAULT_EPS, norm = normByStd(args);
   const out = new Float64Array(scores.length);
   for (const rows of groups.values()) {
-    let mu = 0, sigma = 1;
-    if (rows.length > 1) {
-      const xs = rows.map((r) => scores[r]!);
-      mu = mean(xs);
-      sigma = Math.sqrt(Math.max(stdUnbiased(xs) ** 2, eps));
-    }
+    const xs = rows.map((r) => scores[r]!);
+    // A singleton group uses mean 0 and std 1.
+    const mu = rows.length > 1 ? mean(xs) : 0, sigma = rows.length > 1 ? groupStd(xs) : 1;
     for (const r of rows) out[r] = norm ? (scores[r]! - mu) / (sigma + eps) : scores[r]! - mu;
   }
   return broadcastOutcome(out, mask);

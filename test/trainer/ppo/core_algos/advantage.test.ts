@@ -196,3 +196,15 @@ test("gae with an empty response row and gamma/lam from config; clear errors for
   assert.throws(() => run("grpo", { rewards, mask: [[1, 1]], index: ["a", "b"] }), /responseMask has shape \[1, 2\]/);
   assert.throws(() => run("gae", { rewards, mask: [[0, 0, 0], [0, 0, 0]], values: t2(values) }), /at least one response token/);
 });
+
+test("every estimator handles empty responses and singleton groups: finite, zero on masked tokens", () => {
+  // Row 1 is empty; group "s" is a singleton; group "e" holds only empty-ish rows.
+  const { rewards, mask } = outcome([1, 0.5, 0, 2, 1, 0], 4, [4, 0, 2, 3, 1, 0]);
+  const index = ["a", "a", "a", "s", "e", "e"];
+  const values = t2(randMat(6, 4, 9));
+  for (const name of ["gae", "grpo", "grpo_vectorized", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "rloo", "rloo_vectorized", "opo", "remax", "gpg"]) {
+    const { adv, ret } = run(name, { rewards, mask, index, values, rewardBaselines: tf.tensor1d([0.5, 0.5, 0.5, 1, 1, 1]), gamma: 0.9, lam: 0.95 });
+    assert.ok(adv.every(Number.isFinite) && ret.every(Number.isFinite), `${name}: finite`);
+    if (name !== "gae") mask.flat().forEach((m, k) => { if (m === 0) assert.equal(adv[k]! + 0, 0, `${name}: masked position ${k}`); });
+  }
+});
