@@ -52,6 +52,9 @@ export class SlotKvEngine {
   private readonly o: HostBuffer; private readonly gu: HostBuffer; private readonly h: HostBuffer;
   private readonly logits: HostBuffer;
   private readonly scores: Float64Array;
+  private readonly qScratch: Float64Array;
+  private readonly maxScratch: Float64Array;
+  private readonly denScratch: Float64Array;
   private readonly ropeCos: Float32Array;
   private readonly ropeSin: Float32Array;
 
@@ -91,7 +94,11 @@ export class SlotKvEngine {
     this.gu = this.kernels.alloc(N * 2 * F);
     this.h = this.kernels.alloc(N * F);
     this.logits = this.kernels.alloc(opts.numSlots * c.vocabSize);
-    this.scores = new Float64Array(opts.maxLen);
+    const g = c.nHeads / c.nKvHeads;
+    this.scores = new Float64Array(g * opts.maxLen);
+    this.qScratch = new Float64Array(g * c.headDim);
+    this.maxScratch = new Float64Array(g);
+    this.denScratch = new Float64Array(g);
     // Angles in float32, as the tfjs forward and PyTorch compute them.
     const inv = ropeInvFreq(c.headDim, c.ropeTheta), h = c.headDim / 2;
     this.ropeCos = new Float32Array(opts.maxLen * h);
@@ -204,35 +211,50 @@ export class SlotKvEngine {
     }
   }
 
-  /** Causal attention of each new token over its slot's columns [0, its own]. */
+  /**
+   * Causal attention of each new token over its slot's columns [0, its own].
+   * The g query heads sharing a kv head go through the cached keys and values
+   * together (one pass over memory); each dot product and each output sum runs
+   * in the same order as KvCacheDecoder's, so the numbers are the same.
+   */
   private attention(l: number, qkv: Float32Array, out: Float32Array, slots: Int32Array, T: number): void {
     const c = this.c, hd = c.headDim, g = c.nHeads / c.nKvHeads, W = (c.nHeads + 2 * c.nKvHeads) * hd, Q = c.nHeads * hd;
-    const sc = this.scores, scale = 1 / Math.sqrt(hd), maxLen = this.maxLen;
+    const scale = 1 / Math.sqrt(hd), maxLen = this.maxLen, sc = this.scores, q = this.qScratch;
+    const max = this.maxScratch, den = this.denScratch;
     for (let r = 0; r < slots.length; r++) {
       const s = slots[r]!, K = this.kCache[s]![l]!, V = this.vCache[s]![l]!;
       for (let t = 0; t < T; t++) {
-        const n = r * T + t, qc = this.lengths[s]! + t;
-        for (let head = 0; head < c.nHeads; head++) {
-          const kvBase = Math.floor(head / g) * maxLen * hd;
-          const qo = n * W + head * hd, oo = n * Q + head * hd;
-          let max = -Infinity;
+        const n = r * T + t, qc = this.lengths[s]! + t, span = qc + 1;
+        for (let kvh = 0; kvh < c.nKvHeads; kvh++) {
+          const kvBase = kvh * maxLen * hd, h0 = kvh * g;
+          for (let i = 0; i < g * hd; i++) q[i] = qkv[n * W + h0 * hd + i]!;
+          for (let i = 0; i < g; i++) max[i] = -Infinity;
           for (let j = 0; j <= qc; j++) {
             const ko = kvBase + j * hd;
-            let dot = 0;
-            for (let d = 0; d < hd; d++) dot += qkv[qo + d]! * K[ko + d]!;
-            dot *= scale;
-            sc[j] = dot;
-            if (dot > max) max = dot;
+            for (let i = 0; i < g; i++) {
+              let dot = 0;
+              const qo = i * hd;
+              for (let d = 0; d < hd; d++) dot += q[qo + d]! * K[ko + d]!;
+              dot *= scale;
+              sc[i * span + j] = dot;
+              if (dot > max[i]!) max[i] = dot;
+            }
           }
-          for (let d = 0; d < hd; d++) out[oo + d] = 0;
-          let den = 0;
-          for (let j = 0; j <= qc; j++) { const e = Math.exp(sc[j]! - max); sc[j] = e; den += e; }
-          const inv = 1 / den;
+          for (let i = 0; i < g; i++) {
+            let sum = 0;
+            const m = max[i]!, so = i * span;
+            for (let j = 0; j <= qc; j++) { const e = Math.exp(sc[so + j]! - m); sc[so + j] = e; sum += e; }
+            den[i] = 1 / sum;
+            out.fill(0, n * Q + (h0 + i) * hd, n * Q + (h0 + i + 1) * hd);
+          }
           for (let j = 0; j <= qc; j++) {
-            const p = sc[j]! * inv;
-            if (p === 0) continue;
             const vo = kvBase + j * hd;
-            for (let d = 0; d < hd; d++) out[oo + d]! += p * V[vo + d]!;
+            for (let i = 0; i < g; i++) {
+              const p = sc[i * span + j]! * den[i]!;
+              if (p === 0) continue;
+              const oo = n * Q + (h0 + i) * hd;
+              for (let d = 0; d < hd; d++) out[oo + d]! += p * V[vo + d]!;
+            }
           }
         }
       }
