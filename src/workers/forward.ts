@@ -1,23 +1,16 @@
-// The differentiable forward passes the workers train and score with: per-token
-// log-probs (and entropy) of the response under a causal LM, and per-token values
-// under a value model. Both read only the response positions: the logits of the
-// token before each response token, as verl's dp_actor slices
-// logits[:, -R-1:-1], so the lm head runs on R positions instead of P+R.
+// Forward passes the workers score with: per-token values under a value model
+// (the value of the state before each response token, verl's values[:, -R-1:-1]),
+// and the micro-batched no-grad driver shared with the actor's log-probs (which
+// come from the rollout layer's responseLogProbs, the same function the update
+// differentiates, so old and new log-probs agree bit for bit).
 import * as tf from "@tensorflow/tfjs";
 import type { DataProto } from "../protocol/index.js";
 import { tensor, type TensorData } from "../protocol/tensor.js";
-import { entropyFromLogits } from "../trainer/ppo/core_algos/index.js";
 import { column, microBatches, toTf, type MicroBatchSpec } from "./batching.js";
 
 export interface ForwardInputs {
   attentionMask?: tf.Tensor2D;
   positionIds?: tf.Tensor2D;
-}
-
-/** What the actor needs of a causal LM (LlamaModel has it). */
-export interface CausalLm {
-  hiddenStates(inputIds: tf.Tensor2D, opts?: ForwardInputs): tf.Tensor3D;
-  lmHead(hidden: tf.Tensor): tf.Tensor;
 }
 
 /** What the critic and the reward model need of a value model (ValueHeadModel has it). */
@@ -30,36 +23,6 @@ function modelInputs(micro: DataProto): { ids: tf.Tensor2D; opts: ForwardInputs 
   const opts: ForwardInputs = { attentionMask: toTf(column(micro, "attention_mask"), "int32") as tf.Tensor2D };
   if (micro.batch.position_ids) opts.positionIds = toTf(micro.batch.position_ids, "int32") as tf.Tensor2D;
   return { ids, opts };
-}
-
-/** log p(label) from logits, with a one-hot product (its gradient needs no scatter kernel). */
-export function logProbsOfLabels(logits: tf.Tensor, labels: tf.Tensor): tf.Tensor {
-  return tf.tidy(() => {
-    const vocab = logits.shape[logits.rank - 1]!;
-    const logp = tf.logSoftmax(logits);
-    return tf.sum(tf.mul(logp, tf.oneHot(tf.cast(labels, "int32"), vocab)), -1);
-  });
-}
-
-/**
- * Response log-probs [b, R] of `responses` under `model` at `temperature`, and the
- * entropy [b, R] of the same distributions when asked. Differentiable; call inside a tape or tidy.
- */
-export function responseLogProbs(
-  model: CausalLm, micro: DataProto, temperature: number, withEntropy: boolean,
-): { logProb: tf.Tensor2D; entropy?: tf.Tensor2D } {
-  if (!(temperature > 0)) throw new Error(`log-prob temperature must be > 0, got ${temperature}`);
-  const responses = column(micro, "responses");
-  const R = responses.shape[1]!;
-  const { ids, opts } = modelInputs(micro);
-  const [b, T] = ids.shape;
-  if (R >= T) throw new Error(`responses width ${R} must be smaller than input_ids width ${T} (prompts come first)`);
-  const hidden = model.hiddenStates(ids, opts);
-  const h = tf.slice(hidden, [0, T - R - 1, 0], [b, R, hidden.shape[2]!]);
-  let logits = model.lmHead(h);
-  if (temperature !== 1) logits = tf.div(logits, temperature);
-  const logProb = logProbsOfLabels(logits, toTf(responses, "int32")) as tf.Tensor2D;
-  return withEntropy ? { logProb, entropy: entropyFromLogits(logits) as tf.Tensor2D } : { logProb };
 }
 
 /** Values [b, R] at the response positions (the value of the state before each response token). */

@@ -1,6 +1,7 @@
-// Placeholder until the layer that implements `verl train` replaces this file.
-import { notBuilt, type CommandContext } from "../context.js";
+// `verl train [overrides...]`: PPO-family RL training (see docs/training.md).
+import type { CommandContext } from "../context.js";
+import { runPpo } from "../../trainer/main_ppo.js";
 
-export async function run(_ctx: CommandContext): Promise<void> {
-  throw notBuilt("train", "the PPO trainer issue");
+export async function run(ctx: CommandContext): Promise<void> {
+  await runPpo(ctx.config);
 }

@@ -15,7 +15,9 @@ import { Rng } from "../../utils/rng.js";
 import { column, miniBatches, microBatches, toTf, type MicroBatchSpec } from "../batching.js";
 import type { ConfigView } from "../config_view.js";
 import type { DataParallelOptimizer } from "../dp_optimizer.js";
-import { inferInMicroBatches, readScalars, responseLogProbs, type CausalLm } from "../forward.js";
+import type { LlamaModel } from "../../models/index.js";
+import { responseLogProbs } from "../../rollout/index.js";
+import { inferInMicroBatches, readScalars } from "../forward.js";
 
 export interface DpActorOptions {
   /** The actor section (actor_rollout_ref.actor). */
@@ -39,7 +41,7 @@ export class DataParallelPPOActor {
   readonly rng: Rng;
 
   constructor(
-    readonly model: CausalLm,
+    readonly model: LlamaModel,
     readonly optimizer: DataParallelOptimizer | null,
     readonly opts: DpActorOptions,
   ) {
@@ -49,8 +51,8 @@ export class DataParallelPPOActor {
   /** Old (or reference) log-probs [B, R], and the entropy when asked; no gradients. */
   computeLogProb(data: DataProto, spec: MicroBatchSpec, temperature: number, calculateEntropy: boolean): { logProbs: TensorData; entropy?: TensorData } {
     const outs = inferInMicroBatches(data, spec, (micro) => {
-      const r = responseLogProbs(this.model, micro, temperature, calculateEntropy);
-      return r.entropy ? [r.logProb, r.entropy] : [r.logProb];
+      const r = responseLogProbs(this.model, micro, { temperature, calculateEntropy });
+      return r.entropy ? [r.logProbs, r.entropy] : [r.logProbs];
     });
     return calculateEntropy ? { logProbs: outs[0]!, entropy: outs[1]! } : { logProbs: outs[0]! };
   }
@@ -96,7 +98,7 @@ export class DataParallelPPOActor {
           let kept: LossMetrics = {};
           let parts: tf.Scalar[] = [];
           const { value, grads } = tf.variableGrads(() => {
-            const { logProb, entropy } = responseLogProbs(this.model, micro, temperature, withEntropy);
+            const { logProbs: logProb, entropy } = responseLogProbs(this.model, micro, { temperature, calculateEntropy: withEntropy });
             const responseMask = toTf(column(micro, "response_mask"), "float32");
             const old = onPolicy ? stopGradient(logProb) : toTf(column(micro, "old_log_probs"), "float32");
             const out = lossFn({

@@ -72,7 +72,8 @@ test("the update moves log-probs the way the advantages ask, with KL loss and me
   const data = syntheticBatch(4, 4, 4, 32, 9);
   const spec = { microBatchSize: 2, maxTokenLen: null };
   const before = actor.computeLogProb(data, spec, 1.0, true);
-  assert.ok(before.entropy && before.entropy.data.every((x) => x > 0));
+  const rm = data.batch.response_mask!.data;
+  assert.ok(before.entropy && before.entropy.data.every((x, i) => !rm[i] || x > 0), "entropy is positive on response tokens");
   data.batch.old_log_probs = before.logProbs;
   data.batch.ref_log_prob = before.logProbs;
   const metrics = actor.updatePolicy(data);

@@ -1,0 +1,63 @@
+// `verl train`: build everything a PPO run needs from the composed config (verl's
+// main_ppo TaskRunner), run the fit loop, and always tear the worker threads down.
+import { validatePpoConfig, type Config } from "../config/index.js";
+import { createRLDataloaders } from "../data/index.js";
+import { initBackend } from "../engine/backend.js";
+import { loadRewardManager } from "../reward/index.js";
+import { logger } from "../utils/logger.js";
+import { Tracking } from "../utils/tracking.js";
+import { ConfigView } from "../workers/config_view.js";
+import { importExternalLib, loadModelTokenizer } from "../workers/model_source.js";
+import { PPOTrainer, type FitResult } from "./ppo/ppo_trainer.js";
+import { initWorkers, type PpoWorkers } from "./ppo/resources.js";
+import { checkpointManagerFor } from "./ppo/trainer_checkpoint.js";
+
+/** The step count the run trains for: trainer.total_training_steps, else batches per epoch x total_epochs. */
+export function totalTrainingSteps(cfg: ConfigView, batchesPerEpoch: number): number {
+  const explicit = cfg.optInt("trainer.total_training_steps");
+  if (explicit !== null) {
+    if (explicit < 1) throw new Error(`trainer.total_training_steps must be a positive integer, got ${explicit}`);
+    return explicit;
+  }
+  return batchesPerEpoch * cfg.int("trainer.total_epochs", 1);
+}
+
+/** A copy of the config with the schedule lengths the workers need filled in (as verl injects them). */
+function withTotalSteps(config: Config, total: number): Config {
+  const copy = structuredClone(config) as Record<string, Record<string, Record<string, Record<string, unknown>>>>;
+  copy.actor_rollout_ref!.actor!.optim!.total_training_steps = total;
+  if (copy.critic?.optim) (copy.critic.optim as Record<string, unknown>).total_training_steps = total;
+  return copy as unknown as Config;
+}
+
+export async function runPpo(config: Config): Promise<FitResult> {
+  const plan = validatePpoConfig(config);
+  const cfg = new ConfigView(config);
+  // The driver's own tensor work (advantages, KL penalty) is small host math.
+  await initBackend("cpu");
+  await importExternalLib(cfg.optStr("actor_rollout_ref.model.external_lib"), "actor_rollout_ref.model.external_lib");
+  const tokenizer = await loadModelTokenizer(cfg.at("actor_rollout_ref.model"));
+  const loaders = createRLDataloaders(cfg.section("data"), tokenizer);
+  const total = totalTrainingSteps(cfg, loaders.train.length);
+  logger().info({ steps: total, batchesPerEpoch: loaders.train.length, prompts: loaders.trainDataset.length }, "training plan");
+  const rewardFn = await loadRewardManager(config, tokenizer, { numExamine: 0 });
+  const valRewardFn = await loadRewardManager(config, tokenizer, { numExamine: 1 });
+  const tracking = new Tracking({
+    projectName: cfg.str("trainer.project_name"), experimentName: cfg.str("trainer.experiment_name"),
+    backends: cfg.raw("trainer.logger"), config, totalSteps: total,
+  });
+  let workers: PpoWorkers | undefined;
+  try {
+    workers = await initWorkers(withTotalSteps(config, total), plan);
+    const trainer = new PPOTrainer({
+      cfg, plan, tokenizer, rewardFn, valRewardFn, trainLoader: loaders.train, valLoader: loaders.val,
+      workers, tracking, checkpoints: checkpointManagerFor(cfg), totalTrainingSteps: total,
+    });
+    return await trainer.fit();
+  } finally {
+    tracking.finish();
+    await workers?.shutdown();
+    await rewardFn.close?.();
+    await valRewardFn.close?.();
+  }
+}

@@ -1,0 +1,206 @@
+// verl's ActorRolloutRefWorker for one rank: the actor (trained), the rollout
+// (generation with the actor's live weights: the same variables, no copy), and
+// the reference policy (a frozen copy of the initial weights, only when a KL
+// term needs it). Methods keep verl's names and dispatch modes.
+import * as tf from "@tensorflow/tfjs";
+import type { Config } from "../config/index.js";
+import { LlamaModel, type Tokenizer } from "../models/index.js";
+import { DataProto } from "../protocol/index.js";
+import { generate, type SamplingParams } from "../rollout/index.js";
+import { Dispatch, register, Worker } from "../single_controller/index.js";
+import { Rng } from "../utils/rng.js";
+import { DataParallelPPOActor } from "./actor/dp_actor.js";
+import type { MicroBatchSpec } from "./batching.js";
+import { loadRoleCheckpoint, saveRoleCheckpoint, type SaveOptions } from "./checkpoint.js";
+import type { ConfigView } from "./config_view.js";
+import { DataParallelOptimizer } from "./dp_optimizer.js";
+import { loadModelTokenizer, loadPolicy } from "./model_source.js";
+import { inferenceSpec, setupWorker } from "./worker_setup.js";
+
+/** actor_rollout_ref (all three), actor_rollout (no reference), ref (reference only). */
+export type ActorRole = "actor_rollout_ref" | "actor_rollout" | "ref";
+const ROLES: readonly ActorRole[] = ["actor_rollout_ref", "actor_rollout", "ref"];
+
+interface ActorState {
+  cfg: ConfigView;
+  tokenizer: Tokenizer;
+  actor?: DataParallelPPOActor;
+  model?: LlamaModel;
+  optimizer?: DataParallelOptimizer;
+  ref?: DataParallelPPOActor;
+  /** Sampling randomness of this rank (saved in checkpoints). */
+  rolloutRng: Rng;
+  logProbSpec: MicroBatchSpec;
+  refLogProbSpec?: MicroBatchSpec;
+}
+
+/** A frozen copy of a model's weights (the reference policy). */
+function frozenCopy(model: LlamaModel): LlamaModel {
+  const params = new Map<string, tf.Variable>();
+  for (const [name, v] of model.params) params.set(name, tf.variable(v, false, `ref/${v.name}`));
+  return new LlamaModel(model.config, params, { lmHead: model.hasLmHead });
+}
+
+export class ActorRolloutRefWorker extends Worker {
+  private s: ActorState | undefined;
+
+  constructor(private readonly config: Config, readonly role: ActorRole = "actor_rollout_ref") {
+    super();
+    if (!ROLES.includes(role)) throw new Error(`ActorRolloutRefWorker: role must be one of ${ROLES.join(", ")}, got '${role}'`);
+  }
+
+  private get state(): ActorState {
+    if (!this.s) throw new Error(`${this.role} worker rank ${this.rank}: call initModel first`);
+    return this.s;
+  }
+
+  get hasActor(): boolean {
+    return this.role !== "ref";
+  }
+
+  get hasRef(): boolean {
+    return this.role !== "actor_rollout";
+  }
+
+  @register({ dispatchMode: Dispatch.ONE_TO_ALL })
+  async initModel(): Promise<{ backend: string; numParams: number }> {
+    const common = await setupWorker(this.config, ["actor_rollout_ref.model.external_lib"]);
+    const { cfg, plan, seed } = common;
+    const modelCfg = cfg.at("actor_rollout_ref.model");
+    const actorCfg = cfg.at("actor_rollout_ref.actor");
+    const tokenizer = await loadModelTokenizer(modelCfg);
+    const model = await loadPolicy(modelCfg, tokenizer, seed);
+    if (model.config.vocabSize < tokenizer.vocabSize) {
+      throw new Error(`actor_rollout_ref.model: the model's vocabulary (${model.config.vocabSize}) is smaller than the tokenizer's (${tokenizer.vocabSize})`);
+    }
+    const world = this.worldSize;
+    const rolloutCfg = cfg.at("actor_rollout_ref.rollout");
+    const state: ActorState = {
+      cfg, tokenizer,
+      rolloutRng: new Rng(seed + 7919 * (this.rank + 1)),
+      logProbSpec: inferenceSpec(rolloutCfg, "log_prob_", "log_prob_use_dynamic_bsz", "log_prob_max_token_len_per_gpu", world),
+    };
+    const actorOpts = { config: actorCfg, miniBatchPerRank: plan.actorMiniBatchPerRank, microBatchPerRank: plan.actorMicroBatchPerRank };
+    if (this.hasRef) {
+      const refModel = this.hasActor ? frozenCopy(model) : model;
+      state.ref = new DataParallelPPOActor(refModel, null, { ...actorOpts, seed });
+      state.refLogProbSpec = inferenceSpec(cfg.at("actor_rollout_ref.ref"), "log_prob_", "log_prob_use_dynamic_bsz", "log_prob_max_token_len_per_gpu", world);
+    }
+    if (this.hasActor) {
+      const totalSteps = actorCfg.int("optim.total_training_steps", -1);
+      const optimizer = new DataParallelOptimizer(
+        model.trainableVariables(), actorCfg.at("optim"), Math.max(totalSteps, 0), this.collective, actorCfg.optNum("grad_clip"),
+      );
+      state.model = model;
+      state.optimizer = optimizer;
+      state.actor = new DataParallelPPOActor(model, optimizer, { ...actorOpts, seed: seed + this.rank });
+    }
+    this.s = state;
+    return { backend: common.backend, numParams: model.trainableVariables().reduce((a, v) => a + v.size, 0) };
+  }
+
+  private requireActor(method: string): { actor: DataParallelPPOActor; model: LlamaModel; optimizer: DataParallelOptimizer } {
+    const s = this.state;
+    if (!s.actor || !s.model || !s.optimizer) throw new Error(`${method}: this worker's role '${this.role}' holds no actor`);
+    return { actor: s.actor, model: s.model, optimizer: s.optimizer };
+  }
+
+  /** Sampling settings from rollout (or rollout.val_kwargs when meta validate is set). */
+  private samplingParams(meta: Record<string, unknown>): SamplingParams {
+    const r = this.state.cfg.at("actor_rollout_ref.rollout");
+    const tok = this.state.tokenizer;
+    const validate = meta.validate === true;
+    const src = validate ? r.at("val_kwargs") : r;
+    const params: SamplingParams = {
+      temperature: src.num("temperature", 1.0),
+      topK: src.int("top_k", -1),
+      topP: src.num("top_p", 1.0),
+      doSample: src.bool("do_sample", true),
+      responseLength: r.int("response_length"),
+      eosTokenIds: [...new Set([tok.eosTokenId, ...tok.eosTokenIds])],
+      padTokenId: tok.padTokenId,
+      calculateLogProbs: r.bool("calculate_log_probs", false),
+      ignoreEos: r.bool("ignore_eos", false),
+    };
+    if (meta.do_sample === false) params.doSample = false;
+    return params;
+  }
+
+  /**
+   * Responses for left-padded prompts (input_ids, attention_mask, position_ids). Rows that
+   * carry a `rollout_seed` (rollout.seed_per_sample) are sampled from their own stream, so
+   * the samples do not depend on how the batch is split over ranks.
+   */
+  @register({ dispatchMode: Dispatch.DP_COMPUTE_PROTO })
+  generateSequences(prompts: DataProto): DataProto {
+    const { model } = this.requireActor("generateSequences");
+    const params = this.samplingParams(prompts.metaInfo);
+    const gen = prompts.select(["input_ids", "attention_mask", "position_ids"].filter((k) => k in prompts.batch), [], []);
+    const seeds = prompts.nonTensorBatch.rollout_seed;
+    let out: DataProto;
+    if (seeds) {
+      const parts = seeds.map((seed, i) => {
+        if (typeof seed !== "number") throw new Error(`generateSequences: rollout_seed at row ${i} must be a number`);
+        return generate(model, gen.slice(i, i + 1), params, new Rng(seed));
+      });
+      out = DataProto.concat(parts);
+    } else {
+      out = generate(model, gen, params, this.state.rolloutRng);
+    }
+    return new DataProto(out.batch, {}, {});
+  }
+
+  /** old_log_probs (and entropys) under the current actor. */
+  @register({ dispatchMode: Dispatch.DP_COMPUTE_PROTO })
+  computeLogProb(data: DataProto): DataProto {
+    const { actor } = this.requireActor("computeLogProb");
+    const temperature = this.temperatureOf(data);
+    const calc = data.metaInfo.calculate_entropy !== false;
+    const r = actor.computeLogProb(data, this.state.logProbSpec, temperature, calc);
+    return new DataProto({ old_log_probs: r.logProbs, ...(r.entropy ? { entropys: r.entropy } : {}) }, {}, { temperature });
+  }
+
+  @register({ dispatchMode: Dispatch.DP_COMPUTE_PROTO })
+  computeRefLogProb(data: DataProto): DataProto {
+    const s = this.state;
+    if (!s.ref || !s.refLogProbSpec) throw new Error(`computeRefLogProb: role '${this.role}' holds no reference policy (no KL term is on)`);
+    const r = s.ref.computeLogProb(data, s.refLogProbSpec, this.temperatureOf(data), false);
+    return new DataProto({ ref_log_prob: r.logProbs }, {}, {});
+  }
+
+  @register({ dispatchMode: Dispatch.DP_COMPUTE_PROTO })
+  updateActor(data: DataProto): DataProto {
+    const { actor, optimizer } = this.requireActor("updateActor");
+    const lr = optimizer.lr;
+    const metrics = actor.updatePolicy(data);
+    metrics["actor/lr"] = [lr];
+    optimizer.scheduler.step();
+    return new DataProto({}, {}, { metrics });
+  }
+
+  private temperatureOf(data: DataProto): number {
+    const t = data.metaInfo.temperature;
+    if (typeof t === "number" && t > 0) return t;
+    return this.state.cfg.num("actor_rollout_ref.rollout.temperature", 1.0) || 1.0;
+  }
+
+  /** Writes actor/ under `dir` (weights, optimizer, scheduler + RNG per rank, HF export on rank 0). */
+  @register({ dispatchMode: Dispatch.ONE_TO_ALL })
+  async saveCheckpoint(dir: string, opts: SaveOptions = {}): Promise<void> {
+    const { actor, model, optimizer } = this.requireActor("saveCheckpoint");
+    await saveRoleCheckpoint(dir, {
+      rank: this.rank, worldSize: this.worldSize, params: model.params, optimizer,
+      rngs: { rollout: this.state.rolloutRng, actor: actor.rng },
+      hf: { model, tokenizer: this.state.tokenizer },
+    }, opts);
+  }
+
+  @register({ dispatchMode: Dispatch.ONE_TO_ALL })
+  async loadCheckpoint(dir: string): Promise<void> {
+    const { actor, model, optimizer } = this.requireActor("loadCheckpoint");
+    await loadRoleCheckpoint(dir, {
+      rank: this.rank, worldSize: this.worldSize, params: model.params, optimizer,
+      rngs: { rollout: this.state.rolloutRng, actor: actor.rng },
+    });
+  }
+}

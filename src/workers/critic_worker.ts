@@ -1,0 +1,80 @@
+// verl's CriticWorker for one rank: the value model (a ValueHeadModel built from
+// critic.model.path's trunk with a fresh score head), trained with the clipped
+// value loss.
+import type { Config } from "../config/index.js";
+import type { ValueHeadModel } from "../models/index.js";
+import { DataProto } from "../protocol/index.js";
+import { Dispatch, register, Worker } from "../single_controller/index.js";
+import { loadRoleCheckpoint, saveRoleCheckpoint } from "./checkpoint.js";
+import { DataParallelPPOCritic } from "./critic/dp_critic.js";
+import { DataParallelOptimizer } from "./dp_optimizer.js";
+import { loadModelTokenizer, loadValueModel } from "./model_source.js";
+import { setupWorker } from "./worker_setup.js";
+
+interface CriticState {
+  model: ValueHeadModel;
+  critic: DataParallelPPOCritic;
+  optimizer: DataParallelOptimizer;
+}
+
+export class CriticWorker extends Worker {
+  private s: CriticState | undefined;
+
+  constructor(private readonly config: Config) {
+    super();
+  }
+
+  private get state(): CriticState {
+    if (!this.s) throw new Error(`critic worker rank ${this.rank}: call initModel first`);
+    return this.s;
+  }
+
+  @register({ dispatchMode: Dispatch.ONE_TO_ALL })
+  async initModel(): Promise<{ backend: string; numParams: number }> {
+    const { cfg, plan, seed, backend } = await setupWorker(this.config, ["actor_rollout_ref.model.external_lib", "critic.model.external_lib"]);
+    const critic = cfg.at("critic");
+    if (plan.criticMiniBatchPerRank === null) throw new Error("CriticWorker: the config needs no critic (critic.enable / algorithm.adv_estimator)");
+    const model = critic.at("model");
+    // The critic reads the actor's tokens, so it shares the actor's tokenizer (a scratch critic its vocabulary size).
+    const tokenizer = await loadModelTokenizer(cfg.at("actor_rollout_ref.model"));
+    const valueModel = await loadValueModel(model, tokenizer, seed, cfg.at("actor_rollout_ref.model").section("override_config"));
+    const optimizer = new DataParallelOptimizer(
+      valueModel.trainableVariables(), critic.at("optim"), Math.max(critic.int("optim.total_training_steps", -1), 0),
+      this.collective, critic.optNum("grad_clip"),
+    );
+    this.s = {
+      model: valueModel, optimizer,
+      critic: new DataParallelPPOCritic(valueModel, optimizer, {
+        config: critic, miniBatchPerRank: plan.criticMiniBatchPerRank, microBatchPerRank: plan.criticMicroBatchPerRank, seed: seed + 101 * (this.rank + 1),
+      }),
+    };
+    return { backend, numParams: valueModel.trainableVariables().reduce((a, v) => a + v.size, 0) };
+  }
+
+  @register({ dispatchMode: Dispatch.DP_COMPUTE_PROTO })
+  computeValues(data: DataProto): DataProto {
+    return new DataProto({ values: this.state.critic.computeValues(data) }, {}, {});
+  }
+
+  @register({ dispatchMode: Dispatch.DP_COMPUTE_PROTO })
+  updateCritic(data: DataProto): DataProto {
+    const { critic, optimizer } = this.state;
+    const lr = optimizer.lr;
+    const metrics = critic.updateCritic(data);
+    metrics["critic/lr"] = [lr];
+    optimizer.scheduler.step();
+    return new DataProto({}, {}, { metrics });
+  }
+
+  @register({ dispatchMode: Dispatch.ONE_TO_ALL })
+  async saveCheckpoint(dir: string): Promise<void> {
+    const { model, optimizer, critic } = this.state;
+    await saveRoleCheckpoint(dir, { rank: this.rank, worldSize: this.worldSize, params: model.params, optimizer, rngs: { critic: critic.rng } });
+  }
+
+  @register({ dispatchMode: Dispatch.ONE_TO_ALL })
+  async loadCheckpoint(dir: string): Promise<void> {
+    const { model, optimizer, critic } = this.state;
+    await loadRoleCheckpoint(dir, { rank: this.rank, worldSize: this.worldSize, params: model.params, optimizer, rngs: { critic: critic.rng } });
+  }
+}

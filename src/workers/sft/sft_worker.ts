@@ -1,0 +1,147 @@
+// One data-parallel rank of `verl sft`: a replica of the model, its share of each
+// global batch cut into micro-batches (gradient accumulation), the token-mean loss
+// normalised by the token count of the whole global batch (summed over ranks), and
+// the flat-gradient all-reduce + clip + AdamW step the PPO actor uses.
+import * as tf from "@tensorflow/tfjs";
+import type { Config } from "../../config/index.js";
+import { initBackend } from "../../engine/backend.js";
+import type { LlamaModel, Tokenizer } from "../../models/index.js";
+import type { DataProto } from "../../protocol/index.js";
+import { Dispatch, register, Worker } from "../../single_controller/index.js";
+import { countLossTokens, sftLossSum } from "../../trainer/sft/sft_loss.js";
+import { loadSftModel, loadSftTokenizer } from "../../trainer/sft/sft_model.js";
+import { microBatches } from "../batching.js";
+import { loadRoleCheckpoint, saveRoleCheckpoint } from "../checkpoint.js";
+import { ConfigView } from "../config_view.js";
+import { DataParallelOptimizer } from "../dp_optimizer.js";
+import { importExternalLib } from "../model_source.js";
+
+export const SFT_LR_SCHEDULERS = ["cosine", "constant"] as const;
+
+export interface SftStepResult {
+  /** Global token-mean loss of the step (the same on every rank). */
+  loss: number;
+  gradNorm: number;
+  /** The learning rate the step used. */
+  lr: number;
+  /** Loss tokens in the global batch. */
+  tokens: number;
+  /** True when the gradient norm was not finite and the update was skipped. */
+  skipped: boolean;
+}
+
+export interface SftEvalResult {
+  lossSum: number;
+  tokens: number;
+}
+
+interface SftState {
+  model: LlamaModel;
+  tokenizer: Tokenizer;
+  optimizer: DataParallelOptimizer;
+  microBatchSize: number;
+}
+
+/** sft_trainer.yaml's optim section in the form DataParallelOptimizer reads (lr_scheduler -> lr_scheduler_type). */
+function optimView(config: Config): ConfigView {
+  const cfg = new ConfigView(config);
+  const scheduler = cfg.str("optim.lr_scheduler", "cosine");
+  if (!(SFT_LR_SCHEDULERS as readonly string[]).includes(scheduler)) {
+    throw new Error(`optim.lr_scheduler='${scheduler}' is not available in verl-ts; choose ${SFT_LR_SCHEDULERS.join(" or ")}`);
+  }
+  const warm = cfg.num("optim.lr_warmup_steps_ratio", 0);
+  if (!(warm >= 0 && warm <= 1)) throw new Error(`optim.lr_warmup_steps_ratio must lie in [0, 1], got ${warm}`);
+  const optim = { ...cfg.section("optim"), lr_scheduler_type: scheduler, lr_warmup_steps: -1 };
+  return new ConfigView({ optim }, "optim");
+}
+
+export class SFTWorker extends Worker {
+  private s: SftState | undefined;
+
+  constructor(private readonly config: Config) {
+    super();
+  }
+
+  /** The replica (undefined before initModel); for in-process callers, not dispatched. */
+  get model(): LlamaModel | undefined {
+    return this.s?.model;
+  }
+
+  private get state(): SftState {
+    if (!this.s) throw new Error(`SFT worker rank ${this.rank}: call initModel first`);
+    return this.s;
+  }
+
+  /** Load the model and build the optimizer whose schedule spans `totalSteps`. */
+  @register({ dispatchMode: Dispatch.ONE_TO_ALL })
+  async initModel(totalSteps: number): Promise<{ backend: string; numParams: number }> {
+    const cfg = new ConfigView(this.config);
+    const backend = await initBackend(cfg.str("trainer.device", "auto"));
+    await importExternalLib(cfg.optStr("model.external_lib"), "model.external_lib");
+    const microBatchSize = cfg.int("data.micro_batch_size_per_gpu");
+    if (microBatchSize < 1) throw new Error(`data.micro_batch_size_per_gpu must be >= 1, got ${microBatchSize}`);
+    const tokenizer = await loadSftTokenizer(this.config);
+    const model = await loadSftModel(this.config, tokenizer, cfg.int("trainer.seed", 1));
+    if (model.config.vocabSize < tokenizer.vocabSize) {
+      throw new Error(`model.partial_pretrain: the model's vocabulary (${model.config.vocabSize}) is smaller than the tokenizer's (${tokenizer.vocabSize})`);
+    }
+    const vars = model.trainableVariables();
+    const optimizer = new DataParallelOptimizer(vars, optimView(this.config), totalSteps, this.collective, cfg.optNum("optim.clip_grad"));
+    this.s = { model, tokenizer, optimizer, microBatchSize };
+    return { backend, numParams: vars.reduce((a, v) => a + v.size, 0) };
+  }
+
+  /** One optimizer step on this rank's rows of the global batch (every rank must be called, even with no rows). */
+  @register({ dispatchMode: Dispatch.DP_COMPUTE_METRIC })
+  trainStep(data: DataProto): SftStepResult {
+    const { model, optimizer, microBatchSize } = this.state;
+    const counts = Float64Array.of(countLossTokens(data));
+    optimizer.allReduceSum(counts);
+    const norm = counts[0]! + 1e-8;
+    let lossSum = 0;
+    for (const micro of microBatches(data, { microBatchSize, maxTokenLen: null }).batches) {
+      const { value, grads } = tf.variableGrads(() => tf.div(sftLossSum(model, micro), norm) as tf.Scalar, optimizer.vars);
+      optimizer.accumulate(grads);
+      lossSum += value.dataSync()[0]!;
+      tf.dispose([value, ...Object.values(grads)]);
+    }
+    const lr = optimizer.lr;
+    const res = optimizer.step([lossSum]);
+    optimizer.scheduler.step();
+    return { loss: res.scalars[0]!, gradNorm: res.gradNorm, lr, tokens: counts[0]!, skipped: res.skipped };
+  }
+
+  /** Summed loss and token count of this rank's rows (no gradients, no collectives). */
+  @register({ dispatchMode: Dispatch.DP_COMPUTE_METRIC })
+  evalLoss(data: DataProto): SftEvalResult {
+    const { model, microBatchSize } = this.state;
+    let lossSum = 0;
+    for (const micro of microBatches(data, { microBatchSize, maxTokenLen: null }).batches) {
+      const t = tf.tidy(() => sftLossSum(model, micro));
+      lossSum += t.dataSync()[0]!;
+      t.dispose();
+    }
+    return { lossSum, tokens: countLossTokens(data) };
+  }
+
+  /** Weights, optimizer, scheduler (and the Hugging Face export on rank 0) into `dir`. */
+  @register({ dispatchMode: Dispatch.ONE_TO_ALL })
+  async saveCheckpoint(dir: string): Promise<void> {
+    const { model, tokenizer, optimizer } = this.state;
+    await saveRoleCheckpoint(dir, {
+      rank: this.rank, worldSize: this.worldSize, params: model.params, optimizer, rngs: {}, hf: { model, tokenizer },
+    });
+  }
+
+  @register({ dispatchMode: Dispatch.ONE_TO_ALL })
+  async loadCheckpoint(dir: string): Promise<void> {
+    const { model, optimizer } = this.state;
+    await loadRoleCheckpoint(dir, { rank: this.rank, worldSize: this.worldSize, params: model.params, optimizer, rngs: {} });
+  }
+
+  /** Live tensors in this rank's engine (tests check they stay flat across steps). */
+  @register({ dispatchMode: Dispatch.ONE_TO_ALL })
+  numTensors(): number {
+    return tf.memory().numTensors;
+  }
+}

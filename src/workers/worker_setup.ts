@@ -1,0 +1,35 @@
+// What every worker does first in its thread: pick the tensor backend once,
+// import the user's extension module, and read the settings all roles share.
+import { validatePpoConfig, type Config, type PpoBatchPlan } from "../config/index.js";
+import { initBackend } from "../engine/backend.js";
+import type { MicroBatchSpec } from "./batching.js";
+import { ConfigView } from "./config_view.js";
+import { importExternalLib } from "./model_source.js";
+
+export interface WorkerCommon {
+  cfg: ConfigView;
+  plan: PpoBatchPlan;
+  seed: number;
+  backend: string;
+}
+
+/** Backend, extension modules, batch plan. Called by each worker's initModel. */
+export async function setupWorker(config: Config, externalLibKeys: string[]): Promise<WorkerCommon> {
+  const cfg = new ConfigView(config);
+  const backend = await initBackend(cfg.str("trainer.device", "auto"));
+  for (const key of externalLibKeys) await importExternalLib(cfg.optStr(key), key);
+  return { cfg, plan: validatePpoConfig(config), seed: cfg.int("trainer.seed", 42), backend };
+}
+
+/**
+ * Micro-batching for a no-grad pass from a section's `log_prob_*` keys (rollout, ref)
+ * or the given prefix: dynamic token budget, per-rank size, or a global size split over ranks.
+ */
+export function inferenceSpec(section: ConfigView, prefix: string, dynamicKey: string, maxTokenKey: string, world: number): MicroBatchSpec {
+  if (section.bool(dynamicKey, false)) return { microBatchSize: null, maxTokenLen: section.int(maxTokenKey) };
+  const perRank = section.optInt(`${prefix}micro_batch_size_per_gpu`);
+  if (perRank !== null) return { microBatchSize: perRank, maxTokenLen: null };
+  const global = section.optInt(`${prefix}micro_batch_size`);
+  if (global !== null) return { microBatchSize: Math.max(1, Math.floor(global / world)), maxTokenLen: null };
+  throw new Error(`set ${section.key(`${prefix}micro_batch_size_per_gpu`)} (rows per forward pass) or ${section.key(dynamicKey)}=true`);
+}
