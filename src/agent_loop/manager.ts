@@ -29,6 +29,14 @@ export interface GenerateOptions {
   validate?: boolean;
 }
 
+/** Non-tensor row fields the built-in loops read; a trainer copies them into the generation batch. */
+export const AGENT_LOOP_ROW_KEYS = ["raw_prompt", "agent_name", "tools_kwargs", "interaction_kwargs", "tool_selection", "extra_info", "index", "rollout_seed"] as const;
+
+/** verl's switch: generate through agent loops when rollout.multi_turn.enable is set or a row names its loop. */
+export function needsAgentLoop(config: Record<string, unknown>, batch: DataProto): boolean {
+  return resolveAgentLoopSettings(config).multiTurn.enable || Array.isArray(batch.nonTensorBatch.agent_name);
+}
+
 /** The unpadded prompt of row b from left-padded input_ids + attention_mask. */
 function rowPromptIds(inputIds: TensorData, attention: TensorData | undefined, b: number): number[] {
   const T = inputIds.shape[1]!;

@@ -151,3 +151,11 @@ test("without raw_prompt the single-turn loop uses the batch's own prompt ids", 
   assert.deepEqual(server.calls.map((c) => c.promptIds), [[40, 41], [50, 51, 52]]);
   assert.deepEqual(Array.from(out.batch.prompts!.data.subarray(0, 8)), [0, 0, 0, 0, 0, 0, 40, 41]);
 });
+
+test("needsAgentLoop: multi_turn.enable or an agent_name column", async () => {
+  const { needsAgentLoop } = await import("../../src/agent_loop/manager.js");
+  const off = testConfig({ multiTurn: { enable: false } });
+  assert.equal(needsAgentLoop(off, batch([{ raw_prompt: msgs("q") }])), false);
+  assert.equal(needsAgentLoop(off, batch([{ raw_prompt: msgs("q"), agent_name: "tool_agent" }])), true);
+  assert.equal(needsAgentLoop(testConfig({ multiTurn: { enable: true } }), batch([{ raw_prompt: msgs("q") }])), true);
+});
