@@ -33,3 +33,15 @@ export {
   computeAdvantage, applyKlPenalty, computeResponseMask, pfPpoSampleIndices, type ComputeAdvantageOptions,
 } from "./batch_ops.js";
 export { keepMetrics, readMetrics } from "./loss_metrics.js";
+// Step metrics and sequence balancing live beside core_algos (as in verl); exported
+// here too so the package root needs one import for the whole algorithm layer.
+export {
+  computeDataMetrics, computeTimingMetrics, computeThroughputMetrics, computeResponseInfo,
+  reduceMetrics, Metric, appendToDict, processValidationMetrics, validationMetricsToDict, bootstrapMetric, calcMajVal, genNs,
+  type Aggregation,
+} from "../metric_utils.js";
+export {
+  calculateWorkload, karmarkarKarp, getSeqlenBalancedPartitions, logSeqlenUnbalance, balanceBatchOrder,
+  rearrangeMicroBatches, numMicroBatchesFor, getReverseIdx, ceildiv, roundupDivisible,
+  type BalanceBatchOptions, type RearrangeOptions,
+} from "../seqlen_balancing.js";
