@@ -1,6 +1,11 @@
-// Placeholder until the layer that implements `verl sft` replaces this file.
-import { notBuilt, type CommandContext } from "../context.js";
+// `verl sft key=value ...`: supervised fine-tuning (config sft_trainer.yaml).
+import { runSft } from "../../trainer/sft/index.js";
+import type { CommandContext } from "../context.js";
 
-export async function run(_ctx: CommandContext): Promise<void> {
-  throw notBuilt("sft", "the SFT trainer issue");
+export async function run(ctx: CommandContext): Promise<void> {
+  const r = await runSft(ctx.config);
+  const parts = [`step ${r.globalStep}/${r.totalSteps}`];
+  if (r.trainLoss !== undefined) parts.push(`train/loss ${r.trainLoss.toFixed(4)}`);
+  if (r.valLoss !== undefined) parts.push(`val/loss ${r.valLoss.toFixed(4)}`);
+  process.stdout.write(`SFT finished: ${parts.join(", ")}\nfinal model (Hugging Face folder): ${r.hfDir}\n`);
 }

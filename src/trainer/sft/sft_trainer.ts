@@ -1,0 +1,184 @@
+// The driver of `verl sft` (verl's fsdp_sft_trainer.fit): batches of
+// data.train_batch_size prompt/response pairs, each step dispatched over the
+// ranks of the worker group (data parallel, gradients all-reduced), validation
+// loss every trainer.test_freq steps and at the end, checkpoints every
+// trainer.save_freq steps and at the end (global_step_N/ with the weights, the
+// optimizer, the dataloader position and a Hugging Face export that `verl train`
+// loads as actor_rollout_ref.model.path), resumable with trainer.resume_mode.
+import { existsSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import type { Config } from "../../config/index.js";
+import { dataFiles, StatefulDataLoader, type DataLoaderState } from "../../data/index.js";
+import type { Tokenizer } from "../../models/index.js";
+import type { DataProto } from "../../protocol/index.js";
+import { ClassWithInitArgs, ResourcePool, WorkerGroup } from "../../single_controller/index.js";
+import { writeFileAtomic } from "../../utils/fs.js";
+import { logger } from "../../utils/logger.js";
+import { Tracking } from "../../utils/tracking.js";
+import { ConfigView } from "../../workers/config_view.js";
+import type { SftEvalResult, SftStepResult } from "../../workers/sft/sft_worker.js";
+import { CheckpointManager } from "../checkpoint/checkpoint_manager.js";
+import { SFTDataset, type SftExample } from "./sft_dataset.js";
+import { loadSftTokenizer } from "./sft_model.js";
+
+const SFT_WORKER = new URL("../../workers/sft/sft_worker.js", import.meta.url);
+
+export interface SftResult {
+  /** The last step trained (the resumed step when there was nothing left to do). */
+  globalStep: number;
+  totalSteps: number;
+  /** The last val/loss, if validation ran. */
+  valLoss?: number;
+  /** The last step's train/loss, if a step ran. */
+  trainLoss?: number;
+  /** global_step_N/huggingface of the final checkpoint. */
+  hfDir: string;
+}
+
+interface RoleGroup {
+  call<R = unknown>(method: string, ...args: unknown[]): PromiseLike<R>;
+}
+
+/** Keys of sft_trainer.yaml whose non-default values verl-ts does not implement: fail instead of ignoring them. */
+function checkUnsupported(cfg: ConfigView): void {
+  if (cfg.bool("data.multiturn.enable", false)) {
+    throw new Error("data.multiturn.enable=true: multi-turn SFT is not implemented in verl-ts; give prompt/response columns");
+  }
+  if (cfg.raw("data.chat_template") !== undefined && cfg.raw("data.chat_template") !== null) {
+    throw new Error("data.chat_template: a template override is not implemented in verl-ts; put chat_template in the tokenizer folder's tokenizer_config.json");
+  }
+  const lora = cfg.raw("model.lora_rank");
+  if (typeof lora === "number" && lora > 0) throw new Error(`model.lora_rank=${lora}: LoRA is not implemented in verl-ts; SFT trains all weights`);
+  const nnodes = cfg.int("trainer.nnodes", 1);
+  if (nnodes !== 1) throw new Error(`trainer.nnodes=${nnodes}: verl-ts runs on one host; set trainer.nnodes=1`);
+}
+
+export class SFTTrainer {
+  readonly cfg: ConfigView;
+  private tokenizer!: Tokenizer;
+  private trainLoader!: StatefulDataLoader<SftExample>;
+  private valSet: SFTDataset | undefined;
+  private readonly batchSize: number;
+
+  constructor(readonly config: Config) {
+    this.cfg = new ConfigView(config);
+    checkUnsupported(this.cfg);
+    this.batchSize = this.cfg.int("data.train_batch_size");
+    if (this.batchSize < 1) throw new Error(`data.train_batch_size must be >= 1, got ${this.batchSize}`);
+  }
+
+  private async loadData(): Promise<void> {
+    const cfg = this.cfg;
+    this.tokenizer = await loadSftTokenizer(this.config);
+    const data = cfg.section("data");
+    const train = new SFTDataset(dataFiles(cfg.raw("data.train_files"), "train_files"), this.tokenizer, data);
+    const valFiles = cfg.raw("data.val_files");
+    this.valSet = valFiles === null || valFiles === undefined ? undefined : new SFTDataset(dataFiles(valFiles, "val_files"), this.tokenizer, data);
+    // verl's sampler drops the last partial batch of an epoch.
+    this.trainLoader = new StatefulDataLoader(train, { batchSize: this.batchSize, shuffle: true, seed: cfg.int("trainer.seed", 1), dropLast: true });
+    if (this.trainLoader.length === 0) {
+      throw new Error(`data.train_batch_size=${this.batchSize} is larger than the training set (${train.length} rows)`);
+    }
+  }
+
+  /** Steps the run takes: trainer.total_training_steps, else batches per epoch × trainer.total_epochs. */
+  totalSteps(): number {
+    const explicit = this.cfg.optInt("trainer.total_training_steps");
+    if (explicit !== null) {
+      if (explicit < 1) throw new Error(`trainer.total_training_steps must be >= 1, got ${explicit}`);
+      return explicit;
+    }
+    const epochs = this.cfg.int("trainer.total_epochs", 1);
+    if (epochs < 1) throw new Error(`trainer.total_epochs must be >= 1, got ${epochs}`);
+    return this.trainLoader.length * epochs;
+  }
+
+  async fit(): Promise<SftResult> {
+    const cfg = this.cfg;
+    await this.loadData();
+    const totalSteps = this.totalSteps();
+    const cm = new CheckpointManager(cfg.str("trainer.default_local_dir"), { maxActorCkptToKeep: cfg.optInt("trainer.max_ckpt_to_keep") });
+    const pool = ResourcePool.fromConfig(this.config, { name: "sft_pool" });
+    const tracking = new Tracking({
+      projectName: cfg.str("trainer.project_name"), experimentName: cfg.str("trainer.experiment_name"),
+      config: this.config, totalSteps, backends: cfg.raw("trainer.logger"),
+    });
+    try {
+      const group = (await WorkerGroup.create(pool, new ClassWithInitArgs(SFT_WORKER, "SFTWorker", this.config))) as unknown as RoleGroup;
+      const info = await group.call<{ backend: string; numParams: number }[]>("initModel", totalSteps);
+      logger().info({ ranks: pool.worldSize, params: info[0]?.numParams, backend: info[0]?.backend, totalSteps, stepsPerEpoch: this.trainLoader.length }, "SFT model ready");
+      let step = await this.resume(cm, group);
+      tracking.begin(step);
+      const result: SftResult = { globalStep: step, totalSteps, hfDir: join(cm.stepDir(step), "huggingface") };
+      if (step >= totalSteps) {
+        logger().info({ step, totalSteps }, "nothing to train: the checkpoint is already at the last step");
+        return result;
+      }
+      const testFreq = cfg.int("trainer.test_freq", -1), saveFreq = cfg.int("trainer.save_freq", -1);
+      while (step < totalSteps) {
+        for (const batch of this.trainLoader) {
+          step += 1;
+          const t0 = performance.now();
+          const ranks = await group.call<SftStepResult[]>("trainStep", batch);
+          const r = ranks[0]!;
+          if (r.skipped) logger().warn({ step, gradNorm: r.gradNorm }, "gradient norm is not finite: update skipped");
+          result.trainLoss = r.loss;
+          tracking.log({ "train/loss": r.loss, "train/lr": r.lr, "train/grad_norm": r.gradNorm, "train/time(s)": (performance.now() - t0) / 1000 }, step);
+          const last = step >= totalSteps;
+          if (this.valSet && (last || (testFreq > 0 && step % testFreq === 0))) {
+            result.valLoss = await this.validate(group);
+            tracking.log({ "val/loss": result.valLoss }, step);
+          }
+          if (last || (saveFreq > 0 && step % saveFreq === 0)) {
+            const dir = await cm.save(step, async (tmp) => {
+              await group.call("saveCheckpoint", tmp);
+              writeFileAtomic(join(tmp, "data.json"), JSON.stringify(this.trainLoader.stateDict()));
+            });
+            logger().info({ dir }, "checkpoint saved");
+          }
+          if (last) break;
+        }
+      }
+      result.globalStep = step;
+      result.hfDir = join(cm.stepDir(step), "huggingface");
+      return result;
+    } finally {
+      tracking.finish();
+      await pool.destroy();
+    }
+  }
+
+  /** Restore weights, optimizer, scheduler and the dataloader position; the step to continue after. */
+  private async resume(cm: CheckpointManager, group: RoleGroup): Promise<number> {
+    cm.removeStaleTemporaries();
+    const point = cm.resolveResume(this.cfg.str("trainer.resume_mode", "auto"), this.cfg.optStr("trainer.resume_from_path"));
+    if (!point) return 0;
+    logger().info({ dir: point.dir, step: point.step }, "resuming SFT from checkpoint");
+    await group.call("loadCheckpoint", point.dir);
+    const dataPath = join(point.dir, "data.json");
+    if (existsSync(dataPath)) this.trainLoader.loadStateDict(JSON.parse(readFileSync(dataPath, "utf8")) as DataLoaderState);
+    else logger().warn({ dir: point.dir }, "checkpoint has no data.json: the dataloader starts from the beginning");
+    return point.step;
+  }
+
+  /** Token-weighted mean loss over the whole validation set. */
+  private async validate(group: RoleGroup): Promise<number> {
+    const set = this.valSet!;
+    let lossSum = 0, tokens = 0;
+    for (let s = 0; s < set.length; s += this.batchSize) {
+      const rows: SftExample[] = [];
+      for (let i = s; i < Math.min(set.length, s + this.batchSize); i++) rows.push(set.get(i));
+      const batch: DataProto = set.collate(rows);
+      for (const r of await group.call<SftEvalResult[]>("evalLoss", batch)) {
+        lossSum += r.lossSum;
+        tokens += r.tokens;
+      }
+    }
+    return tokens > 0 ? lossSum / tokens : 0;
+  }
+}
+
+/** `verl sft`: train and return where the final model is. */
+export async function runSft(config: Config): Promise<SftResult> {
+  return new SFTTrainer(config).fit();
+}
