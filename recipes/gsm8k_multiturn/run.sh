@@ -14,12 +14,12 @@ set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
-VERL="node $ROOT/bin/verl.js"
+VERL="${VERL:-node $ROOT/bin/verl.js}"
 SHARED="${VERL_SHARED_DIR:-$ROOT/../shared}"
 SMOKE="${SMOKE:-0}"
 GSM8K_RAW="${GSM8K_RAW:-$SHARED/data/gsm8k}"
 
-if [ ! -f "$ROOT/dist/src/index.js" ]; then
+if [ "$VERL" = "node $ROOT/bin/verl.js" ] && [ ! -f "$ROOT/dist/src/index.js" ]; then
   echo "build first: npm run build" >&2
   exit 2
 fi
