@@ -74,3 +74,35 @@ export function tokenAndSequenceCounts(mask: TensorData): { tokens: number; sequ
   }
   return { tokens, sequences };
 }
+
+/**
+ * Per-micro-batch metric means (clip fractions, KL, value means) combined into the
+ * mini-batch's token-weighted mean over every rank: add() each micro-batch's means
+ * with its token count, pack() the sums into the gradient all-reduce, read() after.
+ * Unlike a plain mean over micro-batches, the result does not depend on how the
+ * mini-batch was split, so 1 rank and N ranks report the same numbers.
+ */
+export class TokenWeightedMeans {
+  private readonly sums = new Map<string, number>();
+  private tokens = 0;
+
+  add(means: Record<string, number>, tokens: number): void {
+    this.tokens += tokens;
+    for (const [k, v] of Object.entries(means)) this.sums.set(k, (this.sums.get(k) ?? 0) + v * tokens);
+  }
+
+  get keys(): string[] {
+    return [...this.sums.keys()].sort();
+  }
+
+  /** [tokens, ...sums in key order]: the same layout on every rank (same loss code). */
+  pack(): number[] {
+    return [this.tokens, ...this.keys.map((k) => this.sums.get(k)!)];
+  }
+
+  /** Means from the all-reduced pack. */
+  read(reduced: ArrayLike<number>): Record<string, number> {
+    const tokens = reduced[0]!;
+    return Object.fromEntries(this.keys.map((k, i) => [k, tokens > 0 ? reduced[i + 1]! / tokens : 0]));
+  }
+}

@@ -12,7 +12,7 @@ import {
   type ActorLossConfig, type LossMetrics,
 } from "../../trainer/ppo/core_algos/index.js";
 import { Rng } from "../../utils/rng.js";
-import { column, miniBatches, microBatches, toTf, type MicroBatchSpec } from "../batching.js";
+import { column, miniBatches, microBatches, toTf, tokenAndSequenceCounts, TokenWeightedMeans, type MicroBatchSpec } from "../batching.js";
 import type { ConfigView } from "../config_view.js";
 import type { DataParallelOptimizer } from "../dp_optimizer.js";
 import type { LlamaModel } from "../../models/index.js";
@@ -32,6 +32,16 @@ export interface DpActorOptions {
 
 /** Per-mini-batch and per-micro-batch metric lists (reduced by the driver). */
 export type MetricLists = Record<string, number[]>;
+
+/** Kept loss-metric scalars as numbers (the tensors are disposed). */
+function readKeptMetrics(kept: LossMetrics): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const [k, v] of Object.entries(kept)) {
+    if (typeof v === "number") out[k] = v;
+    else { out[k] = v.dataSync()[0]!; v.dispose(); }
+  }
+  return out;
+}
 
 export function push(into: MetricLists, key: string, v: number): void {
   (into[key] ??= []).push(v);
@@ -94,6 +104,7 @@ export class DataParallelPPOActor {
       for (const mini of miniBatches(batch, this.opts.miniBatchPerRank, shuffle ? this.rng : undefined)) {
         const info = optimizer.globalLossNorm(column(mini, "response_mask"), scaleFactor);
         let pgSum = 0, klSum = 0, entSum = 0;
+        const means = new TokenWeightedMeans();
         for (const micro of microBatches(mini, spec).batches) {
           let kept: LossMetrics = {};
           let parts: tf.Scalar[] = [];
@@ -128,12 +139,10 @@ export class DataParallelPPOActor {
           // `value` may be one of `parts` (the bare policy loss): dispose each once.
           tf.dispose([...new Set<tf.Tensor>([value, ...parts, ...Object.values(grads)])]);
           pgSum += vals[0]!; klSum += vals[1]!; entSum += vals[2]!;
-          for (const [k, v] of Object.entries(kept)) {
-            if (typeof v === "number") push(metrics, k, v);
-            else { push(metrics, k, v.dataSync()[0]!); v.dispose(); }
-          }
+          means.add(readKeptMetrics(kept), tokenAndSequenceCounts(column(micro, "response_mask")).tokens);
         }
-        const res = optimizer.step([pgSum, klSum, entSum]);
+        const res = optimizer.step([pgSum, klSum, entSum, ...means.pack()]);
+        for (const [k, v] of Object.entries(means.read(res.scalars.subarray(3)))) push(metrics, k, v);
         push(metrics, "actor/pg_loss", res.scalars[0]!);
         if (useKl) {
           push(metrics, "actor/kl_loss", res.scalars[1]!);

@@ -6,7 +6,7 @@ import type { DataProto } from "../../protocol/index.js";
 import type { TensorData } from "../../protocol/tensor.js";
 import { computeValueLoss, maskedMean } from "../../trainer/ppo/core_algos/index.js";
 import { Rng } from "../../utils/rng.js";
-import { column, miniBatches, microBatches, toTf, type MicroBatchSpec } from "../batching.js";
+import { column, miniBatches, microBatches, toTf, tokenAndSequenceCounts, TokenWeightedMeans, type MicroBatchSpec } from "../batching.js";
 import type { ConfigView } from "../config_view.js";
 import type { DataParallelOptimizer } from "../dp_optimizer.js";
 import { inferInMicroBatches, readScalars, responseValues, type ValueModel } from "../forward.js";
@@ -57,6 +57,7 @@ export class DataParallelPPOCritic {
       for (const mini of miniBatches(batch, this.opts.miniBatchPerRank, shuffle ? this.rng : undefined)) {
         const info = optimizer.globalLossNorm(column(mini, "response_mask"), null);
         let lossSum = 0;
+        const means = new TokenWeightedMeans();
         for (const micro of microBatches(mini, spec).batches) {
           let kept: tf.Scalar[] = [];
           const { value, grads } = tf.variableGrads(() => {
@@ -74,10 +75,10 @@ export class DataParallelPPOCritic {
           // `value` is kept[0] (the value loss): dispose each tensor once.
           tf.dispose([...new Set<tf.Tensor>([value, ...kept, ...Object.values(grads)])]);
           lossSum += vals[0]!;
-          push(metrics, "critic/vf_clipfrac", vals[1]!);
-          push(metrics, "critic/vpred_mean", vals[2]!);
+          means.add({ "critic/vf_clipfrac": vals[1]!, "critic/vpred_mean": vals[2]! }, tokenAndSequenceCounts(column(micro, "response_mask")).tokens);
         }
-        const res = optimizer.step([lossSum]);
+        const res = optimizer.step([lossSum, ...means.pack()]);
+        for (const [k, v] of Object.entries(means.read(res.scalars.subarray(1)))) push(metrics, k, v);
         push(metrics, "critic/vf_loss", res.scalars[0]!);
         push(metrics, "critic/grad_norm", res.gradNorm);
       }

@@ -50,7 +50,8 @@ test("gradient accumulation over micro-batches equals one pass over the mini-bat
     assert.ok(Math.abs(m1["actor/grad_norm"]![0]! - m2["actor/grad_norm"]![0]!) < 1e-5 * m1["actor/grad_norm"]![0]!);
     const d = maxAbsDiff(flatWeights(big.model), flatWeights(small.model));
     assert.ok(d < 1e-5, `${mode}: weights differ by ${d}`);
-    assert.equal(m2["actor/pg_clipfrac"]!.length, 4, "one clipfrac per micro-batch");
+    assert.equal(m2["actor/pg_clipfrac"]!.length, 1, "one token-weighted clipfrac per mini-batch");
+    assert.ok(Math.abs(m1["actor/ppo_kl"]![0]! - m2["actor/ppo_kl"]![0]!) < 1e-6);
     big.model.dispose(); small.model.dispose();
   }
 });
