@@ -12,9 +12,11 @@
 // each call normalises by its own micro-batch (verl's local behaviour).
 import * as tf from "@tensorflow/tfjs";
 import type { ActorLossConfig, AggLossOptions } from "./types.js";
+import { LOSS_AGG_MODES } from "../../../config/validate.js";
 import { maskedSum, toFloatMask } from "./functional.js";
 
-export const LOSS_AGG_MODES = ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"] as const;
+// The modes are listed once, by the config checks.
+export { LOSS_AGG_MODES };
 export type LossAggMode = (typeof LOSS_AGG_MODES)[number];
 
 export function checkLossAggMode(mode: string): LossAggMode {

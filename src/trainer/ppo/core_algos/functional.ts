@@ -1,6 +1,6 @@
 // Tensor helpers shared by the losses: stop-gradient, masked statistics (verl's
 // conventions: +1e-8 in denominators, unbiased variance, NaN outside the mask
-// ignored), entropy from logits and the EOS response mask.
+// ignored) and the EOS response mask. (Entropy from logits is the rollout layer's.)
 import * as tf from "@tensorflow/tfjs";
 
 const stopGradientOp = tf.customGrad((x) => {
@@ -66,15 +66,6 @@ export function maskedWhiten(values: tf.Tensor, mask: tf.Tensor, shiftMean = tru
     const mean = maskedMean(values, mask);
     const whitened = tf.mul(tf.sub(values, mean), tf.rsqrt(tf.add(maskedVar(values, mask), 1e-8)));
     return shiftMean ? whitened : tf.add(whitened, mean);
-  });
-}
-
-/** Shannon entropy of softmax(logits) over the last axis: logsumexp(z) − Σ softmax(z)·z. */
-export function entropyFromLogits(logits: tf.Tensor): tf.Tensor {
-  return tf.tidy(() => {
-    const last = logits.rank - 1;
-    const p = tf.softmax(logits);
-    return tf.sub(tf.logSumExp(logits, last), tf.sum(tf.mul(p, logits), last));
   });
 }
 

@@ -2,7 +2,7 @@
 export type * from "./types.js";
 export {
   registerAdvEstimator, getAdvEstimator, listAdvEstimators,
-  registerPolicyLoss, getPolicyLoss, listPolicyLosses, NamedRegistry,
+  registerPolicyLoss, getPolicyLoss, listPolicyLosses,
 } from "./registry.js";
 export {
   computeGaeAdvantageReturn, computeReinforcePlusPlusOutcomeAdvantage, computeRemaxOutcomeAdvantage,
@@ -23,8 +23,9 @@ export {
 } from "./kl.js";
 export { computeValueLoss, type ValueLossArgs } from "./value_loss.js";
 export {
-  stopGradient, detached, toFloatMask, maskedSum, maskedMean, maskedVar, maskedWhiten, entropyFromLogits, getResponseMask,
+  stopGradient, detached, toFloatMask, maskedSum, maskedMean, maskedVar, maskedWhiten, getResponseMask,
 } from "./functional.js";
+export { entropyFromLogits } from "../../../rollout/log_probs.js";
 export {
   getLrSchedule, constantScheduleWithWarmup, cosineScheduleWithWarmup,
   type LrSchedule, type OptimScheduleConfig, type CosineScheduleOptions,

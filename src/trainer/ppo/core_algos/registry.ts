@@ -1,6 +1,8 @@
 // Name → function registries for advantage estimators (`algorithm.adv_estimator`) and
 // policy losses (`actor_rollout_ref.actor.policy_loss.loss_mode`), seeded with the
 // built-ins. Users add their own from a module the trainer imports (docs/extending.md).
+// A taken name keeps its function; unknown names list the known ones.
+import { NamedRegistry } from "../../../agent_loop/named_registry.js";
 import type { AdvEstimatorFn, PolicyLossFn } from "./types.js";
 import {
   computeGaeAdvantageReturn, computeReinforcePlusPlusOutcomeAdvantage, computeRemaxOutcomeAdvantage,
@@ -15,36 +17,6 @@ import {
   computePolicyLossSapo, computePolicyLossVanilla,
 } from "./policy_loss.js";
 import { computePolicyLossClipCov, computePolicyLossKlCov } from "./policy_loss_cov.js";
-
-/** A registry where a name, once taken, keeps its function. */
-export class NamedRegistry<T> {
-  private readonly items = new Map<string, T>();
-  constructor(private readonly what: string) {}
-
-  register(name: string, item: T): T {
-    if (typeof name !== "string" || name.length === 0) throw new Error(`${this.what} name must be a non-empty string`);
-    const existing = this.items.get(name);
-    if (existing !== undefined && existing !== item) {
-      throw new Error(`${this.what} '${name}' is already registered with a different function`);
-    }
-    this.items.set(name, item);
-    return item;
-  }
-
-  get(name: string): T {
-    const item = this.items.get(name);
-    if (item === undefined) throw new Error(`unknown ${this.what} '${name}'; known: ${this.names().join(", ")}`);
-    return item;
-  }
-
-  has(name: string): boolean {
-    return this.items.has(name);
-  }
-
-  names(): string[] {
-    return [...this.items.keys()];
-  }
-}
 
 const advEstimators = new NamedRegistry<AdvEstimatorFn>("advantage estimator");
 const policyLosses = new NamedRegistry<PolicyLossFn>("policy loss");
@@ -79,7 +51,8 @@ for (const [name, fn] of Object.entries(BUILTIN_POLICY_LOSSES)) policyLosses.reg
 
 /** Register an advantage estimator under `name` (usable as algorithm.adv_estimator=name). */
 export function registerAdvEstimator(name: string, fn: AdvEstimatorFn): AdvEstimatorFn {
-  return advEstimators.register(name, fn);
+  advEstimators.register(name, fn);
+  return fn;
 }
 
 export function getAdvEstimator(name: string): AdvEstimatorFn {
@@ -92,7 +65,8 @@ export function listAdvEstimators(): string[] {
 
 /** Register a policy loss under `name` (usable as actor_rollout_ref.actor.policy_loss.loss_mode=name). */
 export function registerPolicyLoss(name: string, fn: PolicyLossFn): PolicyLossFn {
-  return policyLosses.register(name, fn);
+  policyLosses.register(name, fn);
+  return fn;
 }
 
 export function getPolicyLoss(name: string): PolicyLossFn {

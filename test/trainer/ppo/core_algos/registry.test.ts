@@ -23,10 +23,10 @@ test("same function twice is fine, a different one under a taken name is an erro
   registerAdvEstimator("zero_test", fn);
   registerAdvEstimator("zero_test", fn);
   assert.equal(getAdvEstimator("zero_test"), fn);
-  assert.throws(() => registerAdvEstimator("zero_test", (a) => fn(a)), /advantage estimator 'zero_test' is already registered with a different function/);
+  assert.throws(() => registerAdvEstimator("zero_test", (a) => fn(a)), /advantage estimator 'zero_test' is already registered with a different value/);
   assert.throws(() => registerAdvEstimator("grpo", fn), /already registered/);
-  assert.throws(() => getAdvEstimator("GAE"), /unknown advantage estimator 'GAE'; known: gae, grpo/);
-  assert.throws(() => getPolicyLoss("ppo"), /unknown policy loss 'ppo'; known: vanilla/);
+  assert.throws(() => getAdvEstimator("GAE"), /unknown advantage estimator 'GAE' \(known: gae, grpo/);
+  assert.throws(() => getPolicyLoss("ppo"), /unknown policy loss 'ppo' \(known: vanilla/);
   const loss: PolicyLossFn = (a) => ({ pgLoss: aggLoss(tf.neg(a.logProb), a.responseMask, a.lossAggMode ?? "token-mean"), metrics: {} });
   registerPolicyLoss("neg_logp_test", loss);
   assert.throws(() => registerPolicyLoss("vanilla", loss), /policy loss 'vanilla' is already registered/);
