@@ -74,6 +74,11 @@ test("a parked cache is reused by the next turn and changes nothing", async () =
     assert.deepEqual(t2.tokenIds, f2.tokenIds);
     t2.logProbs!.forEach((lp, i) => assert.ok(Math.abs(lp - f2.logProbs![i]!) < 1e-5));
     assert.equal(fresh.stats().reusedTokens, 0);
+    // A custom stop id ends the request and is returned.
+    const stopAt = f2.tokenIds[3]!;
+    const stopped = await fresh.generate("stop", turn2, { ...greedy, maxTokens: 8, stopTokenIds: [stopAt] });
+    assert.equal(stopped.finishReason, "stop");
+    assert.deepEqual(stopped.tokenIds, f2.tokenIds.slice(0, f2.tokenIds.indexOf(stopAt) + 1));
     // Limits: the context bound clamps maxTokens; bad prompts are clear errors.
     const long = await server.generate("x", Array.from({ length: 90 }, () => 4), { ...greedy, maxTokens: 50 });
     assert.equal(long.tokenIds.length, 6);
@@ -147,7 +152,9 @@ test("AgentLoopManager.fromModel re-reads the weights for every batch", async ()
     const batch = () => DataProto.fromDict({}, { raw_prompt: [[{ role: "user", content: "hello" }], [{ role: "user", content: "abc" }]] }, { validate: true });
     const responses = (d: DataProto) => [0, 1].map((b) => Array.from(d.batch.responses!.data.subarray(b * 12, (b + 1) * 12)).filter((_, j) => d.batch.response_mask!.data[b * 12 + j] === 1));
     const prompts = ["hello", "abc"].map((s) => tok.encode(s, { addSpecialTokens: false }));
+    const tensorsBefore = tf.memory().numTensors;
     const before = responses(await manager.generateSequences(batch()));
+    assert.equal(tf.memory().numTensors, tensorsBefore, "the engine's buffers are released after the batch");
     assert.deepEqual(before, referenceGreedy(model, prompts, 12, tok.eosTokenId));
     tf.tidy(() => { for (const v of model.params.values()) if (v.name.includes("mlp")) v.assign(v.mul(-1)); });
     const after = responses(await manager.generateSequences(batch()));
