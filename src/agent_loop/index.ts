@@ -1,5 +1,5 @@
 // Public surface of the agent-loop layer: multi-turn, tool-using rollouts.
-export { AgentLoopManager, AGENT_LOOP_ROW_KEYS, needsAgentLoop, type AgentLoopManagerOptions, type GenerateOptions } from "./manager.js";
+export { AgentLoopManager, AGENT_LOOP_ROW_KEYS, needsAgentLoop, type AgentLoopManagerOptions, type GenerateOptions as AgentLoopGenerateOptions } from "./manager.js";
 export { AgentLoopBase, type AgentLoopClass, type AgentLoopContext } from "./base.js";
 export { registerAgentLoop, getAgentLoopClass, agentLoopNames, loadAgentLoopConfig, type AgentLoopSpec } from "./registry.js";
 export { SingleTurnAgentLoop } from "./single_turn.js";

@@ -11,7 +11,7 @@ import { randomUUID } from "node:crypto";
 import type { ChatMessage } from "../models/tokenizer.js";
 import type { BaseInteraction } from "../interactions/base.js";
 import type { BaseTool } from "../tools/base_tool.js";
-import { checkToolResponse, type ToolResponse } from "../tools/schemas.js";
+import { checkToolResponse, type OpenAIFunctionToolSchema, type ToolResponse } from "../tools/schemas.js";
 import { logger } from "../utils/logger.js";
 import { AgentData } from "./agent_data.js";
 import { AgentLoopBase } from "./base.js";
@@ -47,7 +47,8 @@ export class ToolAgentLoop extends AgentLoopBase {
     const mt = this.settings.multiTurn;
     this.parser = getToolParser(mt.format, this.tokenizer);
     const requestId = randomUUID();
-    const [tools, interaction] = [await this.resources.tools(mt.toolConfigPath), await this.pickInteraction(row)];
+    const tools = await this.resources.tools(mt.toolConfigPath);
+    const interaction = await this.pickInteraction(row);
     const { active, schemas } = this.selectTools(tools, row);
     const data = new AgentData(
       this.rowMessages(row),
@@ -217,7 +218,7 @@ export class ToolAgentLoop extends AgentLoopBase {
   }
 
   /** All configured tools, or those the row names in tool_selection (top level or extra_info). */
-  private selectTools(tools: BaseTool[], row: AgentLoopRow): { active: Map<string, BaseTool>; schemas: ToolAgentSchemas } {
+  private selectTools(tools: BaseTool[], row: AgentLoopRow): { active: Map<string, BaseTool>; schemas: OpenAIFunctionToolSchema[] } {
     const all = new Map(tools.map((t) => [t.name, t]));
     const selection = row.fields.tool_selection ?? asRecord(row.fields.extra_info)?.tool_selection;
     if (selection === undefined || selection === null) return { active: all, schemas: tools.map((t) => t.toolSchema) };
@@ -262,5 +263,3 @@ export class ToolAgentLoop extends AgentLoopBase {
     };
   }
 }
-
-type ToolAgentSchemas = BaseTool["toolSchema"][];
