@@ -6,7 +6,7 @@ export type {
 export { defaultComputeScore, getScorer, knownDataSources, normalizeScore, registerScorer, type RegisterScorerOptions } from "./scorers/registry.js";
 export { extractGsm8kSolution, gsm8kComputeScore } from "./scorers/gsm8k.js";
 export { isEquiv, lastBoxedOnlyString, mathComputeScore, removeBoxed, stripString } from "./scorers/math.js";
-export { loadCustomRewardFunction, loadExport, type CustomRewardFunction } from "./custom.js";
+export { loadCustomRewardFunction, type CustomRewardFunction } from "./custom.js";
 export {
   BatchRewardManager, DapoRewardManager, NaiveRewardManager, PrimeRewardManager,
   getRewardManager, knownRewardManagers, registerRewardManager,

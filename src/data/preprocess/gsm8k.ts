@@ -21,13 +21,13 @@ export const GSM8K_AGENT_SYSTEM_PROMPT =
 const SOLUTION_RE = /#### (-?[0-9.,]+)/;
 
 /** The first "#### N" in a GSM8K answer, commas removed; undefined when there is none. */
-export function extractGsm8kSolution(answer: string): string | undefined {
+export function extractGsm8kGroundTruth(answer: string): string | undefined {
   const m = SOLUTION_RE.exec(answer);
   return m ? m[1]!.replace(/,/g, "") : undefined;
 }
 
 export function gsm8kRow(question: string, answer: string, split: string, index: number, agent = false, where = "row"): Record<string, unknown> {
-  const solution = extractGsm8kSolution(answer);
+  const solution = extractGsm8kGroundTruth(answer);
   if (solution === undefined) throw new Error(`${where}: the answer has no final "#### <number>"`);
   if (!agent) {
     return {

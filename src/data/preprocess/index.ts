@@ -6,7 +6,7 @@ import type { Preprocessor } from "./types.js";
 
 export type { Preprocessor, PreprocessOptions, PreprocessResult } from "./types.js";
 export { ARITHMETIC_ALPHABET, arithmeticRow, arithmeticPairs, arithmeticQuestion, arithmeticAnswer } from "./arithmetic.js";
-export { gsm8kRow, extractGsm8kSolution, GSM8K_DATA_SOURCE, GSM8K_INSTRUCTION, GSM8K_AGENT_INSTRUCTION, GSM8K_AGENT_SYSTEM_PROMPT } from "./gsm8k.js";
+export { gsm8kRow, extractGsm8kGroundTruth, GSM8K_DATA_SOURCE, GSM8K_INSTRUCTION, GSM8K_AGENT_INSTRUCTION, GSM8K_AGENT_SYSTEM_PROMPT } from "./gsm8k.js";
 
 const registry = new Map<string, Preprocessor>();
 
