@@ -4,6 +4,7 @@ import { validatePpoConfig, type Config } from "../config/index.js";
 import { createRLDataloaders } from "../data/index.js";
 import { initBackend } from "../engine/backend.js";
 import { loadRewardManager } from "../reward/index.js";
+import { loadToolsFromConfig } from "../tools/index.js";
 import { logger } from "../utils/logger.js";
 import { Tracking } from "../utils/tracking.js";
 import { ConfigView } from "../workers/config_view.js";
@@ -37,7 +38,10 @@ export async function runPpo(config: Config): Promise<FitResult> {
   await initBackend("cpu");
   await importExternalLib(cfg.optStr("actor_rollout_ref.model.external_lib"), "actor_rollout_ref.model.external_lib");
   const tokenizer = await loadModelTokenizer(cfg.at("actor_rollout_ref.model"));
-  const loaders = createRLDataloaders(cfg.section("data"), tokenizer);
+  // data.tool_config_path: tool schemas rendered into the prompts' chat template.
+  const toolPath = cfg.optStr("data.tool_config_path");
+  const tools = toolPath ? (await loadToolsFromConfig(toolPath)).map((t) => t.toolSchema) : undefined;
+  const loaders = createRLDataloaders(cfg.section("data"), tokenizer, tools ? { tools } : {});
   const total = totalTrainingSteps(cfg, loaders.train.length);
   logger().info({ steps: total, batchesPerEpoch: loaders.train.length, prompts: loaders.trainDataset.length }, "training plan");
   const rewardFn = await loadRewardManager(config, tokenizer, { numExamine: 0 });

@@ -7,6 +7,7 @@ import type { Config } from "../config/index.js";
 import { LlamaModel, type Tokenizer } from "../models/index.js";
 import { DataProto } from "../protocol/index.js";
 import { generate, type SamplingParams } from "../rollout/index.js";
+import { AgentLoopManager, ContinuousBatchingServer, needsAgentLoop } from "../agent_loop/index.js";
 import { Dispatch, register, Worker } from "../single_controller/index.js";
 import { Rng } from "../utils/rng.js";
 import { DataParallelPPOActor } from "./actor/dp_actor.js";
@@ -32,6 +33,8 @@ interface ActorState {
   rolloutRng: Rng;
   logProbSpec: MicroBatchSpec;
   refLogProbSpec?: MicroBatchSpec;
+  /** Multi-turn / tool rollouts: agent loops on a continuous-batching server over the actor's weights. */
+  agentLoops?: AgentLoopManager;
 }
 
 /** A frozen copy of a model's weights (the reference policy). */
@@ -132,8 +135,9 @@ export class ActorRolloutRefWorker extends Worker {
    * the samples do not depend on how the batch is split over ranks.
    */
   @register({ dispatchMode: Dispatch.DP_COMPUTE_PROTO })
-  generateSequences(prompts: DataProto): DataProto {
+  async generateSequences(prompts: DataProto): Promise<DataProto> {
     const { model } = this.requireActor("generateSequences");
+    if (needsAgentLoop(this.config, prompts)) return this.generateWithAgentLoops(model, prompts);
     const params = this.samplingParams(prompts.metaInfo);
     const gen = prompts.select(["input_ids", "attention_mask", "position_ids"].filter((k) => k in prompts.batch), [], []);
     const seeds = prompts.nonTensorBatch.rollout_seed;
@@ -148,6 +152,30 @@ export class ActorRolloutRefWorker extends Worker {
       out = generate(model, gen, params, this.state.rolloutRng);
     }
     return new DataProto(out.batch, {}, {});
+  }
+
+  /**
+   * verl's agent-loop rollout (rollout.multi_turn.enable, or rows naming an agent_name): each
+   * row runs its loop (single turn, tool calls, a simulated user) against a batching server
+   * that reads the actor's current weights; tool tokens are 0 in response_mask.
+   */
+  private async generateWithAgentLoops(model: LlamaModel, prompts: DataProto): Promise<DataProto> {
+    const s = this.state;
+    if (!s.agentLoops) {
+      const r = s.cfg.at("actor_rollout_ref.rollout");
+      const server = new ContinuousBatchingServer(model, {
+        maxNumSeqs: r.int("max_num_seqs", 256),
+        maxModelLen: r.int("prompt_length") + r.int("response_length"),
+        eosTokenIds: [...new Set([s.tokenizer.eosTokenId, ...s.tokenizer.eosTokenIds])],
+        rng: s.rolloutRng,
+      });
+      s.agentLoops = new AgentLoopManager({ config: this.config, tokenizer: s.tokenizer, server });
+    }
+    const out = await s.agentLoops.generateSequences(prompts);
+    // Per-rank timing cannot merge across ranks; the metrics can (lists, reduced by the driver).
+    const nonTensor = Object.fromEntries(Object.entries(out.nonTensorBatch).filter(([k]) => k !== "raw_prompt"));
+    const metrics = out.metaInfo.metrics as Record<string, number> | undefined;
+    return new DataProto(out.batch, nonTensor, metrics ? { metrics: Object.fromEntries(Object.entries(metrics).map(([k, v]) => [k, [v]])) } : {});
   }
 
   /** old_log_probs (and entropys) under the current actor. */

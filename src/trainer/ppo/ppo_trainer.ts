@@ -6,7 +6,7 @@ import * as tf from "@tensorflow/tfjs";
 import type { PpoBatchPlan } from "../../config/index.js";
 import type { DataLoaderState } from "../../data/index.js";
 import type { Tokenizer } from "../../models/index.js";
-import type { DataProto } from "../../protocol/index.js";
+import { DataProto } from "../../protocol/index.js";
 import type { TensorData } from "../../protocol/tensor.js";
 import type { RewardManager } from "../../reward/index.js";
 import { logger } from "../../utils/logger.js";
@@ -20,7 +20,7 @@ import {
 import { computeDataMetrics, computeThroughputMetrics, computeTimingMetrics, reduceMetrics } from "./metric_utils.js";
 import { callProto, type PpoWorkers } from "./resources.js";
 import { balanceBatchOrder } from "./seqlen_balancing.js";
-import { assignUids, decodeRows, flattenMetricLists, popGenBatch, requireTensor, rowSums } from "./step_batch.js";
+import { agentRowKeys, assignUids, decodeRows, flattenMetricLists, popGenBatch, requireTensor, rowSums } from "./step_batch.js";
 import { timed, type TimingRaw } from "./timer.js";
 import { loadTrainerCheckpoint, saveTrainerCheckpoint } from "./trainer_checkpoint.js";
 import { dumpGenerations, validate } from "./validation.js";
@@ -125,10 +125,10 @@ export class PPOTrainer {
     await timed(timing, "step", async () => {
       batch.metaInfo.temperature = cfg.num("actor_rollout_ref.rollout.temperature", 1.0);
       assignUids(batch, this.rng);
-      const gen = popGenBatch(batch, n, this.seedPerSample ? this.rng : null);
+      const gen = popGenBatch(batch, n, this.seedPerSample ? this.rng : null, agentRowKeys(cfg, batch));
       gen.metaInfo = { ...batch.metaInfo, global_steps: step };
       const genOut = await timed(timing, "gen", () => callProto(workers.actorRollout, "generateSequences", gen));
-      batch = batch.repeat(n, true).union(genOut);
+      batch = batch.repeat(n, true).union(new DataProto(genOut.batch, genOut.nonTensorBatch, {}));
       batch.metaInfo.temperature = cfg.num("actor_rollout_ref.rollout.temperature", 1.0);
       if (cfg.bool("trainer.balance_batch", true) && workers.worldSize > 1) Object.assign(metrics, this.balanceBatch(batch));
       batch.metaInfo.global_token_num = rowSums(requireTensor(batch, "attention_mask"));
@@ -138,6 +138,7 @@ export class PPOTrainer {
         return this.d.rewardFn.compute(batch);
       });
       Object.assign(metrics, reward.metrics ?? {});
+      Object.assign(workerMetrics, flattenMetricLists(genOut.metaInfo.metrics));
 
       await timed(timing, "old_log_prob", async () => {
         const out = await callProto(workers.actorRollout, "computeLogProb", batch);

@@ -1,9 +1,11 @@
 // Driver-side batch plumbing for one training step: group ids, the generation
 // batch, lengths, decoded text, and the small host reductions the fit loop needs.
+import { AGENT_LOOP_ROW_KEYS, needsAgentLoop } from "../../agent_loop/index.js";
 import type { Tokenizer } from "../../models/index.js";
 import { DataProto } from "../../protocol/index.js";
 import type { TensorData } from "../../protocol/tensor.js";
 import type { Rng } from "../../utils/rng.js";
+import type { ConfigView } from "../../workers/config_view.js";
 
 const GEN_KEYS = ["input_ids", "attention_mask", "position_ids"];
 
@@ -23,13 +25,17 @@ export function assignUids(batch: DataProto, rng: Rng): void {
 
 /**
  * Pops the prompt tensors into the batch the rollout sees, repeated n times
- * (interleaved, like the prompts' other columns will be). With per-sample seeds
- * each repeated row gets its own seed from the driver's RNG.
+ * (interleaved, like the prompts' other columns will be), with the non-tensor
+ * `rowKeys` the rollout needs. With per-sample seeds each repeated row gets its
+ * own seed from the driver's RNG.
  */
-export function popGenBatch(batch: DataProto, n: number, rng: Rng | null): DataProto {
+export function popGenBatch(batch: DataProto, n: number, rng: Rng | null, rowKeys: readonly string[] = []): DataProto {
   const keys = GEN_KEYS.filter((k) => k in batch.batch);
   if (!keys.includes("input_ids")) throw new Error("the prompt batch has no input_ids (is the tokenizer set for the dataset?)");
-  const gen = batch.pop(keys, [], []).repeat(n, true);
+  const popped = batch.pop(keys, [], []);
+  // Agent loops read per-row fields (raw_prompt, agent_name, tools_kwargs...): send copies along.
+  for (const k of rowKeys) if (batch.nonTensorBatch[k]) popped.nonTensorBatch[k] = batch.nonTensorBatch[k]!;
+  const gen = popped.repeat(n, true);
   if (rng) gen.nonTensorBatch.rollout_seed = Array.from({ length: gen.length }, () => rng.nextU32());
   return gen;
 }
@@ -46,6 +52,11 @@ export function requireTensor(batch: DataProto, key: string): TensorData {
   const t = batch.batch[key];
   if (!t) throw new Error(`batch has no '${key}' (present: ${Object.keys(batch.batch).join(", ")})`);
   return t;
+}
+
+/** The per-row fields the rollout needs: the agent loops' fields when they run, else none. */
+export function agentRowKeys(cfg: ConfigView, batch: DataProto): readonly string[] {
+  return needsAgentLoop(cfg.root, batch) ? AGENT_LOOP_ROW_KEYS : [];
 }
 
 /** Valid prompt ids (left padding removed) and valid response ids of row i. */

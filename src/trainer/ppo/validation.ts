@@ -4,7 +4,7 @@
 // (mean@N, best@n, maj@n, ...). Generations can be logged and dumped.
 import { join } from "node:path";
 import type { Tokenizer } from "../../models/index.js";
-import type { DataProto } from "../../protocol/index.js";
+import { DataProto } from "../../protocol/index.js";
 import type { RewardManager } from "../../reward/index.js";
 import { writeFileAtomic } from "../../utils/fs.js";
 import { logger } from "../../utils/logger.js";
@@ -12,7 +12,7 @@ import type { Rng } from "../../utils/rng.js";
 import type { ConfigView } from "../../workers/config_view.js";
 import { processValidationMetrics, validationMetricsToDict } from "./metric_utils.js";
 import { callProto, type RoleGroup } from "./resources.js";
-import { assignUids, decodeRows, popGenBatch, rowSums } from "./step_batch.js";
+import { agentRowKeys, assignUids, decodeRows, popGenBatch, rowSums } from "./step_batch.js";
 
 export interface ValidationContext {
   cfg: ConfigView;
@@ -33,13 +33,13 @@ export async function validate(ctx: ValidationContext, globalStep: number): Prom
   const samples: { input: string; output: string; gts: unknown; score: number }[] = [];
   for (const valBatch of ctx.valLoader) {
     assignUids(valBatch, ctx.rng);
-    const gen = popGenBatch(valBatch, n, ctx.seedPerSample && doSample ? ctx.rng : null);
+    const gen = popGenBatch(valBatch, n, ctx.seedPerSample && doSample ? ctx.rng : null, agentRowKeys(cfg, valBatch));
     gen.metaInfo = {
       eos_token_id: tokenizer.eosTokenId, pad_token_id: tokenizer.padTokenId, recompute_log_prob: false,
       do_sample: doSample, validate: true, global_steps: globalStep,
     };
     const out = await callProto(ctx.actorRollout, "generateSequences", gen);
-    const batch = valBatch.repeat(n, true).union(out);
+    const batch = valBatch.repeat(n, true).union(new DataProto(out.batch, out.nonTensorBatch, {}));
     const result = await ctx.rewardFn.compute(batch);
     const scores = rowSums(result.rewardTensor);
     const ds = batch.nonTensorBatch[cfg.str("data.reward_fn_key", "data_source")] ?? batch.nonTensorBatch.data_source;
