@@ -18,6 +18,10 @@ export const backendImporters = {
   wasm: async (): Promise<unknown> => import("@tensorflow/tfjs-backend-wasm"),
 };
 
+// Production mode: tfjs skips its debug checks and its "install tfjs-node" banner,
+// which would otherwise print from every thread that touches the cpu backend.
+tf.env().set("PROD", true);
+
 let initialised: string | undefined;
 
 function checkName(requested: string): BackendName {
