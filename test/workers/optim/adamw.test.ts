@@ -5,6 +5,10 @@ import { initBackend } from "../../../src/engine/backend.js";
 import { AdamW } from "../../../src/engine/optim/adamw.js";
 import { clipByGlobalNorm, FlatGradAccumulator, globalNorm } from "../../../src/engine/optim/grad_utils.js";
 import { LrScheduler } from "../../../src/engine/optim/lr_scheduler.js";
+import { loadConfig } from "../../../src/config/index.js";
+import { Collective } from "../../../src/single_controller/collective.js";
+import { ConfigView } from "../../../src/workers/config_view.js";
+import { DataParallelOptimizer } from "../../../src/workers/dp_optimizer.js";
 
 // torch.optim.AdamW, written out per element in float64.
 function referenceAdamW(p: number[], grads: number[][], lr: number, b1: number, b2: number, eps: number, wd: number): number[] {
@@ -102,4 +106,23 @@ test("LrScheduler counts steps and restores", () => {
   const r = new LrScheduler(0.1, (k) => Math.min(1, (k + 1) / 4));
   r.loadStateDict(s.stateDict());
   assert.equal(r.lr, s.lr);
+});
+
+test("the data-parallel step skips a non-finite gradient and follows the warmup schedule", async () => {
+  await initBackend("cpu");
+  const cfg = loadConfig({ configName: "ppo_trainer", overrides: ["actor_rollout_ref.actor.optim.lr=0.1", "actor_rollout_ref.actor.optim.lr_warmup_steps=2"] });
+  const w = tf.variable(tf.tensor1d([1, 2, 3]), true);
+  const opt = new DataParallelOptimizer([w], new ConfigView(cfg, "actor_rollout_ref.actor.optim"), 10, Collective.single(), 1.0);
+  const lrs: number[] = [];
+  for (let i = 0; i < 3; i++) { lrs.push(opt.lr); opt.scheduler.step(); }
+  assert.deepEqual(lrs, [0, 0.05, 0.1]);
+  const bad = tf.variableGrads(() => w.mul(tf.scalar(NaN)).sum() as tf.Scalar, [w]);
+  opt.accumulate(bad.grads);
+  tf.dispose([bad.value, ...Object.values(bad.grads)]);
+  const res = opt.step([2.5]);
+  assert.ok(res.skipped && Number.isNaN(res.gradNorm));
+  assert.deepEqual([...w.dataSync()], [1, 2, 3], "a skipped step leaves the weights alone");
+  assert.equal(res.scalars[0], 2.5, "ride-along scalars come back summed (one rank: as they were)");
+  assert.equal(opt.optimizer.step, 0);
+  opt.dispose(); w.dispose();
 });
