@@ -6,6 +6,7 @@
 // in src/rollout/decoder.ts, which must agree with `forward` (tested).
 import * as tf from "@tensorflow/tfjs";
 import { linear, matmul } from "../engine/matmul.js";
+import { groupedAttention } from "./attention.js";
 import type { ModelConfig } from "./config.js";
 
 export interface ForwardOptions {
@@ -149,12 +150,12 @@ export class LlamaModel {
         const qk = qk0!.mul(cos).add(qkRot.mul(sin));
         const [q0, k0] = tf.split(qk, [c.nHeads, c.nKvHeads], 1);
         // group the g query heads that share a kv head: rows of q are (t, j) pairs
-        const q = q0!.mul(1 / Math.sqrt(hd)).reshape([B, T, c.nKvHeads, g * hd]).transpose([0, 2, 1, 3]).reshape([B * c.nKvHeads, T * g, hd]);
-        const k = k0!.reshape([B, T, c.nKvHeads, hd]).transpose([0, 2, 1, 3]).reshape([B * c.nKvHeads, T, hd]);
-        const v = v0!.reshape([B, T, c.nKvHeads, hd]).transpose([0, 2, 1, 3]).reshape([B * c.nKvHeads, T, hd]);
-        const scores = tf.matMul(q, k, false, true).reshape([B, c.nKvHeads, T, g, T]).add(bias);
-        const probs = tf.softmax(scores).reshape([B * c.nKvHeads, T * g, T]);
-        const att = tf.matMul(probs, v).reshape([B, c.nKvHeads, T, g * hd]).transpose([0, 2, 1, 3]).reshape([B * T, c.nHeads * hd]);
+        const q = q0!.mul(1 / Math.sqrt(hd)).reshape([B, T, c.nKvHeads, g * hd]).transpose([0, 2, 1, 3]).reshape([B * c.nKvHeads, T * g, hd]) as tf.Tensor3D;
+        const k = k0!.reshape([B, T, c.nKvHeads, hd]).transpose([0, 2, 1, 3]).reshape([B * c.nKvHeads, T, hd]) as tf.Tensor3D;
+        const v = v0!.reshape([B, T, c.nKvHeads, hd]).transpose([0, 2, 1, 3]).reshape([B * c.nKvHeads, T, hd]) as tf.Tensor3D;
+        // softmax(q k^T + bias) v, computed in attention.ts to keep the backward pass lean
+        const o = groupedAttention(q, k, v, bias, { batch: B, kvHeads: c.nKvHeads, group: g, seqLen: T });
+        const att = o.reshape([B, c.nKvHeads, T, g * hd]).transpose([0, 2, 1, 3]).reshape([B * T, c.nHeads * hd]);
         const h = x.add(linear(att, l("self_attn.o_proj.weight") as tf.Tensor2D));
         // SwiGLU feed-forward with one fused gate/up projection
         const n2 = rms(h, l("post_attention_layernorm.weight"));

@@ -7,24 +7,28 @@ import { DataProto } from "../protocol/data_proto.js";
 import { tensor, type TensorData } from "../protocol/tensor.js";
 import type { LlamaModel } from "../models/llama.js";
 
-/** log softmax(logits)[label] along the last axis: logits [..., V], labels [...] -> [...]. */
-export function logProbsFromLogits(logits: tf.Tensor, labels: tf.Tensor): tf.Tensor {
-  return tf.tidy(() => {
-    const V = logits.shape[logits.shape.length - 1]!;
-    const lse = tf.logSumExp(logits, -1);
-    // a one-hot product rather than a gather: its gradient is one multiply on every backend
-    const picked = tf.sum(tf.mul(logits, tf.oneHot(labels.toInt(), V)), -1);
-    return tf.sub(picked, lse);
-  });
+// Both go through tf.logSoftmax, whose gradient is written by hand in tfjs
+// (logSumExp's autograd compares every logit with the row maximum: slow on wasm).
+
+/** log softmax(logits)[label] from log-softmax values [..., V]. */
+function pick(logSm: tf.Tensor, labels: tf.Tensor): tf.Tensor {
+  // a one-hot product rather than a gather: its gradient is one multiply on every backend
+  return tf.sum(tf.mul(logSm, tf.oneHot(labels.toInt(), logSm.shape[logSm.shape.length - 1]!)), -1);
 }
 
-/** Entropy of softmax(logits) along the last axis: logsumexp(l) - sum(softmax(l) * l). */
+/** Entropy from log-softmax values: -sum(p log p). */
+function entropyOf(logSm: tf.Tensor): tf.Tensor {
+  return tf.neg(tf.sum(tf.mul(tf.exp(logSm), logSm), -1));
+}
+
+/** log softmax(logits)[label] along the last axis: logits [..., V], labels [...] -> [...]. */
+export function logProbsFromLogits(logits: tf.Tensor, labels: tf.Tensor): tf.Tensor {
+  return tf.tidy(() => pick(tf.logSoftmax(logits), labels));
+}
+
+/** Entropy of softmax(logits) along the last axis. */
 export function entropyFromLogits(logits: tf.Tensor): tf.Tensor {
-  return tf.tidy(() => {
-    const lse = tf.logSumExp(logits, -1, true);
-    const p = tf.exp(tf.sub(logits, lse));
-    return tf.sub(tf.squeeze(lse, [-1]), tf.sum(tf.mul(p, logits), -1));
-  });
+  return tf.tidy(() => entropyOf(tf.logSoftmax(logits)));
 }
 
 export interface LogProbOptions {
@@ -72,8 +76,9 @@ export function responseLogProbs(model: LlamaModel, micro: DataProto, opts: LogP
     if (temperature !== 1) logits = logits.div(temperature);
     const labels = tf.tensor2d(asInt32(responses), [B, R], "int32").slice([0, 0], [B, lastR]);
     const pad = (t: tf.Tensor) => (lastR < R ? tf.concat([t, tf.zeros([B, R - lastR])], 1) : t) as tf.Tensor2D;
-    const logProbs = pad(logProbsFromLogits(logits, labels));
-    return opts.calculateEntropy ? { logProbs, entropy: pad(entropyFromLogits(logits)) } : { logProbs };
+    const logSm = tf.logSoftmax(logits);
+    const logProbs = pad(pick(logSm, labels));
+    return opts.calculateEntropy ? { logProbs, entropy: pad(entropyOf(logSm)) } : { logProbs };
   });
 }
 

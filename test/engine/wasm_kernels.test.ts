@@ -80,3 +80,49 @@ test("linear and matmul give tfjs's values and gradients on wasm", async () => {
   const want = await on("cpu", reference);
   for (let i = 0; i < got.length; i++) assert.ok(maxAbsDiff(got[i]!, want[i]!) < 1e-4, `output ${i}`);
 });
+
+test("BatchMatMul on wasm (sliced XNNPACK) matches cpu for transposes, batches, broadcasting and rank 4", async () => {
+  const rng = new Rng(4);
+  const cases: [number[], number[], boolean, boolean][] = [
+    [[3, 5, 4], [3, 4, 6], false, false],
+    [[3, 4, 5], [3, 4, 6], true, false],
+    [[3, 5, 4], [3, 6, 4], false, true],
+    [[3, 4, 5], [3, 6, 4], true, true],
+    [[5, 4], [3, 4, 6], false, false],
+    [[2, 3, 5, 4], [2, 3, 4, 6], false, false],
+    [[1, 5, 4], [3, 4, 6], false, false],
+    [[2, 1, 5, 4], [1, 3, 4, 6], false, false], // general broadcasting: the stock kernel
+    [[7, 4], [6, 4], false, true],
+  ];
+  for (const [sa, sb, ta, tb] of cases) {
+    const a = randn(rng, sa.reduce((x, y) => x * y, 1)), b = randn(rng, sb.reduce((x, y) => x * y, 1));
+    const run = () => [tf.matMul(tf.tensor(a, sa), tf.tensor(b, sb), ta, tb)];
+    const [cpu] = await on("cpu", run);
+    const [wasm] = await on("wasm", run);
+    assert.ok(maxAbsDiff(cpu!, wasm!) < 1e-4, `${sa} x ${sb} ${ta} ${tb}`);
+  }
+  await initBackend("wasm");
+  assert.throws(() => tf.matMul(tf.ones([2, 3, 4]), tf.ones([2, 5, 6])), /inner shapes \(4\) and \(5\)/);
+});
+
+test("Slice on wasm (in-place heap reads) matches cpu for contiguous, strided and rank-5 slices", async () => {
+  const rng = new Rng(5);
+  const cases: [number[], number[], number[]][] = [
+    [[7, 5], [2, 1], [3, 3]],
+    [[7, 5], [2, 0], [3, -1]],
+    [[4, 6, 8], [1, 2, 0], [2, 3, 8]],
+    [[4, 6, 8], [0, 0, 3], [-1, -1, 2]],
+    [[3, 4, 5, 6], [1, 0, 2, 1], [2, 4, 2, 4]],
+    [[2, 3, 4, 5, 6], [1, 1, 0, 2, 0], [1, 2, 4, 3, 6]],
+    [[10], [3], [4]],
+  ];
+  for (const [shape, begin, size] of cases) {
+    const x = randn(rng, shape.reduce((a, b) => a * b, 1));
+    const run = () => [tf.slice(tf.tensor(x, shape), begin, size), tf.split(tf.tensor(x, shape), [1, shape[shape.length - 1]! - 1], -1)[1]!];
+    const cpu = await on("cpu", run);
+    const wasm = await on("wasm", run);
+    cpu.forEach((c, i) => assert.deepEqual(Array.from(wasm[i]!), Array.from(c), `${shape} ${begin} ${size} #${i}`));
+  }
+  const ints = () => [tf.slice(tf.tensor2d([[1, 2, 3], [4, 5, 6]], [2, 3], "int32"), [0, 1], [2, 2])];
+  assert.deepEqual(Array.from((await on("wasm", ints))[0]!), [2, 3, 5, 6]);
+});

@@ -1,0 +1,58 @@
+// Grouped-query attention whose gradient recomputes the attention probabilities
+// instead of keeping them. Left to tfjs's autograd, every layer's [B, heads, T, T]
+// scores and probabilities stay alive until the backward pass ends (at 64 x 256
+// tokens: ~400 MB a layer, past the wasm heap's limit). Here only q, k and v are
+// saved; the backward pass redoes one product and one softmax.
+import * as tf from "@tensorflow/tfjs";
+
+export interface AttentionShape {
+  batch: number;
+  kvHeads: number;
+  /** query heads per kv head */
+  group: number;
+  seqLen: number;
+}
+
+type GradArgs = (tf.Tensor | tf.GradSaveFunc)[];
+
+/**
+ * softmax(q k^T + bias) v for q [B*kvHeads, T*group, d] (rows are (t, j) pairs,
+ * already scaled by 1/sqrt(d)), k and v [B*kvHeads, T, d]; bias broadcasts to
+ * [B, kvHeads, T, group, T] (0 where a query may look, -1e9 elsewhere).
+ */
+export function groupedAttention(q: tf.Tensor3D, k: tf.Tensor3D, v: tf.Tensor3D, bias: tf.Tensor, s: AttentionShape): tf.Tensor3D {
+  const T = s.seqLen, TG = T * s.group, K = s.kvHeads;
+  // Work on a few sequences at a time so the [rows, T*group, T] temporaries stay
+  // near 32 MB whatever the batch (the wasm heap cannot shrink once grown).
+  const per = Math.max(1, Math.floor(8_000_000 / (K * TG * T)));
+  const chunks: [number, number][] = [];
+  for (let b0 = 0; b0 < s.batch; b0 += per) chunks.push([b0, Math.min(s.batch, b0 + per)]);
+  const rows = (t: tf.Tensor3D, [b0, b1]: [number, number]) => (chunks.length === 1 ? t : t.slice([b0 * K, 0, 0], [(b1 - b0) * K, -1, -1]));
+  const biasRows = (b: tf.Tensor, [b0, b1]: [number, number]) => (chunks.length === 1 || b.shape[0] === 1 ? b : b.slice([b0, 0, 0, 0, 0], [b1 - b0, -1, -1, -1, -1]));
+  const probs = (qs: tf.Tensor3D, ks: tf.Tensor3D, bs: tf.Tensor) =>
+    tf.softmax(tf.matMul(qs, ks, false, true).reshape([-1, K, T, s.group, T]).add(bs)).reshape([-1, TG, T]) as tf.Tensor3D;
+  const concat = (parts: tf.Tensor[]) => (parts.length === 1 ? parts[0]! : tf.concat(parts, 0));
+  // the bias is an input (with a zero gradient) so that the tape keeps it alive for the backward pass
+  const attend = tf.customGrad((...args: GradArgs) => {
+    const [qs, ks, vs, bs, save] = args as [tf.Tensor3D, tf.Tensor3D, tf.Tensor3D, tf.Tensor, tf.GradSaveFunc];
+    save([qs, ks, vs, bs]);
+    return {
+      value: concat(chunks.map((c) => tf.tidy(() => tf.matMul(probs(rows(qs, c), rows(ks, c), biasRows(bs, c)), rows(vs, c))))),
+      gradFunc: (dy: tf.Tensor | tf.Tensor[], saved: tf.Tensor[]) => {
+        const [q0, k0, v0, b0] = saved as [tf.Tensor3D, tf.Tensor3D, tf.Tensor3D, tf.Tensor];
+        const parts = chunks.map((c) => tf.tidy(() => {
+          const dO = rows(dy as tf.Tensor3D, c), qc = rows(q0, c), kc = rows(k0, c);
+          const p = probs(qc, kc, biasRows(b0, c));
+          const dV = tf.matMul(p, dO, true, false);
+          const dP = tf.matMul(dO, rows(v0, c), false, true);
+          const dS = p.mul(dP.sub(dP.mul(p).sum(-1, true))); // softmax backward
+          return [tf.matMul(dS, kc), tf.matMul(dS, qc, true, false), dV];
+        }));
+        const grads = [0, 1, 2].map((i) => concat(parts.map((p) => p[i]!)));
+        if (parts.length > 1) tf.dispose(parts);
+        return [...grads, tf.zerosLike(b0)];
+      },
+    };
+  });
+  return attend(q, k, v, bias) as tf.Tensor3D;
+}
