@@ -29,8 +29,9 @@ interface ActorState {
   model?: LlamaModel;
   optimizer?: DataParallelOptimizer;
   ref?: DataParallelPPOActor;
-  /** Sampling randomness of this rank (saved in checkpoints). */
+  /** Sampling randomness of this rank for training rollouts (saved in checkpoints). */
   rolloutRng: Rng;
+  seed: number;
   logProbSpec: MicroBatchSpec;
   refLogProbSpec?: MicroBatchSpec;
   /** Multi-turn / tool rollouts: agent loops on a continuous-batching server over the actor's weights. */
@@ -80,7 +81,7 @@ export class ActorRolloutRefWorker extends Worker {
     const rolloutCfg = cfg.at("actor_rollout_ref.rollout");
     const state: ActorState = {
       cfg, tokenizer,
-      rolloutRng: new Rng(seed + 7919 * (this.rank + 1)),
+      rolloutRng: new Rng(seed + 7919 * (this.rank + 1)), seed,
       logProbSpec: inferenceSpec(rolloutCfg, "log_prob_", "log_prob_use_dynamic_bsz", "log_prob_max_token_len_per_gpu", world),
     };
     const actorOpts = { config: actorCfg, miniBatchPerRank: plan.actorMiniBatchPerRank, microBatchPerRank: plan.actorMicroBatchPerRank };
@@ -137,7 +138,8 @@ export class ActorRolloutRefWorker extends Worker {
   @register({ dispatchMode: Dispatch.DP_COMPUTE_PROTO })
   async generateSequences(prompts: DataProto): Promise<DataProto> {
     const { model } = this.requireActor("generateSequences");
-    if (needsAgentLoop(this.config, prompts)) return this.generateWithAgentLoops(model, prompts);
+    const rng = this.samplingRng(prompts.metaInfo);
+    if (needsAgentLoop(this.config, prompts)) return this.generateWithAgentLoops(model, prompts, rng);
     const params = this.samplingParams(prompts.metaInfo);
     const gen = prompts.select(["input_ids", "attention_mask", "position_ids"].filter((k) => k in prompts.batch), [], []);
     const seeds = prompts.nonTensorBatch.rollout_seed;
@@ -149,9 +151,20 @@ export class ActorRolloutRefWorker extends Worker {
       });
       out = DataProto.concat(parts);
     } else {
-      out = generate(model, gen, params, this.state.rolloutRng);
+      out = generate(model, gen, params, rng);
     }
     return new DataProto(out.batch, {}, {});
+  }
+
+  /**
+   * Training rollouts draw from the rank's saved stream. Validation draws from a stream of its
+   * own, fixed by (seed, rank, step), so validating (also before training, after a resume)
+   * never shifts the training samples and gives the same numbers on a resumed run.
+   */
+  private samplingRng(meta: Record<string, unknown>): Rng {
+    if (meta.validate !== true) return this.state.rolloutRng;
+    const step = typeof meta.global_steps === "number" ? meta.global_steps : 0;
+    return new Rng((this.state.seed ^ Math.imul(this.rank + 1, 0x85ebca6b) ^ Math.imul(step + 1, 0x9e3779b1)) >>> 0);
   }
 
   /**
@@ -159,19 +172,21 @@ export class ActorRolloutRefWorker extends Worker {
    * row runs its loop (single turn, tool calls, a simulated user) against a batching server
    * that reads the actor's current weights; tool tokens are 0 in response_mask.
    */
-  private async generateWithAgentLoops(model: LlamaModel, prompts: DataProto): Promise<DataProto> {
+  private async generateWithAgentLoops(model: LlamaModel, prompts: DataProto, rng: Rng): Promise<DataProto> {
     const s = this.state;
-    if (!s.agentLoops) {
+    const build = () => {
       const r = s.cfg.at("actor_rollout_ref.rollout");
       const server = new ContinuousBatchingServer(model, {
         maxNumSeqs: r.int("max_num_seqs", 256),
         maxModelLen: r.int("prompt_length") + r.int("response_length"),
         eosTokenIds: [...new Set([s.tokenizer.eosTokenId, ...s.tokenizer.eosTokenIds])],
-        rng: s.rolloutRng,
+        rng,
       });
-      s.agentLoops = new AgentLoopManager({ config: this.config, tokenizer: s.tokenizer, server });
-    }
-    const out = await s.agentLoops.generateSequences(prompts);
+      return new AgentLoopManager({ config: this.config, tokenizer: s.tokenizer, server });
+    };
+    // The training manager lives on (its server forks the saved stream); validation gets a fresh one.
+    const manager = rng === s.rolloutRng ? (s.agentLoops ??= build()) : build();
+    const out = await manager.generateSequences(prompts);
     // Per-rank timing cannot merge across ranks; the metrics can (lists, reduced by the driver).
     const nonTensor = Object.fromEntries(Object.entries(out.nonTensorBatch).filter(([k]) => k !== "raw_prompt"));
     const metrics = out.metaInfo.metrics as Record<string, number> | undefined;

@@ -77,7 +77,7 @@ export class PPOTrainer {
   async validate(): Promise<Record<string, number>> {
     return validate({
       cfg: this.d.cfg, tokenizer: this.d.tokenizer, valLoader: this.d.valLoader, rewardFn: this.d.valRewardFn,
-      actorRollout: this.d.workers.actorRollout, rng: this.rng, seedPerSample: this.seedPerSample,
+      actorRollout: this.d.workers.actorRollout, seed: this.d.cfg.int("trainer.seed", 42), seedPerSample: this.seedPerSample,
     }, this.globalSteps);
   }
 

@@ -8,7 +8,7 @@ import { DataProto } from "../../protocol/index.js";
 import type { RewardManager } from "../../reward/index.js";
 import { writeFileAtomic } from "../../utils/fs.js";
 import { logger } from "../../utils/logger.js";
-import type { Rng } from "../../utils/rng.js";
+import { Rng } from "../../utils/rng.js";
 import type { ConfigView } from "../../workers/config_view.js";
 import { processValidationMetrics, validationMetricsToDict } from "./metric_utils.js";
 import { callProto, type RoleGroup } from "./resources.js";
@@ -20,7 +20,8 @@ export interface ValidationContext {
   valLoader: Iterable<DataProto>;
   rewardFn: RewardManager;
   actorRollout: RoleGroup;
-  rng: Rng;
+  /** trainer.seed: validation uids and sample seeds come from a stream fixed by (seed, step). */
+  seed: number;
   seedPerSample: boolean;
 }
 
@@ -31,9 +32,11 @@ export async function validate(ctx: ValidationContext, globalStep: number): Prom
   const dataSources: string[] = [], uids: string[] = [];
   const infos: Record<string, unknown[]> = { reward: [] };
   const samples: { input: string; output: string; gts: unknown; score: number }[] = [];
+  // Not the training stream: validating must not shift what training draws next.
+  const rng = new Rng((ctx.seed ^ 0x5a17 ^ Math.imul(globalStep + 1, 0x9e3779b1)) >>> 0);
   for (const valBatch of ctx.valLoader) {
-    assignUids(valBatch, ctx.rng);
-    const gen = popGenBatch(valBatch, n, ctx.seedPerSample && doSample ? ctx.rng : null, agentRowKeys(cfg, valBatch));
+    assignUids(valBatch, rng);
+    const gen = popGenBatch(valBatch, n, ctx.seedPerSample && doSample ? rng : null, agentRowKeys(cfg, valBatch));
     gen.metaInfo = {
       eos_token_id: tokenizer.eosTokenId, pad_token_id: tokenizer.padTokenId, recompute_log_prob: false,
       do_sample: doSample, validate: true, global_steps: globalStep,

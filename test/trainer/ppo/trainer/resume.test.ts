@@ -17,7 +17,10 @@ test("kill -9 during training, then resume_mode=auto continues at the right step
       "+actor_rollout_ref.model.override_config.hidden_size=32", "+actor_rollout_ref.model.override_config.num_hidden_layers=1",
       "+actor_rollout_ref.model.override_config.num_attention_heads=2", "critic.model.path=scratch", "algorithm.adv_estimator=gae",
       "data.max_prompt_length=24", "trainer.total_training_steps=3", "trainer.save_freq=1", "trainer.max_actor_ckpt_to_keep=2",
-      "trainer.device=wasm"];
+      "trainer.device=wasm",
+      // Sampled validation before training and at step 2: it must not shift the training streams on resume.
+      "trainer.val_before_train=true", "trainer.test_freq=2",
+      "actor_rollout_ref.rollout.val_kwargs.do_sample=true", "actor_rollout_ref.rollout.val_kwargs.temperature=1.0"];
     const refLog = join(ws.dir, "ref.jsonl"), runLog = join(ws.dir, "run.jsonl");
     const ref = await runTrain([...common, `trainer.default_local_dir=${ws.dir}/ref`], { VERL_FILE_LOGGER_PATH: refLog });
     assert.equal(ref.code, 0, ref.stderr);
@@ -33,13 +36,15 @@ test("kill -9 during training, then resume_mode=auto continues at the right step
     const resumed = await runTrain([...common, `trainer.default_local_dir=${ckpt}`, "trainer.resume_mode=auto"], { VERL_FILE_LOGGER_PATH: runLog });
     assert.equal(resumed.code, 0, resumed.stderr);
     assert.match(resumed.stderr, /resuming from checkpoint/);
-    const firstStep = Number(/^step:(\d+) /m.exec(resumed.stdout)![1]);
+    // The first training line (validation before training logs at the resumed step first).
+    const firstStep = Number(/^step:(\d+) - .*training\/global_step/m.exec(resumed.stdout)![1]);
     assert.equal(firstStep, tracked + 1, "training restarts right after the checkpoint");
 
     const want = metricsByStep(readFileSync(refLog, "utf8"));
     const got = metricsByStep(readFileSync(runLog, "utf8"));
-    assert.deepEqual([...got.keys()].sort(), [1, 2, 3], "the metrics file holds each step once (lines after the checkpoint were dropped)");
-    for (const step of [1, 2, 3]) {
+    assert.deepEqual([...got.keys()].sort(), [0, 1, 2, 3], "the metrics file holds each step once (lines after the checkpoint were dropped)");
+    assert.ok("val-core/stories/reward/mean@1" in want.get(2)!, "validation ran at step 2");
+    for (const step of [0, 1, 2, 3]) {
       for (const [k, v] of Object.entries(want.get(step)!)) {
         if (VOLATILE.test(k)) continue;
         const g = got.get(step)![k];
