@@ -55,6 +55,16 @@ export async function makeWorkspace(): Promise<Workspace> {
   };
 }
 
+/** A from-scratch Llama with a character tokenizer (prompts are longer in characters, hence max_prompt_length 24). */
+export function scratchModel(hiddenSize: number, layers: number): string[] {
+  return [
+    "actor_rollout_ref.model.path=scratch",
+    "actor_rollout_ref.model.tokenizer_path=char:abcdefghijklmnopqrstuvwxyz ,.ABCDEFGHIJKLMNOPQRSTUVWXYZ",
+    `+actor_rollout_ref.model.override_config.hidden_size=${hiddenSize}`, `+actor_rollout_ref.model.override_config.num_hidden_layers=${layers}`,
+    "+actor_rollout_ref.model.override_config.num_attention_heads=2", "data.max_prompt_length=24",
+  ];
+}
+
 export const stories = (): string | undefined => sharedPath("models", "stories260K", "stories260K.bin");
 
 export const CLI = fileURLToPath(new URL("../../../../src/cli/main.js", import.meta.url));

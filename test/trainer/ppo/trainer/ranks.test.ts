@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { rmSync } from "node:fs";
 import { loadConfig } from "../../../../src/config/index.js";
 import { runPpo } from "../../../../src/trainer/main_ppo.js";
-import { makeWorkspace, stories } from "./fixtures.js";
+import { makeWorkspace, scratchModel, stories } from "./fixtures.js";
 
 const VOLATILE = /^(timing_s\/|timing_per_token_ms\/|perf\/throughput$|perf\/time_per_step$|global_seqlen\/)/;
 
@@ -54,12 +54,8 @@ test("GRPO on stories260K: 1 rank and 2 ranks give the same curves", async (t) =
 test("PPO with GAE and a critic on a from-scratch model: 1 rank and 2 ranks give the same curves", async () => {
   const ws = await makeWorkspace();
   try {
-    const common = [...ws.overrides, "actor_rollout_ref.model.path=scratch",
-      "actor_rollout_ref.model.tokenizer_path=char:abcdefghijklmnopqrstuvwxyz ,.ABCDEFGHIJKLMNOPQRSTUVWXYZ",
-      "+actor_rollout_ref.model.override_config.hidden_size=32", "+actor_rollout_ref.model.override_config.num_hidden_layers=2",
-      "+actor_rollout_ref.model.override_config.num_attention_heads=2", "critic.model.path=scratch",
-      "algorithm.adv_estimator=gae", "data.max_prompt_length=24", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", "critic.ppo_micro_batch_size_per_gpu=2",
-      "trainer.total_training_steps=2"];
+    const common = [...ws.overrides, ...scratchModel(32, 2), "critic.model.path=scratch", "algorithm.adv_estimator=gae",
+      "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", "critic.ppo_micro_batch_size_per_gpu=2", "trainer.total_training_steps=2"];
     const one = await curves([...common, `trainer.default_local_dir=${ws.dir}/c1`], 1);
     const two = await curves([...common, `trainer.default_local_dir=${ws.dir}/c2`], 2);
     assertSameCurves(one, two, "ppo");

@@ -5,18 +5,15 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { existsSync, readFileSync, readdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
-import { makeWorkspace, metricsByStep, runTrain } from "./fixtures.js";
+import { makeWorkspace, metricsByStep, runTrain, scratchModel } from "./fixtures.js";
 
 const VOLATILE = /^(timing_s\/|timing_per_token_ms\/|perf\/throughput$|perf\/time_per_step$)/;
 
 test("kill -9 during training, then resume_mode=auto continues at the right step with the same data and results", async () => {
   const ws = await makeWorkspace();
   try {
-    const common = [...ws.overrides, "actor_rollout_ref.model.path=scratch",
-      "actor_rollout_ref.model.tokenizer_path=char:abcdefghijklmnopqrstuvwxyz ,.ABCDEFGHIJKLMNOPQRSTUVWXYZ",
-      "+actor_rollout_ref.model.override_config.hidden_size=32", "+actor_rollout_ref.model.override_config.num_hidden_layers=1",
-      "+actor_rollout_ref.model.override_config.num_attention_heads=2", "critic.model.path=scratch", "algorithm.adv_estimator=gae",
-      "data.max_prompt_length=24", "trainer.total_training_steps=3", "trainer.save_freq=1", "trainer.max_actor_ckpt_to_keep=2",
+    const common = [...ws.overrides, ...scratchModel(32, 1), "critic.model.path=scratch", "algorithm.adv_estimator=gae",
+      "trainer.total_training_steps=3", "trainer.save_freq=1", "trainer.max_actor_ckpt_to_keep=2",
       "trainer.device=wasm",
       // Sampled validation before training and at step 2: it must not shift the training streams on resume.
       "trainer.val_before_train=true", "trainer.test_freq=2",

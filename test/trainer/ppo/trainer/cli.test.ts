@@ -1,0 +1,92 @@
+// `verl train` as users run it: validation before training, checkpoint layout with
+// a Hugging Face export, rollout dumps, a user's estimator loaded through
+// external_lib (driver and workers), a worker error failing the run fast, and
+// tracking backends that do not exist here.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { existsSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { initBackend } from "../../../../src/engine/backend.js";
+import { loadHfModel, readSafetensors } from "../../../../src/models/index.js";
+import { makeWorkspace, runTrain, scratchModel, type Workspace } from "./fixtures.js";
+
+const CORE_ALGOS = new URL("../../../../src/trainer/ppo/core_algos/index.js", import.meta.url).href;
+
+function scratch(ws: Workspace): string[] {
+  return [...ws.overrides, ...scratchModel(16, 1), "trainer.logger=console"];
+}
+
+function writeExtension(dir: string): string {
+  const path = join(dir, "ext.mjs");
+  writeFileSync(path, [
+    `import { registerAdvEstimator, registerPolicyLoss } from ${JSON.stringify(CORE_ALGOS)};`,
+    "// every model token gets advantage 1: easy to see in critic/advantages/mean",
+    "registerAdvEstimator('all_ones', (args) => ({ advantages: args.responseMask.toFloat(), returns: args.responseMask.toFloat() }));",
+    "registerPolicyLoss('boom', () => { throw new Error('boom from the user loss'); });",
+  ].join("\n"));
+  return path;
+}
+
+test("one GRPO-style step with a user estimator: validation, checkpoint with HF export, rollout dump", async () => {
+  const ws = await makeWorkspace();
+  try {
+    const ext = writeExtension(ws.dir);
+    const ckpt = join(ws.dir, "ckpt"), dump = join(ws.dir, "dump");
+    const run = await runTrain([...scratch(ws), `actor_rollout_ref.model.external_lib=${ext}`, "algorithm.adv_estimator=all_ones",
+      "trainer.total_training_steps=1", "trainer.save_freq=1", "trainer.val_before_train=true", `trainer.rollout_data_dir=${dump}`,
+      `trainer.default_local_dir=${ckpt}`], {});
+    assert.equal(run.code, 0, run.stderr);
+    assert.match(run.stdout, /^step:0 - val-core\/stories\/reward\/mean@1:/m, "validation before training logs at step 0");
+    const line = /^step:1 .*$/m.exec(run.stdout)![0];
+    assert.match(line, / - critic\/advantages\/mean:1 - /);
+
+    const step = join(ckpt, "global_step_1");
+    for (const f of ["data.json", "trainer_state.json", "actor/model.safetensors", "actor/optim.safetensors",
+      "actor/extra_state_world_size_1_rank_0.json", "actor/checkpoint_meta.json", "actor/huggingface/config.json", "actor/huggingface/model.safetensors"]) {
+      assert.ok(existsSync(join(step, f)), `checkpoint has ${f}`);
+    }
+    assert.equal(readFileSync(join(ckpt, "latest_checkpointed_iteration.txt"), "utf8").trim(), "1");
+    const hfConfig = JSON.parse(readFileSync(join(step, "actor/huggingface/config.json"), "utf8")) as { architectures: string[]; hidden_size: number };
+    assert.deepEqual(hfConfig.architectures, ["LlamaForCausalLM"]);
+    assert.equal(hfConfig.hidden_size, 16);
+    // The export holds the trained weights: it loads back equal to the checkpoint's model.safetensors.
+    await initBackend("cpu");
+    const hf = await loadHfModel(join(step, "actor/huggingface"));
+    const saved = readSafetensors(join(step, "actor/model.safetensors")).tensors;
+    for (const [name, v] of hf.params) assert.deepEqual([...v.dataSync()], [...saved.get(name)!.data], name);
+    hf.dispose();
+
+    const rows = readFileSync(join(dump, "1.jsonl"), "utf8").trim().split("\n").map((l) => JSON.parse(l) as Record<string, unknown>);
+    assert.equal(rows.length, 8, "4 prompts x n=2");
+    for (const k of ["input", "output", "gts", "score", "step"]) assert.ok(k in rows[0]!, `rollout dump has ${k}`);
+    assert.equal(rows[0]!.step, 1);
+  } finally {
+    rmSync(ws.dir, { recursive: true, force: true });
+  }
+});
+
+test("a worker error fails the run fast with the worker's message, and the process exits", async () => {
+  const ws = await makeWorkspace();
+  try {
+    const ext = writeExtension(ws.dir);
+    const t0 = Date.now();
+    const run = await runTrain([...scratch(ws), `actor_rollout_ref.model.external_lib=${ext}`, "algorithm.adv_estimator=grpo",
+      "actor_rollout_ref.actor.policy_loss.loss_mode=boom", "trainer.total_training_steps=2", `trainer.default_local_dir=${ws.dir}/c`], {});
+    assert.equal(run.code, 1);
+    assert.match(run.stderr, /updateActor failed on rank 0: Error: boom from the user loss/);
+    assert.ok(Date.now() - t0 < 60_000);
+  } finally {
+    rmSync(ws.dir, { recursive: true, force: true });
+  }
+});
+
+test("tracking backends that need a network service fail before any work, naming the ones available", async () => {
+  const ws = await makeWorkspace();
+  try {
+    const run = await runTrain([...scratch(ws), "trainer.logger=[console,wandb]", "algorithm.adv_estimator=grpo"], {});
+    assert.equal(run.code, 1);
+    assert.match(run.stderr, /trainer.logger: backend 'wandb' is not available in verl-ts .* use one of: .*console.*file/);
+  } finally {
+    rmSync(ws.dir, { recursive: true, force: true });
+  }
+});
