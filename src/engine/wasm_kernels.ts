@@ -6,9 +6,9 @@
 //   falls to a scalar loop measured at 0.1-0.9 GFLOP/s. This replacement
 //   transposes explicitly and runs each batch slice through XNNPACK (5-7 GFLOP/s
 //   on attention shapes, 10-50x faster).
-// - Slice: the stock kernel copies the whole input out of the heap before it
-//   slices, then copies row by row (seconds for a split of a [16384, 16, 8]
-//   projection); this one reads the heap in place and copies contiguous runs.
+// - Slice and SplitV: the stock kernels copy the whole input out of the heap
+//   before slicing, then copy row by row (a second for splitting a [16384, 16, 8]
+//   projection); these read the heap in place and copy contiguous runs.
 import * as tf from "@tensorflow/tfjs";
 
 /** The parts of tfjs-backend-wasm's BackendWasm that these kernels use. */
@@ -155,6 +155,21 @@ export function sliceWasm(args: { inputs: tf.NamedTensorInfoMap; backend: unknow
 
 let stockSlice: tf.KernelConfig | undefined;
 
+/** SplitV through the in-place slice (the stock one calls the stock slice directly). */
+export function splitVWasm(args: { inputs: tf.NamedTensorInfoMap; backend: unknown; attrs?: tf.NamedAttrMap }): tf.TensorInfo[] {
+  const x = args.inputs["x"]!;
+  const axis = tf.util.parseAxisParam(args.attrs!["axis"] as number, x.shape)[0]!;
+  const sizes = tf.backend_util.prepareSplitSize(x as tf.Tensor, args.attrs!["numOrSizeSplits"] as number[] | number, axis);
+  const begin = new Array<number>(x.shape.length).fill(0);
+  return sizes.map((n) => {
+    const size = [...x.shape];
+    size[axis] = n;
+    const part = sliceWasm({ inputs: { x }, backend: args.backend, attrs: { begin: [...begin], size } });
+    begin[axis]! += n;
+    return part;
+  });
+}
+
 /** Put `kernelFunc` in place of the stock wasm kernel, keeping its setup; returns the stock config. */
 function replaceKernel(name: string, kernelFunc: tf.KernelFunc): tf.KernelConfig | undefined {
   const stock = tf.getKernel(name, "wasm");
@@ -175,5 +190,6 @@ export function registerWasmKernels(): void {
   // the stock setups stay: they prepare the wasm functions the fallback paths call
   stockBatchMatMul = replaceKernel("BatchMatMul", batchMatMulWasm as tf.KernelFunc) ?? stockBatchMatMul;
   stockSlice = replaceKernel("Slice", sliceWasm as tf.KernelFunc) ?? stockSlice;
+  replaceKernel("SplitV", splitVWasm as unknown as tf.KernelFunc);
   registered = true;
 }

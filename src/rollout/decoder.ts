@@ -9,6 +9,9 @@ import * as tf from "@tensorflow/tfjs";
 import { hostKernels, type HostBuffer, type HostKernels, type HostWeight } from "../engine/host_kernels.js";
 import type { ModelConfig } from "../models/config.js";
 import { ropeInvFreq, type LlamaModel } from "../models/llama.js";
+import { KvCache } from "./kv_cache.js";
+import { SimdArena } from "../engine/simd/arena.js";
+import { buildSwiGluKernel, type SwiGluKernel } from "../engine/simd/swiglu_kernel.js";
 
 export interface StepDecoder {
   readonly vocabSize: number;
@@ -42,22 +45,18 @@ export class KvCacheDecoder implements StepDecoder {
   private readonly emb: Float32Array;
   private readonly finalNorm: Float32Array;
   private readonly lmHead: HostWeight;
-  private readonly kCache: Float32Array[] = [];
-  private readonly vCache: Float32Array[] = [];
-  /** valid[b * maxLen + slot]: the slot holds a real token that may be attended to. */
-  private readonly valid: Uint8Array;
-  private readonly firstValid: Int32Array;
+  private readonly cache: KvCache;
+  private readonly glu?: { kernel: SwiGluKernel; gu: Float32Array; h: Float32Array; guAt: number; hAt: number };
   private readonly maxRows: number;
   private readonly x: Float32Array;
   private readonly xn: HostBuffer; private readonly qkv: HostBuffer; private readonly att: HostBuffer;
   private readonly o: HostBuffer; private readonly gu: HostBuffer; private readonly h: HostBuffer;
   private readonly logits: HostBuffer;
-  private readonly scores: Float64Array;
   private readonly invFreq: Float32Array;
   private ropeCos = new Float32Array(0);
   private ropeSin = new Float32Array(0);
 
-  constructor(model: LlamaModel, readonly batch: number, readonly maxLen: number, opts: { kernels?: HostKernels; maxRowsPerCall?: number } = {}) {
+  constructor(model: LlamaModel, readonly batch: number, readonly maxLen: number, opts: { kernels?: HostKernels; maxRowsPerCall?: number; simd?: boolean } = {}) {
     const c = (this.c = model.config);
     this.vocabSize = c.vocabSize;
     this.kernels = opts.kernels ?? hostKernels();
@@ -74,15 +73,19 @@ export class KvCacheDecoder implements StepDecoder {
         wgu: this.kernels.weight(concatRows([p("mlp.gate_proj.weight"), p("mlp.up_proj.weight")]), 2 * F, D),
         wd: this.kernels.weight(p("mlp.down_proj.weight"), D, F),
       });
-      this.kCache.push(new Float32Array(batch * c.nKvHeads * maxLen * c.headDim));
-      this.vCache.push(new Float32Array(batch * c.nKvHeads * maxLen * c.headDim));
     }
     this.emb = read("model.embed_tokens.weight");
     this.finalNorm = read("model.norm.weight");
     this.lmHead = this.kernels.weight(c.tieWordEmbeddings ? this.emb : read("lm_head.weight"), c.vocabSize, D);
-    this.valid = new Uint8Array(batch * maxLen);
-    this.firstValid = new Int32Array(batch).fill(maxLen);
     const N = (this.maxRows = Math.max(batch, opts.maxRowsPerCall ?? 2048));
+    // SIMD kernels (attention, SwiGLU) work in one arena that also holds the cache
+    const need = KvCache.arenaNeeds(c, batch, maxLen, N), gluFloats = F % 4 === 0 ? 3 * N * F : 0;
+    const arena = opts.simd === false ? undefined : SimdArena.create(need.floats + gluFloats, need.regions + 2);
+    this.cache = new KvCache(c, batch, maxLen, N, arena);
+    if (arena && gluFloats) {
+      const guAt = arena.take(2 * N * F), hAt = arena.take(N * F);
+      this.glu = { kernel: buildSwiGluKernel(arena.memory, F), gu: arena.view(guAt, 2 * N * F), h: arena.view(hAt, N * F), guAt, hAt };
+    }
     this.x = new Float32Array(N * D);
     this.xn = this.kernels.alloc(N * D);
     this.qkv = this.kernels.alloc(N * (Q + 2 * KV));
@@ -91,7 +94,6 @@ export class KvCacheDecoder implements StepDecoder {
     this.gu = this.kernels.alloc(N * 2 * F);
     this.h = this.kernels.alloc(N * F);
     this.logits = this.kernels.alloc(batch * c.vocabSize);
-    this.scores = new Float64Array(maxLen);
     this.invFreq = ropeInvFreq(c.headDim, c.ropeTheta);
   }
 
@@ -127,10 +129,12 @@ export class KvCacheDecoder implements StepDecoder {
 
   /** Forget what `rows` hold, so they can start new sequences. */
   resetRows(rows: Int32Array): void {
-    for (const b of rows) {
-      this.valid.fill(0, b * this.maxLen, (b + 1) * this.maxLen);
-      this.firstValid[b] = this.maxLen;
-    }
+    for (const b of rows) this.cache.reset(b);
+  }
+
+  /** Whether attention runs in the WebAssembly SIMD kernel. */
+  get usesSimd(): boolean {
+    return this.cache.usesSimd;
   }
 
   /**
@@ -149,11 +153,7 @@ export class KvCacheDecoder implements StepDecoder {
       const b = rows[r]!;
       if (b < 0 || b >= this.batch) throw new Error(`KvCacheDecoder: row ${b} outside [0, ${this.batch})`);
       if (slotStart[r]! < 0 || slotStart[r]! + T > this.maxLen) throw new Error(`KvCacheDecoder: columns ${slotStart[r]}..${slotStart[r]! + T - 1} are past the cache length ${this.maxLen}`);
-      for (let t = 0; t < T; t++) {
-        const s = slotStart[r]! + t, v = valid ? (valid[r * T + t] !== 0 ? 1 : 0) : 1;
-        this.valid[b * this.maxLen + s] = v;
-        if (v && s < this.firstValid[b]!) this.firstValid[b] = s;
-      }
+      for (let t = 0; t < T; t++) this.cache.mark(b, slotStart[r]! + t, valid ? valid[r * T + t] !== 0 : true);
     }
     const x = this.x, k = this.kernels;
     this.ensureRope(positions);
@@ -169,12 +169,12 @@ export class KvCacheDecoder implements StepDecoder {
       const qkv = this.qkv.view();
       if (L.bqkv) for (let n = 0; n < N; n++) for (let j = 0; j < W; j++) qkv[n * W + j]! += L.bqkv[j]!;
       this.ropeAndStore(l, qkv, rows, positions, slotStart, T);
-      this.attention(l, qkv, this.att.view(), rows, slotStart, T);
+      this.cache.attend(l, qkv, this.att.view(), rows, slotStart, T);
       k.matmul(this.att, N, L.wo, this.o);
       addInto(x, this.o.view(), N * D);
       rmsNorm(x, this.xn.view(), N, D, L.ffnNorm, c.normEps);
       k.matmul(this.xn, N, L.wgu, this.gu);
-      swiGlu(this.gu.view(), this.h.view(), N, F);
+      this.swiGlu(N, F);
       k.matmul(this.h, N, L.wd, this.o);
       addInto(x, this.o.view(), N * D);
     }
@@ -183,6 +183,14 @@ export class KvCacheDecoder implements StepDecoder {
     rmsNorm(last, this.xn.view(), R, D, this.finalNorm, c.normEps);
     k.matmul(this.xn, R, this.lmHead, this.logits);
     return this.logits.view().subarray(0, R * c.vocabSize);
+  }
+
+  /** h = silu(gate) * up, in the SIMD kernel when there is one. */
+  private swiGlu(N: number, F: number): void {
+    if (!this.glu) return swiGlu(this.gu.view(), this.h.view(), N, F);
+    this.glu.gu.set(this.gu.view().subarray(0, 2 * N * F));
+    this.glu.kernel.swiglu(this.glu.guAt, this.glu.hAt, N);
+    this.h.view().set(this.glu.h.subarray(0, N * F));
   }
 
   private ensureRope(positions: Int32Array): void {
@@ -205,7 +213,7 @@ export class KvCacheDecoder implements StepDecoder {
   /** Rotate q and k in place (HF halves convention) and write k, v into the cache. */
   private ropeAndStore(l: number, qkv: Float32Array, rows: Int32Array, positions: Int32Array, slotStart: Int32Array, T: number): void {
     const c = this.c, hd = c.headDim, h = hd / 2, W = (c.nHeads + 2 * c.nKvHeads) * hd;
-    const nRot = c.nHeads + c.nKvHeads, K = this.kCache[l]!, V = this.vCache[l]!, cos = this.ropeCos, sin = this.ropeSin;
+    const nRot = c.nHeads + c.nKvHeads, K = this.cache.k[l]!, V = this.cache.v[l]!, cos = this.ropeCos, sin = this.ropeSin;
     for (let r = 0; r < rows.length; r++) {
       const b = rows[r]!;
       for (let t = 0; t < T; t++) {
@@ -223,43 +231,6 @@ export class KvCacheDecoder implements StepDecoder {
           const dst = ((b * c.nKvHeads + j) * this.maxLen + slot) * hd;
           const ks = base + (c.nHeads + j) * hd, vs = base + (c.nHeads + c.nKvHeads + j) * hd;
           for (let d = 0; d < hd; d++) { K[dst + d] = qkv[ks + d]!; V[dst + d] = qkv[vs + d]!; }
-        }
-      }
-    }
-  }
-
-  /** Causal attention of each new column over the valid cached slots up to itself. */
-  private attention(l: number, qkv: Float32Array, out: Float32Array, rows: Int32Array, slotStart: Int32Array, T: number): void {
-    const c = this.c, hd = c.headDim, g = c.nHeads / c.nKvHeads, W = (c.nHeads + 2 * c.nKvHeads) * hd, Q = c.nHeads * hd;
-    const K = this.kCache[l]!, V = this.vCache[l]!, sc = this.scores, scale = 1 / Math.sqrt(hd), maxLen = this.maxLen;
-    for (let r = 0; r < rows.length; r++) {
-      const b = rows[r]!, s0 = this.firstValid[b]!, vrow = b * maxLen;
-      for (let t = 0; t < T; t++) {
-        const n = r * T + t, qs = slotStart[r]! + t;
-        for (let head = 0; head < c.nHeads; head++) {
-          const kvBase = (b * c.nKvHeads + Math.floor(head / g)) * maxLen * hd;
-          const qo = n * W + head * hd, oo = n * Q + head * hd;
-          let max = -Infinity;
-          for (let s = s0; s <= qs; s++) {
-            if (!this.valid[vrow + s]) { sc[s] = -Infinity; continue; }
-            const ko = kvBase + s * hd;
-            let dot = 0;
-            for (let d = 0; d < hd; d++) dot += qkv[qo + d]! * K[ko + d]!;
-            dot *= scale;
-            sc[s] = dot;
-            if (dot > max) max = dot;
-          }
-          for (let d = 0; d < hd; d++) out[oo + d] = 0;
-          if (max === -Infinity) continue; // a padding column with nothing to see: its output is never used
-          let den = 0;
-          for (let s = s0; s <= qs; s++) { const e = sc[s] === -Infinity ? 0 : Math.exp(sc[s]! - max); sc[s] = e; den += e; }
-          const inv = 1 / den;
-          for (let s = s0; s <= qs; s++) {
-            const p = sc[s]! * inv;
-            if (p === 0) continue;
-            const vo = kvBase + s * hd;
-            for (let d = 0; d < hd; d++) out[oo + d]! += p * V[vo + d]!;
-          }
         }
       }
     }

@@ -101,10 +101,12 @@ test("KV-cache and no-cache decoding agree on a random GQA + bias + untied model
   }
 });
 
-test("the plain-JS kernels and XNNPACK give the same decoder logits", async () => {
+test("plain-JS products and attention give the same decoder logits as XNNPACK and the SIMD kernels", async () => {
   await initBackend("wasm");
   const m = initModel(tinyConfig(), new Rng(9));
-  const a = new KvCacheDecoder(m, 2, 8), b = new KvCacheDecoder(m, 2, 8, { kernels: new JsKernels() });
+  const a = new KvCacheDecoder(m, 2, 8), b = new KvCacheDecoder(m, 2, 8, { kernels: new JsKernels(), simd: false });
+  assert.equal(a.usesSimd, true);
+  assert.equal(b.usesSimd, false);
   try {
     const ids = Int32Array.from([0, 3, 4, 5, 6, 7]), pos = Int32Array.from([0, 0, 1, 0, 1, 2]), mask = [0, 1, 1, 1, 1, 1];
     const la = Array.from(a.prefill(ids, pos, mask, 3)), lb = Array.from(b.prefill(ids, pos, mask, 3));
