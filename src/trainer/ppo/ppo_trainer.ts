@@ -7,7 +7,7 @@ import type { PpoBatchPlan } from "../../config/index.js";
 import type { DataLoaderState } from "../../data/index.js";
 import type { Tokenizer } from "../../models/index.js";
 import { DataProto } from "../../protocol/index.js";
-import type { TensorData } from "../../protocol/tensor.js";
+import { tensor, type TensorData } from "../../protocol/tensor.js";
 import type { RewardManager } from "../../reward/index.js";
 import { logger } from "../../utils/logger.js";
 import { Rng } from "../../utils/rng.js";
@@ -128,7 +128,10 @@ export class PPOTrainer {
       const gen = popGenBatch(batch, n, this.seedPerSample ? this.rng : null, agentRowKeys(cfg, batch));
       gen.metaInfo = { ...batch.metaInfo, global_steps: step };
       const genOut = await timed(timing, "gen", () => callProto(workers.actorRollout, "generateSequences", gen));
+      const baselines = cfg.str("algorithm.adv_estimator") === "remax"
+        ? await timed(timing, "gen_max", () => this.greedyBaselines(batch, gen, n)) : undefined;
       batch = batch.repeat(n, true).union(new DataProto(genOut.batch, genOut.nonTensorBatch, {}));
+      if (baselines) batch.batch.reward_baselines = tensor(Float32Array.from(baselines.flatMap((b) => new Array<number>(n).fill(b))), [batch.length], "float32");
       batch.metaInfo.temperature = cfg.num("actor_rollout_ref.rollout.temperature", 1.0);
       if (cfg.bool("trainer.balance_batch", true) && workers.worldSize > 1) Object.assign(metrics, this.balanceBatch(batch));
       batch.metaInfo.global_token_num = rowSums(requireTensor(batch, "attention_mask"));
@@ -193,6 +196,18 @@ export class PPOTrainer {
     Object.assign(metrics, computeTimingMetrics(batch, timing));
     Object.assign(metrics, computeThroughputMetrics(batch, timing, workers.worldSize));
     return metrics;
+  }
+
+  /**
+   * ReMax's baseline (verl's gen_max): one greedy response per prompt, scored by the reward
+   * manager; its sequence reward is the baseline of the prompt's sampled responses.
+   */
+  private async greedyBaselines(prompts: DataProto, gen: DataProto, n: number): Promise<number[]> {
+    const first = gen.selectIdxs(Array.from({ length: prompts.length }, (_, i) => i * n));
+    const greedy = new DataProto(first.batch, {}, { ...gen.metaInfo, do_sample: false });
+    const out = await callProto(this.d.workers.actorRollout, "generateSequences", greedy);
+    const scored = new DataProto(prompts.batch, prompts.nonTensorBatch, {}).union(new DataProto(out.batch, {}, {}));
+    return rowSums((await this.d.rewardFn.compute(scored)).rewardTensor);
   }
 
   /** Reorder rows so each rank gets an equal share of the work (Karmarkar-Karp); global_seqlen/* metrics. */

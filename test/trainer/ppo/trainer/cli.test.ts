@@ -65,6 +65,21 @@ test("one GRPO-style step with a user estimator: validation, checkpoint with HF 
   }
 });
 
+test("ReMax: a greedy baseline generation per prompt (gen_max) and the in-reward KL penalty", async () => {
+  const ws = await makeWorkspace();
+  try {
+    const run = await runTrain([...scratch(ws), "algorithm.adv_estimator=remax", "algorithm.use_kl_in_reward=true",
+      "trainer.total_training_steps=1", `trainer.default_local_dir=${ws.dir}/c`], {});
+    assert.equal(run.code, 0, run.stderr);
+    const line = /^step:1 .*$/m.exec(run.stdout)![0];
+    for (const k of ["timing_s/gen_max", "actor/reward_kl_penalty", "actor/reward_kl_penalty_coeff", "critic/advantages/mean"]) {
+      assert.match(line, new RegExp(` - ${k}:-?[0-9]`), k);
+    }
+  } finally {
+    rmSync(ws.dir, { recursive: true, force: true });
+  }
+});
+
 test("a worker error fails the run fast with the worker's message, and the process exits", async () => {
   const ws = await makeWorkspace();
   try {
