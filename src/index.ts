@@ -14,6 +14,7 @@ export * from "./single_controller/index.js";
 export * from "./trainer/ppo/core_algos/index.js";
 export * from "./reward/index.js";
 export * from "./workers/index.js";
+export * from "./trainer/ppo/index.js";
 export * from "./agent_loop/index.js";
 export * from "./tools/index.js";
 export * from "./interactions/index.js";

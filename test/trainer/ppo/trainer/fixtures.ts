@@ -48,7 +48,7 @@ export async function makeWorkspace(): Promise<Workspace> {
       "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8", "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=8",
       "critic.ppo_micro_batch_size_per_gpu=4",
       "actor_rollout_ref.actor.optim.lr=0.001", "critic.optim.lr=0.001",
-      "actor_rollout_ref.rollout.n=2", "+actor_rollout_ref.rollout.seed_per_sample=true",
+      "actor_rollout_ref.rollout.n=2", "actor_rollout_ref.rollout.seed_per_sample=true",
       "trainer.device=wasm", "trainer.logger=[console,file]", "trainer.val_before_train=false",
       `trainer.default_local_dir=${join(dir, "ckpt")}`, "trainer.project_name=t", "trainer.experiment_name=e",
     ],
