@@ -8,6 +8,8 @@ import { dirname, join, resolve } from "node:path";
 import { writeFileAtomic } from "./fs.js";
 
 export interface TrackingBackend {
+  /** True for backends that only display (console): they log after the ones that persist. */
+  readonly displayOnly?: boolean;
   log(data: Record<string, unknown>, step: number): void;
   /** Called once before the first log, with the step training resumes from (0 = fresh run). */
   begin?(resumedStep: number): void;
@@ -83,7 +85,13 @@ export class Tracking {
 
   log(data: Record<string, unknown>, step: number, backend?: string): void {
     this.begin(0);
-    for (const [name, b] of this.backends) if (!backend || backend === name) b.log(data, step);
+    // Persisting backends first: a step line seen on the console is already on disk,
+    // so a kill -9 right after it loses nothing a resume needs.
+    for (const displayPass of [false, true]) {
+      for (const [name, b] of this.backends) {
+        if (Boolean(b.displayOnly) === displayPass && (!backend || backend === name)) b.log(data, step);
+      }
+    }
   }
 
   finish(): void {
@@ -104,6 +112,7 @@ export function formatConsoleLine(data: Record<string, unknown>, step: number): 
 }
 
 class ConsoleBackend implements TrackingBackend {
+  readonly displayOnly = true;
   private readonly bar: boolean;
   private startTime = Date.now();
   private firstStep: number | undefined;
