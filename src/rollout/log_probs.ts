@@ -68,7 +68,14 @@ export function responseLogProbs(model: LlamaModel, micro: DataProto, opts: LogP
   lastR = Math.max(lastR, 1);
   const temperature = opts.temperature && opts.temperature > 0 ? opts.temperature : 1;
   return tf.tidy(() => {
-    const cols = (t: TensorData) => tf.tensor2d(asInt32(t), [B, L], "int32").slice([0, first], [B, P + lastR - 1 - first]) as tf.Tensor2D;
+    // Columns are cut on the host: tensors made from host arrays keep their values there,
+    // so the forward's reads of mask and positions never wait on a device (WebGPU cannot read synchronously).
+    const W = P + lastR - 1 - first;
+    const cols = (t: TensorData) => {
+      const src = asInt32(t), out = new Int32Array(B * W);
+      for (let b = 0; b < B; b++) out.set(src.subarray(b * L + first, b * L + first + W), b * W);
+      return tf.tensor2d(out, [B, W], "int32");
+    };
     const hidden = model.hiddenStates(cols(ids), { attentionMask: cols(mask), positionIds: pos ? cols(pos) : undefined });
     // the logits at column j predict token j+1: the responses are predicted from columns P-1 .. P+lastR-2
     const h = hidden.slice([0, P - 1 - first, 0], [B, lastR, -1]);
