@@ -1,0 +1,171 @@
+// `npm run bench`: runs each benchmark in its own Node process (clean memory
+// figures, one crash does not end the suite), collects the JSON line each prints,
+// writes them all to outputs/bench/results-<date>.jsonl and checks the targets.
+//   npm run bench                              # everything (~10 min on 2 cores)
+//   npm run bench -- --only rollout,actor_update
+//   npm run bench -- --quick                   # fewer repetitions, a smoke run
+//   npm run bench -- --profile --only rollout  # node --cpu-prof; top self-time functions
+//   npm run bench -- --pytorch outputs/bench/pytorch.json   # compare the actor update
+import { spawn } from "node:child_process";
+import { existsSync, mkdirSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { writeFileAtomic } from "../src/utils/fs.js";
+import { packageRoot } from "../src/utils/paths.js";
+import { loadAvg1m, machine } from "./common.js";
+import { formatSummary, profileFiles, summarise } from "./profile_summary.js";
+import { checkTargets, formatTable, type ResultLine } from "./targets.js";
+
+interface BenchSpec {
+  /** The compiled script beside this file. */
+  script: string;
+  /** Flags for a full run and for --quick. */
+  full: string[];
+  quick: string[];
+  /** Scripts of other helpers print their own JSON shape: wrap it into the suite's line. */
+  wrap?: boolean;
+  env?: Record<string, string>;
+  timeoutS: number;
+}
+
+const BENCHES: Record<string, BenchSpec> = {
+  rollout: { script: "rollout.js", full: ["--reps", "5"], quick: ["--reps", "2"], timeoutS: 240 },
+  log_prob: { script: "log_prob.js", full: ["--reps", "5"], quick: ["--reps", "2"], timeoutS: 240 },
+  actor_update: { script: "actor_update.js", full: ["--reps", "5"], quick: ["--reps", "2"], timeoutS: 400 },
+  grpo_step: { script: "grpo_step.js", full: ["--reps", "4"], quick: ["--reps", "2"], timeoutS: 400 },
+  memory: { script: "memory.js", full: ["--steps", "100"], quick: ["--steps", "10"], timeoutS: 600 },
+  controller: {
+    script: "controller.js", full: [], quick: [], wrap: true, timeoutS: 300,
+    env: {}, // its own defaults; VERL_BENCH_CALLS etc. pass through the environment
+  },
+  single_thread: {
+    script: "generation.js", full: [], quick: [], wrap: true, timeoutS: 300,
+    env: { VERL_BENCH_QUICK: "0" },
+  },
+};
+
+interface Options {
+  only: string[];
+  quick: boolean;
+  profile: boolean;
+  out: string | undefined;
+  pytorch: string | undefined;
+  list: boolean;
+}
+
+function parseOptions(argv: string[]): Options {
+  const o: Options = { only: Object.keys(BENCHES), quick: false, profile: false, out: undefined, pytorch: undefined, list: false };
+  let skip: string[] = [];
+  const names = (v: string | undefined, flag: string) => {
+    if (!v) throw new Error(`bench: ${flag} needs a comma list of benchmarks (${Object.keys(BENCHES).join(", ")})`);
+    const list = v.split(",").map((s) => s.trim()).filter(Boolean);
+    for (const n of list) if (!(n in BENCHES)) throw new Error(`bench: unknown benchmark '${n}' in ${flag}; known: ${Object.keys(BENCHES).join(", ")}`);
+    return list;
+  };
+  for (let i = 0; i < argv.length; i++) {
+    const [flag, inline] = argv[i]!.includes("=") ? argv[i]!.split(/=(.*)/s, 2) as [string, string] : [argv[i]!, undefined];
+    const value = () => inline ?? argv[++i];
+    switch (flag) {
+      case "--only": o.only = names(value(), "--only"); break;
+      case "--skip": skip = names(value(), "--skip"); break;
+      case "--quick": o.quick = true; break;
+      case "--profile": o.profile = true; break;
+      case "--out": o.out = value(); break;
+      case "--pytorch": o.pytorch = value(); break;
+      case "--list": o.list = true; break;
+      default: throw new Error(`bench: unknown option '${argv[i]}' (--only, --skip, --quick, --profile, --out FILE, --pytorch FILE, --list)`);
+    }
+  }
+  o.only = o.only.filter((n) => !skip.includes(n));
+  return o;
+}
+
+const stamp = () => new Date().toISOString().replace(/[:.]/g, "-").slice(0, 19);
+
+/** Runs one benchmark script; resolves with its JSON lines (or an error line). */
+function runBench(name: string, spec: BenchSpec, opts: Options, profileDir: string | undefined): Promise<ResultLine[]> {
+  const here = fileURLToPath(new URL(".", import.meta.url));
+  const script = join(here, spec.script);
+  if (!existsSync(script)) return Promise.resolve([{ name, error: `${script} is missing (build first: npm run build)` }]);
+  const nodeArgs = profileDir ? ["--cpu-prof", "--cpu-prof-dir", profileDir] : [];
+  const args = [...nodeArgs, script, ...(opts.quick ? spec.quick : spec.full)];
+  const load0 = loadAvg1m();
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, args, {
+      stdio: ["ignore", "pipe", "inherit"],
+      env: { VERL_LOG_LEVEL: "warn", ...process.env, ...(spec.env ?? {}) },
+    });
+    let stdout = "";
+    child.stdout.on("data", (d: Buffer) => { stdout += d.toString("utf8"); });
+    const timer = setTimeout(() => child.kill("SIGKILL"), spec.timeoutS * 1000);
+    child.on("close", (code, signal) => {
+      clearTimeout(timer);
+      const lines: ResultLine[] = [];
+      for (const raw of stdout.split("\n")) {
+        if (!raw.startsWith("{")) continue;
+        let parsed: Record<string, unknown>;
+        try { parsed = JSON.parse(raw) as Record<string, unknown>; } catch { continue; }
+        lines.push(spec.wrap ? wrapForeign(name, spec.script, parsed, load0) : (parsed as ResultLine));
+      }
+      if (lines.length === 0) {
+        const why = signal === "SIGKILL" ? `killed after ${spec.timeoutS} s` : `exited with code ${code} and printed no JSON line`;
+        lines.push({ name, error: why });
+      }
+      resolve(lines);
+    });
+  });
+}
+
+/** controller.js / generation.js print their own object: keep it as the figures of a suite line. */
+function wrapForeign(name: string, script: string, raw: Record<string, unknown>, load0: number): ResultLine {
+  if (typeof raw.skipped === "string") return { name, skipped: raw.skipped };
+  const { bench: _bench, backend, load_avg_1m: _load, ...figures } = raw;
+  return {
+    name,
+    config: { script: `bench/${script.replace(/\.js$/, ".ts")}`, note: "written by another helper; run unchanged" },
+    figures,
+    machine: machine(typeof backend === "string" ? backend : "n/a", load0),
+    date: new Date().toISOString(),
+  };
+}
+
+async function main(): Promise<void> {
+  const opts = parseOptions(process.argv.slice(2));
+  if (opts.list) {
+    process.stdout.write(`${Object.keys(BENCHES).join("\n")}\n`);
+    return;
+  }
+  const runStamp = stamp();
+  const outDir = join(packageRoot, "outputs", "bench");
+  const outFile = opts.out ?? join(outDir, `results-${runStamp}.jsonl`);
+  mkdirSync(outDir, { recursive: true });
+  const pytorch = opts.pytorch ? (JSON.parse(readFileSync(opts.pytorch, "utf8").trim().split("\n").pop()!) as ResultLine) : undefined;
+  const results: ResultLine[] = [];
+  const save = () => writeFileAtomic(outFile, results.map((r) => JSON.stringify(r)).join("\n") + "\n");
+  const t0 = performance.now();
+  for (const name of opts.only) {
+    process.stderr.write(`bench: ${name} (load ${loadAvg1m()}) ...\n`);
+    const profileDir = opts.profile ? join(outDir, "profiles", runStamp, name) : undefined;
+    const lines = await runBench(name, BENCHES[name]!, opts, profileDir);
+    for (const l of lines) process.stdout.write(`${JSON.stringify(l)}\n`);
+    results.push(...lines);
+    save();
+    if (profileDir && existsSync(profileDir) && profileFiles([profileDir]).length > 0) {
+      const text = formatSummary(summarise(profileFiles([profileDir])), `profile ${name}`);
+      writeFileAtomic(join(profileDir, "summary.txt"), `${text}\n`);
+      process.stderr.write(`${text}\n  (profiles and summary.txt in ${profileDir})\n`);
+    }
+  }
+  const targets = checkTargets(results, pytorch);
+  results.push(targets);
+  save();
+  process.stdout.write(`${JSON.stringify(targets)}\n`);
+  process.stderr.write(`\n${formatTable(results)}\n`);
+  process.stderr.write(`bench: ${opts.only.length} benchmark(s) in ${((performance.now() - t0) / 1000).toFixed(0)} s; results in ${outFile}\n`);
+  if (results.some((r) => "error" in r)) process.exitCode = 1;
+}
+
+main().catch((err: unknown) => {
+  process.stderr.write(`${err instanceof Error ? err.message : String(err)}\n`);
+  process.exitCode = 2;
+});

@@ -1,0 +1,86 @@
+// The performance targets, checked against the suite's result lines, and the
+// human-readable table run-all prints at the end.
+import type { Stats } from "./common.js";
+
+/** One line of the results file (a benchmark's result, a skip, an error, or the targets). */
+export type ResultLine = { name: string; [key: string]: unknown };
+
+export interface TargetCheck {
+  target: string;
+  value: number | boolean | null;
+  met: boolean | null;
+  note?: string;
+}
+
+const ROLLOUT_TOKENS_PER_S = 20_000;
+const SCALING = 1.7;
+const VS_PYTORCH = 1.5;
+const RSS_GROWTH_PCT = 5;
+
+/** figures.<a>.<b>... of the named line, or undefined. */
+function figure(results: ResultLine[], name: string, ...path: string[]): unknown {
+  let v: unknown = results.find((r) => r.name === name)?.figures;
+  for (const p of path) v = v && typeof v === "object" ? (v as Record<string, unknown>)[p] : undefined;
+  return v;
+}
+
+const median = (v: unknown): number | null => (v && typeof v === "object" && typeof (v as Stats).median === "number" ? (v as Stats).median : null);
+const num = (v: unknown): number | null => (typeof v === "number" ? v : null);
+
+function check(target: string, value: number | boolean | null, ok: (v: number | boolean) => boolean, note?: string): TargetCheck {
+  return { target, value, met: value === null ? null : ok(value), ...(value === null ? { note: note ?? "not measured in this run" } : note ? { note } : {}) };
+}
+
+export function checkTargets(results: ResultLine[], pytorch?: ResultLine): ResultLine {
+  const checks: TargetCheck[] = [
+    check(`rollout, 2 ranks >= ${ROLLOUT_TOKENS_PER_S} generated tokens/s`, median(figure(results, "rollout", "ranks_2", "generated_tokens_per_s")), (v) => (v as number) >= ROLLOUT_TOKENS_PER_S),
+    check(`rollout scaling 2 ranks / 1 rank >= ${SCALING}`, num(figure(results, "rollout", "scaling_2_over_1")), (v) => (v as number) >= SCALING),
+    check(`actor update scaling 2 ranks / 1 rank >= ${SCALING}`, num(figure(results, "actor_update", "scaling_2_over_1")), (v) => (v as number) >= SCALING),
+    check("live tensor count identical after the memory steps", (figure(results, "memory", "live_tensors_identical") as boolean | undefined) ?? null, (v) => v === true),
+    check(`process RSS growth over the memory steps < ${RSS_GROWTH_PCT}%`, num(figure(results, "memory", "rss_growth_pct")), (v) => (v as number) < RSS_GROWTH_PCT),
+  ];
+  for (const w of [1, 2]) {
+    const ours = median(figure(results, "actor_update", `ranks_${w}`, "tokens_per_s"));
+    const ref = pytorch ? median(figure([pytorch], pytorch.name, `threads_${w}`, "tokens_per_s")) : null;
+    const ratio = ours && ref ? Number((ref / ours).toFixed(3)) : null;
+    checks.push(check(
+      `actor update time <= ${VS_PYTORCH}x PyTorch's (${w} rank(s) vs ${w} thread(s))`, ratio, (v) => (v as number) <= VS_PYTORCH,
+      pytorch ? undefined : "PyTorch is not installable here: run bench/pytorch_actor_update.py where torch exists and pass its JSON line with --pytorch FILE",
+    ));
+  }
+  return { name: "targets", checks, date: new Date().toISOString() };
+}
+
+function fmt(v: unknown): string {
+  if (typeof v === "number") return Math.abs(v) >= 100 ? v.toFixed(0) : v.toPrecision(3);
+  const s = v as Stats | undefined;
+  if (s && typeof s.median === "number") return `${fmt(s.median)} [${fmt(s.min)}-${fmt(s.max)}]`;
+  return String(v);
+}
+
+/** The headline figures, one row each: benchmark, figure, median [min-max], load at start/end. */
+export function formatTable(results: ResultLine[]): string {
+  const rows: string[][] = [["benchmark", "figure", "median [min-max]", "load 1m"]];
+  for (const r of results) {
+    if (r.name === "targets") continue;
+    if (typeof r.skipped === "string" || typeof r.error === "string") {
+      rows.push([r.name, typeof r.skipped === "string" ? "skipped" : "ERROR", String(r.skipped ?? r.error), ""]);
+      continue;
+    }
+    const load = (r.machine as { load_avg_1m?: { start: number; end: number } } | undefined)?.load_avg_1m;
+    const l = load ? `${load.start}/${load.end}` : "";
+    const f = (r.figures ?? {}) as Record<string, unknown>;
+    for (const [k, v] of Object.entries(f)) {
+      if (v && typeof v === "object" && !("median" in v) && !Array.isArray(v)) {
+        for (const [k2, v2] of Object.entries(v as Record<string, unknown>)) {
+          if (/per_s$|^seconds$|^step$|^update_actor$|^gen$/.test(k2)) rows.push([r.name, `${k}.${k2}`, fmt(v2), l]);
+        }
+      } else if (!Array.isArray(v)) rows.push([r.name, k, fmt(v), l]);
+    }
+  }
+  const widths = rows[0]!.map((_, c) => Math.max(...rows.map((row) => (row[c] ?? "").length)));
+  const out = rows.map((row) => row.map((cell, c) => cell.padEnd(widths[c]!)).join("  ").trimEnd());
+  const targets = results.find((r) => r.name === "targets")?.checks as TargetCheck[] | undefined;
+  for (const t of targets ?? []) out.push(`${t.met === null ? "n/a " : t.met ? "MET " : "MISS"}  ${t.target}: ${t.value ?? "-"}${t.note ? ` (${t.note})` : ""}`);
+  return out.join("\n");
+}
