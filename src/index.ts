@@ -3,6 +3,7 @@
 export * from "./engine/index.js";
 export * from "./engine/optim/index.js";
 export * from "./utils/rng.js";
+export { sharedPath, sharedDir, packageRoot } from "./utils/paths.js";
 export * from "./protocol/index.js";
 export * from "./config/index.js";
 export * from "./data/index.js";
