@@ -3,7 +3,10 @@
 // EOS ignored so every row generates the full length) and training tokens/s for
 // an actor update (forward + backward + AdamW) on 64 x 256 tokens.
 // Run: node dist/bench/generation.js   (VERL_BENCH_BACKEND=wasm|cpu, VERL_BENCH_QUICK=1 for a short run)
-// Medians over repeats, so a busy machine disturbs the figures less.
+// Medians over repeats, so a busy machine disturbs the figures less; each figure
+// also comes per CPU-second of this process (wall time overstates the cost when
+// other processes share the cores).
+import os from "node:os";
 import * as tf from "@tensorflow/tfjs";
 import { initBackend } from "../src/engine/backend.js";
 import { AdamW } from "../src/engine/optim/index.js";
@@ -18,34 +21,38 @@ import { Rng } from "../src/utils/rng.js";
 const quick = process.env.VERL_BENCH_QUICK === "1";
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
-function timeIt(repeats: number, f: () => number): { seconds: number; work: number } {
+interface Timing { seconds: number; cpuSeconds: number; work: number }
+
+function timeIt(repeats: number, f: () => number): Timing {
   f(); // warm-up: XNNPACK operators, tfjs kernels
-  const runs: { s: number; w: number }[] = [];
+  const runs: Timing[] = [];
   for (let i = 0; i < repeats; i++) {
-    const t0 = performance.now();
-    const w = f();
-    runs.push({ s: (performance.now() - t0) / 1000, w });
+    const c0 = process.cpuUsage(), t0 = performance.now();
+    const work = f();
+    const c = process.cpuUsage(c0);
+    runs.push({ seconds: (performance.now() - t0) / 1000, cpuSeconds: (c.user + c.system) / 1e6, work });
   }
-  const m = median(runs.map((r) => r.s));
-  return { seconds: m, work: runs.find((r) => r.s === m)!.w };
+  const m = median(runs.map((r) => r.seconds));
+  return runs.find((r) => r.seconds === m)!;
 }
 
-function genThroughput(model: LlamaModel, batch: number, newTokens: number, rng: Rng): number {
+const rate = (t: Timing) => ({ perS: Math.round(t.work / t.seconds), perCpuS: Math.round(t.work / t.cpuSeconds) });
+
+function genThroughput(model: LlamaModel, batch: number, newTokens: number, rng: Rng): Timing {
   // story openings of different lengths (tok512 ids), left-padded
   const openings = [[1, 403, 407, 261, 378], [1, 403], [1, 378, 261, 407], [1, 346, 280]];
   const prompts = Array.from({ length: batch }, (_, i) => openings[i % openings.length]!);
   const data = leftPadPrompts(prompts, 0);
   const params = defaultSamplingParams({ temperature: 1, responseLength: newTokens, eosTokenIds: [2], ignoreEos: true, padTokenId: 0 });
-  const { seconds, work } = timeIt(quick ? 1 : 3, () => {
+  return timeIt(quick ? 1 : 3, () => {
     const out = generate(model, data, params, rng);
     let n = 0;
     for (const v of out.batch["response_mask"]!.data) n += v;
     return n;
   });
-  return work / seconds;
 }
 
-function trainThroughput(model: LlamaModel, B: number, T: number, R: number, rng: Rng): { tokensPerS: number; stepS: number } {
+function trainThroughput(model: LlamaModel, B: number, T: number, R: number, rng: Rng): Timing {
   const V = model.config.vocabSize, P = T - R;
   const ids = Int32Array.from({ length: B * T }, () => 3 + rng.int(V - 3));
   const micro = new DataProto({
@@ -58,7 +65,7 @@ function trainThroughput(model: LlamaModel, B: number, T: number, R: number, rng
   const vars = model.trainableVariables();
   const opt = new AdamW(vars, { lr: 1e-5, weightDecay: 0.01 });
   try {
-    const { seconds } = timeIt(quick ? 1 : 3, () => {
+    return timeIt(quick ? 1 : 3, () => {
       const { value, grads } = tf.variableGrads(() => {
         const { logProbs } = responseLogProbs(model, micro, { temperature: 1 });
         return tf.mean(tf.mul(logProbs, adv)).neg() as tf.Scalar;
@@ -68,7 +75,6 @@ function trainThroughput(model: LlamaModel, B: number, T: number, R: number, rng
       tf.dispose([value, flat, ...Object.values(grads)]);
       return B * T;
     });
-    return { tokensPerS: (B * T) / seconds, stepS: seconds };
   } finally {
     opt.dispose();
     adv.dispose();
@@ -88,11 +94,13 @@ async function main(): Promise<void> {
   const b1 = genThroughput(model, 1, newTokens, rng);
   const b64 = genThroughput(model, 64, newTokens, rng);
   const train = trainThroughput(model, quick ? 16 : 64, quick ? 128 : 256, quick ? 64 : 192, rng);
+  const [g1, g64, tr] = [rate(b1), rate(b64), rate(train)];
   process.stdout.write(JSON.stringify({
     bench: "generation", model: "stories260K", backend, threads: 1, new_tokens: newTokens,
-    gen_tokens_per_s_batch1: Math.round(b1), gen_tokens_per_s_batch64: Math.round(b64),
-    train_tokens_per_s: Math.round(train.tokensPerS), train_step_s: Number(train.stepS.toFixed(3)),
-    train_batch: quick ? "16x128" : "64x256",
+    gen_tokens_per_s_batch1: g1.perS, gen_tokens_per_cpu_s_batch1: g1.perCpuS,
+    gen_tokens_per_s_batch64: g64.perS, gen_tokens_per_cpu_s_batch64: g64.perCpuS,
+    train_tokens_per_s: tr.perS, train_tokens_per_cpu_s: tr.perCpuS, train_step_s: Number(train.seconds.toFixed(3)),
+    train_batch: quick ? "16x128" : "64x256", load_avg_1m: Number(os.loadavg()[0]!.toFixed(2)),
   }) + "\n");
   model.dispose();
 }

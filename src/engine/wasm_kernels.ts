@@ -9,6 +9,12 @@
 // - Slice and SplitV: the stock kernels copy the whole input out of the heap
 //   before slicing, then copy row by row (a second for splitting a [16384, 16, 8]
 //   projection); these read the heap in place and copy contiguous runs.
+// - Concat: the stock kernel copies row by row through subarrays (slow for the
+//   narrow rows of split gradients); this one copies short runs element-wise.
+// - Identity: the stock kernel copies the data. Autograd clones every tensor it
+//   saves for the backward pass, so training held each activation twice (1.6 GB
+//   of copies at 64 x 256 tokens). Tensors are immutable, so the clone shares the
+//   buffer by reference count, as the cpu backend's does.
 import * as tf from "@tensorflow/tfjs";
 
 /** The parts of tfjs-backend-wasm's BackendWasm that these kernels use. */
@@ -155,6 +161,42 @@ export function sliceWasm(args: { inputs: tf.NamedTensorInfoMap; backend: unknow
 
 let stockSlice: tf.KernelConfig | undefined;
 
+export function identityWasm(args: { inputs: tf.NamedTensorInfoMap; backend: unknown }): tf.TensorInfo {
+  const x = args.inputs["x"]!;
+  if (x.dtype === "string") return stockIdentity!.kernelFunc(args as Parameters<tf.KernelFunc>[0]) as tf.TensorInfo;
+  (args.backend as { incRef(dataId: object): void }).incRef(x.dataId);
+  return { dataId: x.dataId, shape: x.shape, dtype: x.dtype };
+}
+
+let stockIdentity: tf.KernelConfig | undefined;
+
+export function concatWasm(args: { inputs: tf.NamedTensorInfoMap; backend: unknown; attrs?: tf.NamedAttrMap }): tf.TensorInfo {
+  const backend = args.backend as WasmBackendLike;
+  const inputs = Object.values(args.inputs) as tf.TensorInfo[];
+  const nonEmpty = inputs.filter((t) => t.shape.reduce((a, b) => a * b, 1) > 0);
+  if (inputs[0]!.dtype === "string" || nonEmpty.length < 2) return stockConcat!.kernelFunc(args as Parameters<tf.KernelFunc>[0]) as tf.TensorInfo;
+  const axis = tf.util.parseAxisParam(args.attrs!["axis"] as number, inputs[0]!.shape)[0]!;
+  tf.backend_util.assertParamsConsistent(inputs.map((t) => t.shape), axis);
+  const out = backend.makeOutput(tf.backend_util.computeOutShape(inputs.map((t) => t.shape), axis), inputs[0]!.dtype);
+  const outer = nonEmpty[0]!.shape.slice(0, axis).reduce((a, b) => a * b, 1);
+  const inner = nonEmpty.map((t) => t.shape.slice(axis).reduce((a, b) => a * b, 1));
+  const stride = inner.reduce((a, b) => a + b, 0);
+  const ys = backend.typedArrayFromHeap(out), xs = nonEmpty.map((t) => backend.typedArrayFromHeap(t)); // after makeOutput
+  let col = 0;
+  nonEmpty.forEach((_, i) => {
+    const run = inner[i]!, x = xs[i]!;
+    for (let o = 0; o < outer; o++) {
+      const dst = o * stride + col, src = o * run;
+      if (run >= 64) ys.set(x.subarray(src, src + run), dst);
+      else for (let r = 0; r < run; r++) ys[dst + r] = x[src + r]!;
+    }
+    col += run;
+  });
+  return out;
+}
+
+let stockConcat: tf.KernelConfig | undefined;
+
 /** SplitV through the in-place slice (the stock one calls the stock slice directly). */
 export function splitVWasm(args: { inputs: tf.NamedTensorInfoMap; backend: unknown; attrs?: tf.NamedAttrMap }): tf.TensorInfo[] {
   const x = args.inputs["x"]!;
@@ -191,5 +233,7 @@ export function registerWasmKernels(): void {
   stockBatchMatMul = replaceKernel("BatchMatMul", batchMatMulWasm as tf.KernelFunc) ?? stockBatchMatMul;
   stockSlice = replaceKernel("Slice", sliceWasm as tf.KernelFunc) ?? stockSlice;
   replaceKernel("SplitV", splitVWasm as unknown as tf.KernelFunc);
+  stockIdentity = replaceKernel("Identity", identityWasm as tf.KernelFunc) ?? stockIdentity;
+  stockConcat = replaceKernel("Concat", concatWasm as tf.KernelFunc) ?? stockConcat;
   registered = true;
 }

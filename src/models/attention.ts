@@ -4,6 +4,7 @@
 // tokens: ~400 MB a layer, past the wasm heap's limit). Here only q, k and v are
 // saved; the backward pass redoes one product and one softmax.
 import * as tf from "@tensorflow/tfjs";
+import { fusedAttentionAvailable, fusedGroupedAttention } from "../engine/fused_attention.js";
 
 export interface AttentionShape {
   batch: number;
@@ -19,9 +20,13 @@ type GradArgs = (tf.Tensor | tf.GradSaveFunc)[];
  * softmax(q k^T + bias) v for q [B*kvHeads, T*group, d] (rows are (t, j) pairs,
  * already scaled by 1/sqrt(d)), k and v [B*kvHeads, T, d]; bias broadcasts to
  * [B, kvHeads, T, group, T] (0 where a query may look, -1e9 elsewhere).
+ * `keyStart[b]`, when given, says the bias is plain causal from that column on
+ * (padding only before it, or after the last real token), which the fused path needs.
  */
-export function groupedAttention(q: tf.Tensor3D, k: tf.Tensor3D, v: tf.Tensor3D, bias: tf.Tensor, s: AttentionShape): tf.Tensor3D {
-  const T = s.seqLen, TG = T * s.group, K = s.kvHeads;
+export function groupedAttention(q: tf.Tensor3D, k: tf.Tensor3D, v: tf.Tensor3D, bias: tf.Tensor, s: AttentionShape, keyStart?: Int32Array): tf.Tensor3D {
+  const T = s.seqLen, TG = T * s.group, K = s.kvHeads, hd = q.shape[2];
+  // On wasm, when every sequence sees a contiguous run of keys, the fused SIMD kernels do it all.
+  if (keyStart && fusedAttentionAvailable(hd)) return fusedGroupedAttention(q, k, v, keyStart, { ...s, headDim: hd });
   // Work on a few sequences at a time so the [rows, T*group, T] temporaries stay
   // near 32 MB whatever the batch (the wasm heap cannot shrink once grown).
   const per = Math.max(1, Math.floor(8_000_000 / (K * TG * T)));

@@ -7,6 +7,7 @@
 import * as tf from "@tensorflow/tfjs";
 import { linear, matmul } from "../engine/matmul.js";
 import { groupedAttention } from "./attention.js";
+import { rmsNorm, swiGlu } from "./layers.js";
 import type { ModelConfig } from "./config.js";
 
 export interface ForwardOptions {
@@ -96,6 +97,25 @@ function rotateHalfMatrix(d: number): tf.Tensor2D {
   return tf.tensor2d(r, [d, d]);
 }
 
+/**
+ * Per sequence, the first real column, when the mask is padding, real tokens,
+ * padding (in that order): then real queries see exactly the keys from there to
+ * themselves. Undefined when some sequence has a hole.
+ */
+export function contiguousKeyStart(mask: ArrayLike<number> | undefined, B: number, T: number): Int32Array | undefined {
+  const start = new Int32Array(B);
+  if (!mask) return start;
+  for (let b = 0; b < B; b++) {
+    let t = 0;
+    while (t < T && mask[b * T + t] === 0) t++;
+    start[b] = t;
+    while (t < T && mask[b * T + t] !== 0) t++;
+    while (t < T && mask[b * T + t] === 0) t++;
+    if (t < T) return undefined;
+  }
+  return start;
+}
+
 /** Additive attention bias [B, 1, T, 1, T]: 0 where query t may see key s (s <= t and s is real), else -1e9. */
 function attentionBias(mask: ArrayLike<number> | undefined, B: number, T: number): tf.Tensor {
   const bias = new Float32Array(B * T * T);
@@ -135,7 +155,8 @@ export class LlamaModel {
       const cos = tf.tensor(rope.cos, [B * T, 1, hd]), sin = tf.tensor(rope.sin, [B * T, 1, hd]);
       const rot = rotateHalfMatrix(hd);
       const bias = attentionBias(mask, B, T);
-      const rms = (x: tf.Tensor, w: tf.Tensor) => x.mul(tf.rsqrt(x.square().mean(-1, true).add(c.normEps))).mul(w);
+      const keyStart = contiguousKeyStart(mask, B, T);
+      const rms = (x: tf.Tensor, w: tf.Tensor) => rmsNorm(x, w, c.normEps); // w * x / sqrt(mean(x^2) + eps)
 
       let x: tf.Tensor = tf.gather(this.p("model.embed_tokens.weight"), inputIds.reshape([-1]).toInt()); // [B*T, dim]
       for (let i = 0; i < c.nLayers; i++) {
@@ -154,14 +175,13 @@ export class LlamaModel {
         const k = k0!.reshape([B, T, c.nKvHeads, hd]).transpose([0, 2, 1, 3]).reshape([B * c.nKvHeads, T, hd]) as tf.Tensor3D;
         const v = v0!.reshape([B, T, c.nKvHeads, hd]).transpose([0, 2, 1, 3]).reshape([B * c.nKvHeads, T, hd]) as tf.Tensor3D;
         // softmax(q k^T + bias) v, computed in attention.ts to keep the backward pass lean
-        const o = groupedAttention(q, k, v, bias, { batch: B, kvHeads: c.nKvHeads, group: g, seqLen: T });
+        const o = groupedAttention(q, k, v, bias, { batch: B, kvHeads: c.nKvHeads, group: g, seqLen: T }, keyStart);
         const att = o.reshape([B, c.nKvHeads, T, g * hd]).transpose([0, 2, 1, 3]).reshape([B * T, c.nHeads * hd]);
         const h = x.add(linear(att, l("self_attn.o_proj.weight") as tf.Tensor2D));
         // SwiGLU feed-forward with one fused gate/up projection
         const n2 = rms(h, l("post_attention_layernorm.weight"));
-        const gu = linear(n2, tf.concat([l("mlp.gate_proj.weight"), l("mlp.up_proj.weight")], 0) as tf.Tensor2D);
-        const [gate, up] = tf.split(gu, 2, 1);
-        x = h.add(linear(gate!.mul(tf.sigmoid(gate!)).mul(up!), l("mlp.down_proj.weight") as tf.Tensor2D));
+        const gu = linear(n2, tf.concat([l("mlp.gate_proj.weight"), l("mlp.up_proj.weight")], 0) as tf.Tensor2D) as tf.Tensor2D;
+        x = h.add(linear(swiGlu(gu), l("mlp.down_proj.weight") as tf.Tensor2D)); // silu(gate) * up
       }
       return rms(x, this.p("model.norm.weight")).reshape([B, T, c.dim]) as tf.Tensor3D;
     });

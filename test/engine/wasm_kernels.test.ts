@@ -126,3 +126,21 @@ test("Slice on wasm (in-place heap reads) matches cpu for contiguous, strided an
   const ints = () => [tf.slice(tf.tensor2d([[1, 2, 3], [4, 5, 6]], [2, 3], "int32"), [0, 1], [2, 2])];
   assert.deepEqual(Array.from((await on("wasm", ints))[0]!), [2, 3, 5, 6]);
 });
+
+test("Concat on wasm matches cpu on every axis, with narrow and wide pieces", async () => {
+  const rng = new Rng(6);
+  const cases: [number[][], number][] = [
+    [[[5, 3], [5, 4]], 1],
+    [[[2, 3, 4], [2, 5, 4], [2, 1, 4]], 1],
+    [[[3, 70], [3, 2]], 1],
+    [[[3, 4], [2, 4]], 0],
+    [[[2, 3, 4], [2, 3, 0], [2, 3, 1]], -1],
+  ];
+  for (const [shapes, axis] of cases) {
+    const xs = shapes.map((s) => randn(rng, s.reduce((a, b) => a * b, 1)));
+    const run = () => [tf.concat(xs.map((x, i) => tf.tensor(x, shapes[i]!)), axis)];
+    const [cpu] = await on("cpu", run);
+    const [wasm] = await on("wasm", run);
+    assert.deepEqual(Array.from(wasm!), Array.from(cpu!), `${JSON.stringify(shapes)} axis ${axis}`);
+  }
+});
