@@ -133,6 +133,7 @@ function attentionBias(mask: ArrayLike<number> | undefined, B: number, T: number
 export class LlamaModel {
   /** False for the trunk of a value model saved without an (untied) lm_head. */
   readonly hasLmHead: boolean;
+  private readonly disposeHooks: (() => void)[] = [];
 
   constructor(readonly config: ModelConfig, readonly params: Map<string, tf.Variable>, opts: { lmHead?: boolean } = {}) {
     this.hasLmHead = opts.lmHead !== false || config.tieWordEmbeddings;
@@ -207,7 +208,13 @@ export class LlamaModel {
     return [...this.params.values()];
   }
 
+  /** Run `fn` when the model is disposed (caches derived from its weights release themselves). */
+  onDispose(fn: () => void): void {
+    this.disposeHooks.push(fn);
+  }
+
   dispose(): void {
+    for (const fn of this.disposeHooks.splice(0)) fn();
     for (const v of this.params.values()) v.dispose();
     this.params.clear();
   }

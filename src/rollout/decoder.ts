@@ -6,10 +6,11 @@
 // whole prefix with the tfjs training forward each step: slow, but it is the
 // reference the fast path is tested against (same tokens, same log-probs).
 import * as tf from "@tensorflow/tfjs";
-import { hostKernels, type HostBuffer, type HostKernels, type HostWeight } from "../engine/host_kernels.js";
+import { hostKernels, type HostBuffer, type HostKernels } from "../engine/host_kernels.js";
 import type { ModelConfig } from "../models/config.js";
 import { ropeInvFreq, type LlamaModel } from "../models/llama.js";
 import { KvCache } from "./kv_cache.js";
+import { cachedDecodeWeights, prepareDecodeWeights, type DecodeWeights } from "./decode_weights.js";
 import { SimdArena } from "../engine/simd/arena.js";
 import { buildSwiGluKernel, type SwiGluKernel } from "../engine/simd/swiglu_kernel.js";
 
@@ -25,26 +26,11 @@ export interface StepDecoder {
   dispose(): void;
 }
 
-interface LayerWeights {
-  attnNorm: Float32Array; wqkv: HostWeight; bqkv?: Float32Array; wo: HostWeight;
-  ffnNorm: Float32Array; wgu: HostWeight; wd: HostWeight;
-}
-
-function concatRows(parts: Float32Array[]): Float32Array {
-  const out = new Float32Array(parts.reduce((n, p) => n + p.length, 0));
-  let at = 0;
-  for (const p of parts) { out.set(p, at); at += p.length; }
-  return out;
-}
-
 export class KvCacheDecoder implements StepDecoder {
   readonly vocabSize: number;
   private readonly c: ModelConfig;
   private readonly kernels: HostKernels;
-  private readonly layers: LayerWeights[] = [];
-  private readonly emb: Float32Array;
-  private readonly finalNorm: Float32Array;
-  private readonly lmHead: HostWeight;
+  private readonly w: DecodeWeights;
   private readonly cache: KvCache;
   private readonly glu?: { kernel: SwiGluKernel; gu: Float32Array; h: Float32Array; guAt: number; hAt: number };
   private readonly maxRows: number;
@@ -60,24 +46,11 @@ export class KvCacheDecoder implements StepDecoder {
     const c = (this.c = model.config);
     this.vocabSize = c.vocabSize;
     this.kernels = opts.kernels ?? hostKernels();
-    const read = (n: string) => model.p(n).dataSync() as Float32Array;
+    // with the default kernels the weights come from a per-model cache; given kernels own their own copy
+    this.w = opts.kernels ? prepareDecodeWeights(model, opts.kernels) : cachedDecodeWeights(model, tf.getBackend());
     const Q = c.nHeads * c.headDim, KV = c.nKvHeads * c.headDim, D = c.dim, F = c.hiddenDim;
-    for (let i = 0; i < c.nLayers; i++) {
-      const p = (n: string) => read(`model.layers.${i}.${n}`);
-      this.layers.push({
-        attnNorm: p("input_layernorm.weight"),
-        wqkv: this.kernels.weight(concatRows([p("self_attn.q_proj.weight"), p("self_attn.k_proj.weight"), p("self_attn.v_proj.weight")]), Q + 2 * KV, D),
-        bqkv: c.attentionBias ? concatRows([p("self_attn.q_proj.bias"), p("self_attn.k_proj.bias"), p("self_attn.v_proj.bias")]) : undefined,
-        wo: this.kernels.weight(p("self_attn.o_proj.weight"), D, Q),
-        ffnNorm: p("post_attention_layernorm.weight"),
-        wgu: this.kernels.weight(concatRows([p("mlp.gate_proj.weight"), p("mlp.up_proj.weight")]), 2 * F, D),
-        wd: this.kernels.weight(p("mlp.down_proj.weight"), D, F),
-      });
-    }
-    this.emb = read("model.embed_tokens.weight");
-    this.finalNorm = read("model.norm.weight");
-    this.lmHead = this.kernels.weight(c.tieWordEmbeddings ? this.emb : read("lm_head.weight"), c.vocabSize, D);
-    const N = (this.maxRows = Math.max(batch, opts.maxRowsPerCall ?? 2048));
+    // rows per forward: enough for prompt chunks of 64 columns, at most 2048 (prefill is chunked to fit)
+    const N = (this.maxRows = Math.max(batch, opts.maxRowsPerCall ?? Math.min(2048, 64 * batch)));
     // SIMD kernels (attention, SwiGLU) work in one arena that also holds the cache
     const need = KvCache.arenaNeeds(c, batch, maxLen, N), gluFloats = F % 4 === 0 ? 3 * N * F : 0;
     const arena = opts.simd === false ? undefined : SimdArena.create(need.floats + gluFloats, need.regions + 2);
@@ -160,10 +133,10 @@ export class KvCacheDecoder implements StepDecoder {
     for (let n = 0; n < N; n++) {
       const tkn = tokens[n]!;
       if (tkn < 0 || tkn >= c.vocabSize) throw new Error(`KvCacheDecoder: token id ${tkn} outside the vocabulary [0, ${c.vocabSize})`);
-      x.set(this.emb.subarray(tkn * D, tkn * D + D), n * D);
+      x.set(this.w.emb.subarray(tkn * D, tkn * D + D), n * D);
     }
     for (let l = 0; l < c.nLayers; l++) {
-      const L = this.layers[l]!;
+      const L = this.w.layers[l]!;
       rmsNorm(x, this.xn.view(), N, D, L.attnNorm, c.normEps);
       k.matmul(this.xn, N, L.wqkv, this.qkv);
       const qkv = this.qkv.view();
@@ -180,8 +153,8 @@ export class KvCacheDecoder implements StepDecoder {
     }
     // final norm of each row's last token, then the output projection
     const last = T === 1 ? x : gatherLast(x, R, T, D);
-    rmsNorm(last, this.xn.view(), R, D, this.finalNorm, c.normEps);
-    k.matmul(this.xn, R, this.lmHead, this.logits);
+    rmsNorm(last, this.xn.view(), R, D, this.w.finalNorm, c.normEps);
+    k.matmul(this.xn, R, this.w.lmHead, this.logits);
     return this.logits.view().subarray(0, R * c.vocabSize);
   }
 

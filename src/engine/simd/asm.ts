@@ -123,3 +123,18 @@ export function simdSupported(): boolean {
   }
   return simdOk === true;
 }
+
+const modules = new Map<string, object>();
+
+/**
+ * Instantiate the function `build()` makes against `memory`, compiling each
+ * distinct kernel (by `key`) once per process: decoders are made per generate call.
+ */
+export function instantiateKernel<T>(memory: object, key: string, name: string, build: () => Fn): T {
+  let mod = modules.get(key);
+  if (!mod) {
+    mod = new wasmApi.Module(assemble({ [name]: build() }));
+    modules.set(key, mod);
+  }
+  return new wasmApi.Instance(mod, { env: { memory } }).exports[name] as T;
+}

@@ -7,9 +7,9 @@
 //             dq = ds @ k; dk += ds q; dv += p dO (dk, dv accumulate over queries)
 // JS would spend ~50 ns per key and head here; with f32x4, four keys per step and
 // the head dimension unrolled it is several times faster.
-import { assemble, Fn, Ty, V } from "./asm.js";
+import { Fn, instantiateKernel, Ty, V } from "./asm.js";
 import { expConstants, emitExp, type ExpConstants } from "./exp.js";
-import { wasmApi, type WasmMemory } from "./wasm_api.js";
+import type { WasmMemory } from "./wasm_api.js";
 
 export interface AttentionKernel {
   /**
@@ -139,13 +139,13 @@ function loadHeads(f: Fn, addr: number, G: number, C: number, headDim: number): 
   }));
 }
 
-function instantiate<T>(memory: WasmMemory, name: string, f: Fn): T {
-  const inst = new wasmApi.Instance(new wasmApi.Module(assemble({ [name]: f })), { env: { memory } });
-  return inst.exports[name] as T;
-}
-
 export function buildAttentionKernel(memory: WasmMemory, headDim: number, group: number, scale: number, opts: { stats?: boolean } = {}): AttentionKernel {
   if (headDim % 4 !== 0) throw new Error(`attention kernel: head size ${headDim} is not a multiple of 4`);
+  const key = `attend/${headDim}/${group}/${scale}/${opts.stats === true}`;
+  return { attend: instantiateKernel<AttentionKernel["attend"]>(memory, key, "attend", () => attendFn(headDim, group, scale, opts)) };
+}
+
+function attendFn(headDim: number, group: number, scale: number, opts: { stats?: boolean }): Fn {
   const f = new Fn(Array(opts.stats ? 8 : 6).fill(Ty.i32) as Ty[]);
   const [q, k, v, out, sc, n, mOut, zOut] = [0, 1, 2, 3, 4, 5, 6, 7];
   const c = context(f, headDim, group), { C, G, rowBytes, s, ptr } = c;
@@ -181,11 +181,16 @@ export function buildAttentionKernel(memory: WasmMemory, headDim: number, group:
       f.get(zOut).get(sum[g]!).f32Store(4 * g);
     }
   }
-  return { attend: instantiate<AttentionKernel["attend"]>(memory, "attend", f) };
+  return f;
 }
 
 export function buildAttentionBackwardKernel(memory: WasmMemory, headDim: number, group: number): AttentionBackwardKernel {
   if (headDim % 4 !== 0) throw new Error(`attention kernel: head size ${headDim} is not a multiple of 4`);
+  const key = `attend_backward/${headDim}/${group}`;
+  return { backward: instantiateKernel<AttentionBackwardKernel["backward"]>(memory, key, "backward", () => backwardFn(headDim, group)) };
+}
+
+function backwardFn(headDim: number, group: number): Fn {
   const f = new Fn(Array(12).fill(Ty.i32) as Ty[]);
   const [q, k, v, dO, out, mIn, zIn, dq, dk, dv, sc, n] = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11];
   const c = context(f, headDim, group), { C, G, rowBytes, s, ptr, tmp } = c;
@@ -240,5 +245,5 @@ export function buildAttentionBackwardKernel(memory: WasmMemory, headDim: number
     f.br(0);
   });
   for (let g = 0; g < G; g++) for (let j = 0; j < C; j++) f.get(dq).get(acc[g]![j]!).vStore((g * headDim + 4 * j) * 4);
-  return { backward: instantiate<AttentionBackwardKernel["backward"]>(memory, "backward", f) };
+  return f;
 }

@@ -1,8 +1,8 @@
 // h = silu(gate) * up = gate * up / (1 + exp(-gate)) over rows laid out
 // [gate (F) | up (F)], four lanes at a time (F a multiple of 4).
-import { assemble, Fn, Ty, V } from "./asm.js";
+import { Fn, instantiateKernel, Ty, V } from "./asm.js";
 import { expConstants, emitExp } from "./exp.js";
-import { wasmApi, type WasmMemory } from "./wasm_api.js";
+import type { WasmMemory } from "./wasm_api.js";
 
 export interface SwiGluKernel {
   /** swiglu(gu, h, rows): byte addresses; gu holds rows x 2F floats, h receives rows x F. */
@@ -11,6 +11,10 @@ export interface SwiGluKernel {
 
 export function buildSwiGluKernel(memory: WasmMemory, F: number): SwiGluKernel {
   if (F % 4 !== 0) throw new Error(`swiglu kernel: width ${F} is not a multiple of 4`);
+  return { swiglu: instantiateKernel<SwiGluKernel["swiglu"]>(memory, `swiglu/${F}`, "swiglu", () => swigluFn(F)) };
+}
+
+function swigluFn(F: number): Fn {
   const f = new Fn([Ty.i32, Ty.i32, Ty.i32]);
   const [gu, h, rows] = [0, 1, 2];
   const r = f.local(Ty.i32), j = f.local(Ty.i32), g = f.local(Ty.v128), e = f.local(Ty.v128), tmp = f.local(Ty.v128), one = f.local(Ty.v128);
@@ -34,6 +38,5 @@ export function buildSwiGluKernel(memory: WasmMemory, F: number): SwiGluKernel {
     f.get(gu).i32(8 * F).i32Add().set(gu).get(h).i32(4 * F).i32Add().set(h);
     f.get(r).i32(1).i32Add().set(r).br(0);
   });
-  const inst = new wasmApi.Instance(new wasmApi.Module(assemble({ swiglu: f })), { env: { memory } });
-  return { swiglu: inst.exports["swiglu"] as SwiGluKernel["swiglu"] };
+  return f;
 }

@@ -1,0 +1,63 @@
+// The decoder's copy of a model's weights, laid out for its products: fused
+// q/k/v and gate/up matrices, transposed for XNNPACK. Preparing them reads every
+// parameter back from tfjs, which at batch 1 costs more than decoding, so the
+// copy is kept per model and rebuilt only when a parameter changes (the trainer's
+// optimizer assigns new tensors, so their data ids tell).
+import { hostKernels, type HostKernels, type HostWeight } from "../engine/host_kernels.js";
+import type { LlamaModel } from "../models/llama.js";
+
+export interface LayerWeights {
+  attnNorm: Float32Array; wqkv: HostWeight; bqkv?: Float32Array; wo: HostWeight;
+  ffnNorm: Float32Array; wgu: HostWeight; wd: HostWeight;
+}
+
+export interface DecodeWeights {
+  layers: LayerWeights[];
+  emb: Float32Array;
+  finalNorm: Float32Array;
+  lmHead: HostWeight;
+}
+
+function concatRows(parts: Float32Array[]): Float32Array {
+  const out = new Float32Array(parts.reduce((n, p) => n + p.length, 0));
+  let at = 0;
+  for (const p of parts) { out.set(p, at); at += p.length; }
+  return out;
+}
+
+/** Prepare the weights with `kernels` (which then owns them). */
+export function prepareDecodeWeights(model: LlamaModel, kernels: HostKernels): DecodeWeights {
+  const c = model.config, read = (n: string) => model.p(n).dataSync() as Float32Array;
+  const Q = c.nHeads * c.headDim, KV = c.nKvHeads * c.headDim, D = c.dim, F = c.hiddenDim;
+  const layers: LayerWeights[] = [];
+  for (let i = 0; i < c.nLayers; i++) {
+    const p = (n: string) => read(`model.layers.${i}.${n}`);
+    layers.push({
+      attnNorm: p("input_layernorm.weight"),
+      wqkv: kernels.weight(concatRows([p("self_attn.q_proj.weight"), p("self_attn.k_proj.weight"), p("self_attn.v_proj.weight")]), Q + 2 * KV, D),
+      bqkv: c.attentionBias ? concatRows([p("self_attn.q_proj.bias"), p("self_attn.k_proj.bias"), p("self_attn.v_proj.bias")]) : undefined,
+      wo: kernels.weight(p("self_attn.o_proj.weight"), D, Q),
+      ffnNorm: p("post_attention_layernorm.weight"),
+      wgu: kernels.weight(concatRows([p("mlp.gate_proj.weight"), p("mlp.up_proj.weight")]), 2 * F, D),
+      wd: kernels.weight(p("mlp.down_proj.weight"), D, F),
+    });
+  }
+  const emb = read("model.embed_tokens.weight");
+  return { layers, emb, finalNorm: read("model.norm.weight"), lmHead: kernels.weight(c.tieWordEmbeddings ? emb : read("lm_head.weight"), c.vocabSize, D) };
+}
+
+interface Cached { ids: object[]; backend: string; kernels: HostKernels; weights: DecodeWeights }
+const cache = new WeakMap<LlamaModel, Cached>();
+
+/** The model's decode weights, prepared on the current backend's kernels; reused while no parameter changed. */
+export function cachedDecodeWeights(model: LlamaModel, backend: string): DecodeWeights {
+  const ids = [...model.params.values()].map((v) => v.dataId);
+  const hit = cache.get(model);
+  if (hit && hit.backend === backend && hit.ids.length === ids.length && hit.ids.every((id, i) => id === ids[i])) return hit.weights;
+  if (hit) hit.kernels.dispose();
+  else model.onDispose(() => { cache.get(model)?.kernels.dispose(); cache.delete(model); });
+  const kernels = hostKernels();
+  const entry = { ids, backend, kernels, weights: prepareDecodeWeights(model, kernels) };
+  cache.set(model, entry);
+  return entry.weights;
+}
