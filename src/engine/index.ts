@@ -3,3 +3,5 @@ export { initBackend, currentBackend, resolveBackendName, backendImporters, BACK
 export { linear, matmul } from "./matmul.js";
 export { registerWasmKernels } from "./wasm_kernels.js";
 export { hostKernels, JsKernels, XnnpackKernels, transposeToInOut, type HostKernels, type HostBuffer, type HostWeight } from "./host_kernels.js";
+export { fusedGroupedAttention, fusedAttentionAvailable, type FusedAttentionShape } from "./fused_attention.js";
+export { simdSupported } from "./simd/asm.js";
