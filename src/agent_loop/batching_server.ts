@@ -3,13 +3,14 @@
 // prefill into a free slot) and leave when they stop, so one decode step
 // advances every live conversation at once. A finished request's cache is
 // parked: a later prompt that extends it (the next turn of the same
-// conversation) prefills only the new tokens.
-import { JsKernels } from "../engine/host_kernels.js";
+// conversation) prefills only the new tokens. The decoding is the rollout's
+// KvCacheDecoder: one cache row per slot, each row at its own column.
+import { hostKernels, JsKernels } from "../engine/host_kernels.js";
 import type { LlamaModel } from "../models/llama.js";
+import { KvCacheDecoder } from "../rollout/decoder.js";
 import { TokenSampler } from "../rollout/sampling.js";
 import { Rng } from "../utils/rng.js";
 import { checkGenerationParams, type AsyncRolloutServer, type GenerationParams, type TokenOutput } from "./server.js";
-import { SlotKvEngine } from "./slot_engine.js";
 
 export interface ContinuousBatchingServerOptions {
   /** Most sequences decoded together (rollout.max_num_seqs); also the number of cache slots. */
@@ -57,10 +58,10 @@ interface Request {
 const yieldToEventLoop = () => new Promise<void>((resolve) => setImmediate(resolve));
 
 export class ContinuousBatchingServer implements AsyncRolloutServer {
-  private engine: SlotKvEngine | undefined;
+  private engine: KvCacheDecoder | undefined;
   private readonly waiting: Request[] = [];
   private readonly active: Request[] = [];
-  /** Token ids whose K/V each slot holds. */
+  /** Token ids whose K/V each slot holds (its length is the slot's next cache column and position). */
   private readonly cached: number[][] = [];
   /** Slots holding a finished request's cache, least recently parked first. */
   private parked: number[] = [];
@@ -71,6 +72,9 @@ export class ContinuousBatchingServer implements AsyncRolloutServer {
 
   constructor(private readonly model: LlamaModel, private readonly opts: ContinuousBatchingServerOptions) {
     if (!Number.isInteger(opts.maxNumSeqs) || opts.maxNumSeqs < 1) throw new Error(`ContinuousBatchingServer: maxNumSeqs must be a positive integer, got ${opts.maxNumSeqs}`);
+    if (opts.prefillChunk !== undefined && (!Number.isInteger(opts.prefillChunk) || opts.prefillChunk < 1)) {
+      throw new Error(`ContinuousBatchingServer: prefillChunk must be a positive integer, got ${opts.prefillChunk}`);
+    }
     if (opts.maxModelLen > model.config.maxSeqLen) {
       throw new Error(`ContinuousBatchingServer: maxModelLen ${opts.maxModelLen} exceeds the model's max_position_embeddings ${model.config.maxSeqLen}`);
     }
@@ -136,13 +140,12 @@ export class ContinuousBatchingServer implements AsyncRolloutServer {
     this.idleWaiters.splice(0).forEach((w) => w());
   }
 
-  private ensureEngine(): SlotKvEngine {
+  private ensureEngine(): KvCacheDecoder {
     if (!this.engine) {
-      this.engine = new SlotKvEngine(this.model, {
-        numSlots: this.opts.maxNumSeqs,
-        maxLen: this.opts.maxModelLen,
-        prefillChunk: this.opts.prefillChunk,
-        kernels: this.opts.kernels === "js" ? new JsKernels() : undefined,
+      // Own kernels, so the decoder owns its weight copy (read now) and sleep() releases every tensor.
+      this.engine = new KvCacheDecoder(this.model, this.opts.maxNumSeqs, this.opts.maxModelLen, {
+        kernels: this.opts.kernels === "js" ? new JsKernels() : hostKernels(),
+        maxRowsPerCall: this.prefillChunk(),
       });
       this.counters.enginesBuilt++;
       this.free.length = 0;
@@ -161,17 +164,33 @@ export class ContinuousBatchingServer implements AsyncRolloutServer {
       const req = this.waiting.shift()!;
       const { slot, reuse } = this.pickSlot(req.prompt);
       req.slot = slot;
-      engine.truncate(slot, reuse);
+      engine.truncateRow(slot, reuse);
       const cache = this.cached[slot]!;
       cache.length = reuse;
       const suffix = req.prompt.slice(reuse);
       this.counters.reusedTokens += reuse;
       this.counters.prefillTokens += suffix.length;
-      const logits = engine.append(slot, suffix);
+      const logits = this.prefill(engine, slot, reuse, suffix);
       cache.push(...suffix);
       this.active.push(req);
       this.accept(req, logits, 0);
     }
+  }
+
+  private prefillChunk(): number {
+    return this.opts.prefillChunk ?? 256;
+  }
+
+  /** Feed `tokens` to `slot` from column `start` on, in chunks; returns the last token's logits [V]. */
+  private prefill(engine: KvCacheDecoder, slot: number, start: number, tokens: number[]): Float32Array {
+    const rows = Int32Array.of(slot), chunk = this.prefillChunk();
+    let logits: Float32Array = new Float32Array(0);
+    for (let c0 = 0; c0 < tokens.length; c0 += chunk) {
+      const T = Math.min(chunk, tokens.length - c0), col = start + c0;
+      const pos = Int32Array.from({ length: T }, (_, i) => col + i);
+      logits = engine.forwardRows(rows, Int32Array.from(tokens.slice(c0, c0 + T)), pos, Int32Array.of(col), T);
+    }
+    return logits;
   }
 
   /** The parked slot sharing the longest prefix with the prompt, else a free slot, else the oldest parked one. */
@@ -197,7 +216,9 @@ export class ContinuousBatchingServer implements AsyncRolloutServer {
   private decodeStep(): void {
     const engine = this.engine!;
     const rows = this.active.slice();
-    const logits = engine.decode(Int32Array.from(rows, (r) => r.slot), Int32Array.from(rows, (r) => r.next));
+    // no padding: each row's next cache column is also its position
+    const cols = Int32Array.from(rows, (r) => this.cached[r.slot]!.length);
+    const logits = engine.forwardRows(Int32Array.from(rows, (r) => r.slot), Int32Array.from(rows, (r) => r.next), cols, cols, 1);
     for (const r of rows) this.cached[r.slot]!.push(r.next);
     this.counters.decodeSteps++;
     this.counters.decodeTokens += rows.length;
@@ -210,7 +231,7 @@ export class ContinuousBatchingServer implements AsyncRolloutServer {
     const { token, logProb } = req.sampler.sample(logits, offset, req.rng);
     req.out.push(token);
     if (req.logprobs) req.logps.push(logProb);
-    const full = this.engine!.lengths[req.slot]! >= this.opts.maxModelLen;
+    const full = this.cached[req.slot]!.length >= this.opts.maxModelLen;
     if (req.stop.has(token)) this.finish(req, "stop");
     else if (req.out.length >= req.maxTokens || full) this.finish(req, "length");
     else req.next = token;

@@ -105,6 +105,16 @@ export class KvCacheDecoder implements StepDecoder {
     for (const b of rows) this.cache.reset(b);
   }
 
+  /**
+   * Keep only cache columns [0, len) of `row`, so a sequence whose prefix it
+   * holds (the next turn of a conversation) can continue from column len.
+   */
+  truncateRow(row: number, len: number): void {
+    if (row < 0 || row >= this.batch) throw new Error(`KvCacheDecoder: row ${row} outside [0, ${this.batch})`);
+    if (!Number.isInteger(len) || len < 0 || len > this.maxLen) throw new Error(`KvCacheDecoder: cannot keep ${len} columns of a cache of length ${this.maxLen}`);
+    this.cache.truncate(row, len);
+  }
+
   /** Whether attention runs in the WebAssembly SIMD kernel. */
   get usesSimd(): boolean {
     return this.cache.usesSimd;

@@ -59,8 +59,13 @@ export class KvCache {
 
   /** Forget what row b holds. */
   reset(b: number): void {
-    this.valid.fill(0, b * this.maxLen, (b + 1) * this.maxLen);
-    this.firstValid[b] = this.maxLen;
+    this.truncate(b, 0);
+  }
+
+  /** Keep only the first `len` columns of row b (0 forgets the row). */
+  truncate(b: number, len: number): void {
+    this.valid.fill(0, b * this.maxLen + len, (b + 1) * this.maxLen);
+    if (this.firstValid[b]! >= len) this.firstValid[b] = this.maxLen;
   }
 
   mark(b: number, slot: number, valid: boolean): void {

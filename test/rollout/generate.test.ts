@@ -140,6 +140,31 @@ test("rows can sit at different cache columns: per-row slots give each sequence'
   }
 });
 
+test("truncateRow keeps a cached prefix: continuing from it gives the logits of decoding the new sequence afresh", async () => {
+  await initBackend("wasm");
+  const m = initModel(tinyConfig(), new Rng(13));
+  for (const simd of [true, false]) {
+    const dec = new KvCacheDecoder(m, 2, 10, { simd }), fresh = new KvCacheDecoder(m, 1, 10, { simd });
+    const cols = (from: number, n: number) => Int32Array.from({ length: n }, (_, i) => from + i);
+    try {
+      dec.forwardRows(Int32Array.from([1]), Int32Array.from([3, 4, 5, 6, 7, 8, 9]), cols(0, 7), Int32Array.from([0]), 7);
+      dec.truncateRow(1, 4); // keep [3, 4, 5, 6]
+      // written past a gap (column 6, position 4): the forgotten columns 4, 5 (tokens 7, 8) must not be attended to
+      const cont = Array.from(dec.forwardRows(Int32Array.from([1]), Int32Array.from([12]), cols(4, 1), Int32Array.from([6]), 1));
+      const ref = fresh.forwardRows(Int32Array.from([0]), Int32Array.from([3, 4, 5, 6, 12]), cols(0, 5), Int32Array.from([0]), 5);
+      ref.forEach((v, i) => assert.ok(Math.abs(v - cont[i]!) < 1e-4, `simd ${simd}, logit ${i}`));
+      dec.truncateRow(1, 0);
+      const again = Array.from(dec.forwardRows(Int32Array.from([1]), Int32Array.from([3, 4, 5, 6, 12]), cols(0, 5), Int32Array.from([0]), 5));
+      ref.forEach((v, i) => assert.ok(Math.abs(v - again[i]!) < 1e-4, `after truncating to 0, logit ${i}`));
+      assert.throws(() => dec.truncateRow(2, 0), /row 2 outside \[0, 2\)/);
+      assert.throws(() => dec.truncateRow(0, 11), /cannot keep 11 columns/);
+    } finally {
+      dec.dispose(); fresh.dispose();
+    }
+  }
+  m.dispose();
+});
+
 test("generation leaves no tensors behind", async () => {
   await initBackend("wasm");
   const m = initModel(tinyConfig(), new Rng(10));
