@@ -2,6 +2,7 @@
 // benchmarks need: what each rank holds in memory. Everything else (initModel,
 // generateSequences, computeLogProb, updateActor...) is ActorRolloutRefWorker's own.
 import v8 from "node:v8";
+import vm from "node:vm";
 import * as tf from "@tensorflow/tfjs";
 import { Dispatch, register } from "../src/single_controller/index.js";
 import { ActorRolloutRefWorker } from "../src/workers/index.js";
@@ -22,6 +23,15 @@ export interface RankMemory {
   processRssBytes: number;
 }
 
+/**
+ * A full garbage collection of this thread's heap, so what is counted is what is still referenced
+ * (without it, RSS also counts garbage V8 has not yet bothered to collect).
+ */
+export function collectGarbage(): void {
+  v8.setFlagsFromString("--expose-gc");
+  (vm.runInNewContext("gc") as () => void)();
+}
+
 function wasmHeapBytes(): number {
   if (tf.getBackend() !== "wasm") return 0;
   const be = tf.backend() as unknown as { wasm?: { HEAPU8?: Uint8Array } };
@@ -30,7 +40,8 @@ function wasmHeapBytes(): number {
 
 export class BenchActorWorker extends ActorRolloutRefWorker {
   @register({ dispatchMode: Dispatch.ONE_TO_ALL })
-  memoryStats(): RankMemory {
+  memoryStats(fullGc = false): RankMemory {
+    if (fullGc) collectGarbage();
     const m = tf.memory();
     const usage = process.memoryUsage();
     return {

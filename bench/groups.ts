@@ -18,7 +18,8 @@ export interface ActorGroup {
   numParams: number;
   /** A worker call that returns a DataProto. */
   proto(method: string, data: DataProto): Promise<DataProto>;
-  memory(): Promise<RankMemory[]>;
+  /** Each rank's memory figures (after a full GC in each rank thread when `fullGc`). */
+  memory(fullGc?: boolean): Promise<RankMemory[]>;
 }
 
 export async function withActorGroup<T>(config: Config, role: ActorRole, fn: (g: ActorGroup) => Promise<T>): Promise<T> {
@@ -32,7 +33,7 @@ export async function withActorGroup<T>(config: Config, role: ActorRole, fn: (g:
       backend: info[0]!.backend,
       numParams: info[0]!.numParams,
       proto: async (method, data) => (await wg.call(method, data)) as DataProto,
-      memory: async () => (await wg.call("memoryStats")) as RankMemory[],
+      memory: async (fullGc = false) => (await wg.call("memoryStats", fullGc)) as RankMemory[],
     };
     return await fn(group);
   } finally {

@@ -2,12 +2,15 @@
 // small size: generateSequences (8 prompts x 32 new tokens), computeLogProb,
 // computeRefLogProb, then updateActor (KL loss on) on the 8 responses, through a
 // 2-rank WorkerGroup of ActorRolloutRefWorker (role actor_rollout_ref). After
-// --warmup steps the live tensor count of each rank (tf.memory().numTensors in its
-// thread) and the memory figures are read, then again after --steps more steps.
+// --warmup steps (default 20: JIT tiers and allocator pools settle first) the live
+// tensor count of each rank (tf.memory().numTensors in its thread) and the memory
+// figures are read, then again after --steps more steps.
 // Figures: per rank tensors/bytes/wasm heap/V8 heap before and after; the process's
 // RSS before, after, growth and its peak (the ranks are threads of one process, so
-// resident memory is one figure for all of them plus the driver).
-// Run: node dist/bench/memory.js [--steps 100] [--warmup 2] [--ranks 2]
+// resident memory is one figure for all of them plus the driver). The growth figure
+// compares RSS after a full GC in the driver and every rank (what is still referenced);
+// the RSS as it stands, without a GC, is reported beside it.
+// Run: node dist/bench/memory.js [--steps 100] [--warmup 20] [--ranks 2]
 import { leftPadPrompts } from "../src/rollout/index.js";
 import { Rng } from "../src/utils/rng.js";
 import { tensor } from "../src/protocol/tensor.js";
@@ -15,7 +18,7 @@ import {
   emit, intFlag, loadAvg1m, machine, parseBenchArgs, runMain, STORIES_ABSENT, storiesConfig, storiesPath,
 } from "./common.js";
 import { withActorGroup, type ActorGroup } from "./groups.js";
-import type { RankMemory } from "./bench_worker.js";
+import { collectGarbage, type RankMemory } from "./bench_worker.js";
 
 const NAME = "memory";
 const MiB = 2 ** 20;
@@ -45,7 +48,7 @@ function perRank(m: RankMemory[]) {
 }
 
 async function main(): Promise<void> {
-  const args = parseBenchArgs(process.argv.slice(2), { reps: 1, warmup: 2 });
+  const args = parseBenchArgs(process.argv.slice(2), { reps: 1, warmup: 20 });
   const bin = storiesPath();
   if (!bin) return emit({ name: NAME, skipped: STORIES_ABSENT });
   const load0 = loadAvg1m();
@@ -62,20 +65,28 @@ async function main(): Promise<void> {
   const rng = new Rng(3);
   const result = await withActorGroup(config, "actor_rollout_ref", async (g) => {
     for (let i = 0; i < args.warmup; i++) await step(g, prompts, rng);
-    const before = await g.memory();
-    const rssBefore = rssMiB();
-    let rssPeakSampled = rssBefore;
+    // Resident memory as it stands, then after a full GC in the driver and every rank (what is still referenced).
+    const snapshot = async () => {
+      const raw = rssMiB();
+      collectGarbage();
+      const ranks = await g.memory(true);
+      return { raw, collected: rssMiB(), ranks, driverHeapMiB: Number((process.memoryUsage().heapUsed / MiB).toFixed(1)) };
+    };
+    const before = await snapshot();
+    let rssPeakSampled = before.raw;
+    const trajectory: number[] = [];
     const t0 = performance.now();
-    for (let i = 0; i < steps; i++) {
+    for (let i = 1; i <= steps; i++) {
       await step(g, prompts, rng);
       rssPeakSampled = Math.max(rssPeakSampled, rssMiB());
+      if (i % Math.max(1, Math.floor(steps / 10)) === 0 && i < steps) trajectory.push((await snapshot()).collected);
     }
     const seconds = (performance.now() - t0) / 1000;
-    const after = await g.memory();
-    const rssAfter = rssMiB();
-    return { backend: g.backend, before, after, rssBefore, rssAfter, rssPeakSampled, seconds };
+    const after = await snapshot();
+    return { backend: g.backend, before, after, rssPeakSampled, trajectory, seconds };
   });
-  const tensorsFlat = result.before.every((b, i) => b.numTensors === result.after[i]!.numTensors);
+  const growth = (a: number, b: number) => Number((((b - a) / a) * 100).toFixed(2));
+  const tensorsFlat = result.before.ranks.every((b, i) => b.numTensors === result.after.ranks[i]!.numTensors);
   emit({
     name: NAME,
     config: {
@@ -84,12 +95,19 @@ async function main(): Promise<void> {
     },
     figures: {
       live_tensors_identical: tensorsFlat,
-      ranks_before: perRank(result.before),
-      ranks_after: perRank(result.after),
-      process_rss_MiB: { before: result.rssBefore, after: result.rssAfter, peak_sampled: result.rssPeakSampled },
+      // Per rank, after a full GC in its thread.
+      ranks_before: perRank(result.before.ranks),
+      ranks_after: perRank(result.after.ranks),
+      driver_heap_used_MiB: { before: result.before.driverHeapMiB, after: result.after.driverHeapMiB },
+      process_rss_MiB: {
+        before: result.before.raw, after: result.after.raw, before_gc: result.before.collected, after_gc: result.after.collected,
+        peak_sampled: result.rssPeakSampled, after_gc_every_tenth_of_the_steps: [...result.trajectory, result.after.collected],
+      },
       // ru_maxrss: the process's peak resident set since it started (driver + all rank threads).
       process_peak_rss_MiB: Number((process.resourceUsage().maxRSS / 1024).toFixed(1)),
-      rss_growth_pct: Number((((result.rssAfter - result.rssBefore) / result.rssBefore) * 100).toFixed(2)),
+      // Growth of what is still referenced (after a full GC everywhere) and of RSS as it stands.
+      rss_growth_pct: growth(result.before.collected, result.after.collected),
+      rss_growth_no_gc_pct: growth(result.before.raw, result.after.raw),
       seconds_per_step: Number((result.seconds / steps).toFixed(4)),
     },
     machine: machine(result.backend, load0),

@@ -6,8 +6,10 @@
 //   npm run bench -- --quick                   # fewer repetitions, a smoke run
 //   npm run bench -- --profile --only rollout  # node --cpu-prof; top self-time functions
 //   npm run bench -- --pytorch outputs/bench/pytorch.json   # compare the actor update
+//   npm run bench -- --max-load 1 --wait 300   # on a shared machine: start each benchmark when others are quiet
 import { spawn } from "node:child_process";
 import { existsSync, mkdirSync, readFileSync } from "node:fs";
+import { setTimeout as sleep } from "node:timers/promises";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { writeFileAtomic } from "../src/utils/fs.js";
@@ -33,7 +35,7 @@ const BENCHES: Record<string, BenchSpec> = {
   log_prob: { script: "log_prob.js", full: ["--reps", "5"], quick: ["--reps", "2"], timeoutS: 240 },
   actor_update: { script: "actor_update.js", full: ["--reps", "5"], quick: ["--reps", "2"], timeoutS: 400 },
   grpo_step: { script: "grpo_step.js", full: ["--reps", "4"], quick: ["--reps", "2"], timeoutS: 400 },
-  memory: { script: "memory.js", full: ["--steps", "100"], quick: ["--steps", "10"], timeoutS: 600 },
+  memory: { script: "memory.js", full: ["--steps", "100"], quick: ["--steps", "10", "--warmup", "2"], timeoutS: 600 },
   controller: {
     script: "controller.js", full: [], quick: [], wrap: true, timeoutS: 300,
     env: {}, // its own defaults; VERL_BENCH_CALLS etc. pass through the environment
@@ -51,10 +53,13 @@ interface Options {
   out: string | undefined;
   pytorch: string | undefined;
   list: boolean;
+  /** Wait before each benchmark until other processes keep fewer than this many threads runnable. */
+  maxLoad: number | undefined;
+  waitS: number;
 }
 
 function parseOptions(argv: string[]): Options {
-  const o: Options = { only: Object.keys(BENCHES), quick: false, profile: false, out: undefined, pytorch: undefined, list: false };
+  const o: Options = { only: Object.keys(BENCHES), quick: false, profile: false, out: undefined, pytorch: undefined, list: false, maxLoad: undefined, waitS: 600 };
   let skip: string[] = [];
   const names = (v: string | undefined, flag: string) => {
     if (!v) throw new Error(`bench: ${flag} needs a comma list of benchmarks (${Object.keys(BENCHES).join(", ")})`);
@@ -73,11 +78,48 @@ function parseOptions(argv: string[]): Options {
       case "--out": o.out = value(); break;
       case "--pytorch": o.pytorch = value(); break;
       case "--list": o.list = true; break;
-      default: throw new Error(`bench: unknown option '${argv[i]}' (--only, --skip, --quick, --profile, --out FILE, --pytorch FILE, --list)`);
+      case "--max-load": o.maxLoad = positive(value(), flag); break;
+      case "--wait": o.waitS = positive(value(), flag); break;
+      default: throw new Error(`bench: unknown option '${argv[i]}' (--only, --skip, --quick, --profile, --out FILE, --pytorch FILE, --max-load N, --wait S, --list)`);
     }
   }
   o.only = o.only.filter((n) => !skip.includes(n));
   return o;
+}
+
+function positive(v: string | undefined, flag: string): number {
+  const n = Number(v);
+  if (!(n > 0)) throw new Error(`bench: ${flag} needs a positive number, got '${v}'`);
+  return n;
+}
+
+/**
+ * Threads other processes keep runnable right now: /proc/loadavg's running count, sampled
+ * `samples` times a second apart while this process idles (minus itself, reading it).
+ * Unlike the 1-minute load average it does not remember the benchmark that just ended.
+ */
+async function othersRunnable(samples = 5): Promise<number | undefined> {
+  if (!existsSync("/proc/loadavg")) return undefined;
+  let sum = 0;
+  for (let i = 0; i < samples; i++) {
+    if (i > 0) await sleep(1000);
+    const running = Number(readFileSync("/proc/loadavg", "utf8").split(" ")[3]?.split("/")[0]);
+    sum += Math.max(0, running - 1);
+  }
+  return sum / samples;
+}
+
+/** Waits until others keep fewer than `maxLoad` threads runnable, or `waitS` seconds have passed. */
+async function waitForQuiet(maxLoad: number, waitS: number): Promise<{ busy?: number; message: string }> {
+  const t0 = performance.now();
+  for (;;) {
+    const busy = await othersRunnable();
+    if (busy === undefined) return { message: "no /proc/loadavg: not waiting" };
+    const waited = (performance.now() - t0) / 1000;
+    if (busy < maxLoad) return { busy, message: `others runnable ${busy.toFixed(1)} after ${waited.toFixed(0)} s` };
+    if (waited > waitS) return { busy, message: `others runnable ${busy.toFixed(1)}, still >= ${maxLoad} after ${waited.toFixed(0)} s: running anyway` };
+    await sleep(5000);
+  }
 }
 
 const stamp = () => new Date().toISOString().replace(/[:.]/g, "-").slice(0, 19);
@@ -144,9 +186,14 @@ async function main(): Promise<void> {
   const save = () => writeFileAtomic(outFile, results.map((r) => JSON.stringify(r)).join("\n") + "\n");
   const t0 = performance.now();
   for (const name of opts.only) {
-    process.stderr.write(`bench: ${name} (load ${loadAvg1m()}) ...\n`);
+    const quiet = opts.maxLoad === undefined ? undefined : await waitForQuiet(opts.maxLoad, opts.waitS);
+    process.stderr.write(`bench: ${name} (load ${loadAvg1m()}${quiet ? `, ${quiet.message}` : ""}) ...\n`);
     const profileDir = opts.profile ? join(outDir, "profiles", runStamp, name) : undefined;
     const lines = await runBench(name, BENCHES[name]!, opts, profileDir);
+    for (const l of lines) {
+      const m = l.machine as Record<string, unknown> | undefined;
+      if (m && quiet?.busy !== undefined) m.others_runnable_at_start = Number(quiet.busy.toFixed(1));
+    }
     for (const l of lines) process.stdout.write(`${JSON.stringify(l)}\n`);
     results.push(...lines);
     save();

@@ -58,6 +58,9 @@ function fmt(v: unknown): string {
   return String(v);
 }
 
+/** Figures left out of the table (counts of work done, settings echoed by other helpers' scripts). */
+const HIDDEN = new Set(["tokens", "generated_tokens", "cores", "calls", "allreduce_iters", "threads", "new_tokens", "step"]);
+
 /** The headline figures, one row each: benchmark, figure, median [min-max], load at start/end. */
 export function formatTable(results: ResultLine[]): string {
   const rows: string[][] = [["benchmark", "figure", "median [min-max]", "load 1m"]];
@@ -70,12 +73,13 @@ export function formatTable(results: ResultLine[]): string {
     const load = (r.machine as { load_avg_1m?: { start: number; end: number } } | undefined)?.load_avg_1m;
     const l = load ? `${load.start}/${load.end}` : "";
     const f = (r.figures ?? {}) as Record<string, unknown>;
+    const shown = (v: unknown) => typeof v === "number" || typeof v === "boolean" || (typeof v === "object" && v !== null && "median" in v);
     for (const [k, v] of Object.entries(f)) {
-      if (v && typeof v === "object" && !("median" in v) && !Array.isArray(v)) {
-        for (const [k2, v2] of Object.entries(v as Record<string, unknown>)) {
-          if (/per_s$|^seconds$|^step$|^update_actor$|^gen$/.test(k2)) rows.push([r.name, `${k}.${k2}`, fmt(v2), l]);
-        }
-      } else if (!Array.isArray(v)) rows.push([r.name, k, fmt(v), l]);
+      if (HIDDEN.has(k)) continue;
+      if (shown(v)) rows.push([r.name, k, fmt(v), l]);
+      else if (v && typeof v === "object" && !Array.isArray(v)) {
+        for (const [k2, v2] of Object.entries(v as Record<string, unknown>)) if (shown(v2) && !HIDDEN.has(k2)) rows.push([r.name, `${k}.${k2}`, fmt(v2), l]);
+      }
     }
   }
   const widths = rows[0]!.map((_, c) => Math.max(...rows.map((row) => (row[c] ?? "").length)));
