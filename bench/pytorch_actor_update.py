@@ -6,6 +6,9 @@ project's machine, so run this wherever torch exists, on the same kind of CPU:
     python3 bench/pytorch_actor_update.py [--model ../shared/models/stories260K/stories260K.bin] > pytorch.json
     npm run bench -- --only actor_update --pytorch pytorch.json
 
+`npm run bench` runs it itself (benchmark pytorch_actor_update) with the Python named by
+VERL_BENCH_PYTHON (default python3), and reports it skipped where that Python has no torch.
+
 Same step as the TypeScript benchmark: stories260K (Llama: dim 64, 5 layers, 8
 heads, 4 kv heads, SwiGLU 172, vocab 512, tied embeddings, RMSNorm, RoPE on
 adjacent pairs), 64 sequences of 256 tokens (64 prompt + 192 response), micro
@@ -123,9 +126,21 @@ def step(model, opt, ids, adv, mask, micro, R):
     opt.step()
 
 
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default=os.path.join(os.path.dirname(__file__), "..", "..", "shared", "models", "stories260K", "stories260K.bin"))
+    shared = os.environ.get("VERL_SHARED_DIR", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared"))
+    ap.add_argument("--model", default=os.path.join(shared, "models", "stories260K", "stories260K.bin"))
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--response", type=int, default=192)
@@ -133,6 +148,7 @@ def main():
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--threads", default="1,2")
     a = ap.parse_args()
+    load0 = round(os.getloadavg()[0], 2)
     gen = torch.Generator().manual_seed(7)
     weights = load_llama2c(a.model) if os.path.exists(a.model) else random_weights(gen)
     B, T, R = a.batch, a.seq, a.response
@@ -161,8 +177,9 @@ def main():
                    "response_len": R, "micro_batch": a.micro, "optimizer": "AdamW(lr=1e-5, betas=0.9/0.999, weight_decay=0.01)",
                    "grad_clip": 1.0, "loss": "vanilla clipped PPO, token-mean", "reps": a.reps, "warmup": 1},
         "figures": figures,
-        "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "torch": torch.__version__,
-                    "python": platform.python_version(), "load_avg_1m": os.getloadavg()[0]},
+        "machine": {"cpu": cpu_model(), "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(), "node": None, "platform": f"{platform.system().lower()}-{platform.machine()}",
+                    "backend": f"pytorch {torch.__version__} ({torch.backends.cpu.get_cpu_capability()}), python {platform.python_version()}",
+                    "load_avg_1m": {"start": load0, "end": round(os.getloadavg()[0], 2)}},
     }))
 
 

@@ -7,7 +7,7 @@
 //   npm run bench -- --profile --only rollout  # node --cpu-prof; top self-time functions
 //   npm run bench -- --pytorch outputs/bench/pytorch.json   # compare the actor update
 //   npm run bench -- --max-load 1 --wait 300   # on a shared machine: start each benchmark when others are quiet
-import { spawn } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, readFileSync } from "node:fs";
 import { setTimeout as sleep } from "node:timers/promises";
 import { join } from "node:path";
@@ -19,7 +19,7 @@ import { formatSummary, profileFiles, summarise } from "./profile_summary.js";
 import { checkTargets, formatTable, type ResultLine } from "./targets.js";
 
 interface BenchSpec {
-  /** The compiled script beside this file. */
+  /** The compiled script beside this file (a .py script: bench/ of the package, run by VERL_BENCH_PYTHON). */
   script: string;
   /** Flags for a full run and for --quick. */
   full: string[];
@@ -34,6 +34,8 @@ const BENCHES: Record<string, BenchSpec> = {
   rollout: { script: "rollout.js", full: ["--reps", "5"], quick: ["--reps", "2"], timeoutS: 240 },
   log_prob: { script: "log_prob.js", full: ["--reps", "5"], quick: ["--reps", "2"], timeoutS: 240 },
   actor_update: { script: "actor_update.js", full: ["--reps", "5"], quick: ["--reps", "2"], timeoutS: 400 },
+  // The same update in PyTorch, right after ours (same load); skipped where Python has no torch.
+  pytorch_actor_update: { script: "pytorch_actor_update.py", full: ["--reps", "5"], quick: ["--reps", "2"], timeoutS: 300 },
   grpo_step: { script: "grpo_step.js", full: ["--reps", "4"], quick: ["--reps", "2"], timeoutS: 400 },
   memory: { script: "memory.js", full: ["--steps", "100"], quick: ["--steps", "10", "--warmup", "2"], timeoutS: 600 },
   controller: {
@@ -126,14 +128,19 @@ const stamp = () => new Date().toISOString().replace(/[:.]/g, "-").slice(0, 19);
 
 /** Runs one benchmark script; resolves with its JSON lines (or an error line). */
 function runBench(name: string, spec: BenchSpec, opts: Options, profileDir: string | undefined): Promise<ResultLine[]> {
-  const here = fileURLToPath(new URL(".", import.meta.url));
-  const script = join(here, spec.script);
+  const python = spec.script.endsWith(".py");
+  const script = python ? join(packageRoot, "bench", spec.script) : join(fileURLToPath(new URL(".", import.meta.url)), spec.script);
   if (!existsSync(script)) return Promise.resolve([{ name, error: `${script} is missing (build first: npm run build)` }]);
+  const flags = opts.quick ? spec.quick : spec.full;
+  if (python) {
+    const why = torchMissing();
+    if (why) return Promise.resolve([{ name, skipped: why }]);
+  }
   const nodeArgs = profileDir ? ["--cpu-prof", "--cpu-prof-dir", profileDir] : [];
-  const args = [...nodeArgs, script, ...(opts.quick ? spec.quick : spec.full)];
+  const [command, args] = python ? [pythonCommand(), [script, ...flags]] : [process.execPath, [...nodeArgs, script, ...flags]];
   const load0 = loadAvg1m();
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, args, {
+    const child = spawn(command, args, {
       stdio: ["ignore", "pipe", "inherit"],
       env: { VERL_LOG_LEVEL: "warn", ...process.env, ...(spec.env ?? {}) },
     });
@@ -156,6 +163,15 @@ function runBench(name: string, spec: BenchSpec, opts: Options, profileDir: stri
       resolve(lines);
     });
   });
+}
+
+const pythonCommand = () => process.env.VERL_BENCH_PYTHON ?? "python3";
+
+/** Why the PyTorch reference cannot run here, or undefined when torch imports. */
+function torchMissing(): string | undefined {
+  const r = spawnSync(pythonCommand(), ["-c", "import torch"], { encoding: "utf8" });
+  if (r.status === 0) return undefined;
+  return `PyTorch does not import with '${pythonCommand()}' (${r.error?.message ?? r.stderr.trim().split("\n").pop()}): set VERL_BENCH_PYTHON to a Python that has torch`;
 }
 
 /** controller.js / generation.js print their own object: keep it as the figures of a suite line. */
@@ -181,7 +197,7 @@ async function main(): Promise<void> {
   const outDir = join(packageRoot, "outputs", "bench");
   const outFile = opts.out ?? join(outDir, `results-${runStamp}.jsonl`);
   mkdirSync(outDir, { recursive: true });
-  const pytorch = opts.pytorch ? (JSON.parse(readFileSync(opts.pytorch, "utf8").trim().split("\n").pop()!) as ResultLine) : undefined;
+  const pytorchFile = opts.pytorch ? (JSON.parse(readFileSync(opts.pytorch, "utf8").trim().split("\n").pop()!) as ResultLine) : undefined;
   const results: ResultLine[] = [];
   const save = () => writeFileAtomic(outFile, results.map((r) => JSON.stringify(r)).join("\n") + "\n");
   const t0 = performance.now();
@@ -203,7 +219,9 @@ async function main(): Promise<void> {
       process.stderr.write(`${text}\n  (profiles and summary.txt in ${profileDir})\n`);
     }
   }
-  const targets = checkTargets(results, pytorch);
+  // A PyTorch run of this suite wins over one read from --pytorch FILE.
+  const pytorchRun = results.find((r) => r.name === "pytorch_actor_update" && r.figures);
+  const targets = checkTargets(results, pytorchRun ?? pytorchFile);
   results.push(targets);
   save();
   process.stdout.write(`${JSON.stringify(targets)}\n`);

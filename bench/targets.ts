@@ -45,7 +45,7 @@ export function checkTargets(results: ResultLine[], pytorch?: ResultLine): Resul
     const ratio = ours && ref ? Number((ref / ours).toFixed(3)) : null;
     checks.push(check(
       `actor update time <= ${VS_PYTORCH}x PyTorch's (${w} rank(s) vs ${w} thread(s))`, ratio, (v) => (v as number) <= VS_PYTORCH,
-      pytorch ? undefined : "PyTorch is not installable here: run bench/pytorch_actor_update.py where torch exists and pass its JSON line with --pytorch FILE",
+      pytorch ? undefined : "no PyTorch figure: set VERL_BENCH_PYTHON to a Python with torch, or pass the JSON line of bench/pytorch_actor_update.py run elsewhere with --pytorch FILE",
     ));
   }
   return { name: "targets", checks, date: new Date().toISOString() };
