@@ -161,15 +161,18 @@ def main():
         model = Llama({k: v.clone() for k, v in weights.items()}, T)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-5, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
         step(model, opt, ids, adv, mask, min(a.micro, B), R)  # warm-up
-        secs = []
+        secs, cpu = [], []
         for _ in range(a.reps):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             step(model, opt, ids, adv, mask, min(a.micro, B), R)
             secs.append(time.perf_counter() - t0)
+            cpu.append((time.process_time() - c0) / secs[-1])
         rates = [B * T / s for s in secs]
         figures[f"threads_{threads}"] = {
             "tokens_per_s": {"median": statistics.median(rates), "min": min(rates), "max": max(rates), "n": len(rates)},
             "seconds": {"median": statistics.median(secs), "min": min(secs), "max": max(secs), "n": len(secs)},
+            # CPU seconds per wall second (about the thread count when each thread has a core)
+            "cpu_utilisation": {"median": statistics.median(cpu), "min": min(cpu), "max": max(cpu), "n": len(cpu)},
         }
     print(json.dumps({
         "name": "pytorch_actor_update",

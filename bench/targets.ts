@@ -51,6 +51,24 @@ export function checkTargets(results: ResultLine[], pytorch?: ResultLine): Resul
   return { name: "targets", checks, date: new Date().toISOString() };
 }
 
+/**
+ * How much of its cores a result got: the lowest cpu_utilisation / ranks over its ranks_N (threads_N) figures
+ * (1 = every rank had a core all along), or undefined for results without such figures.
+ */
+export function coreShare(line: ResultLine): number | undefined {
+  const f = line.figures as Record<string, { cpu_utilisation?: { median: number } }> | undefined;
+  let worst: number | undefined;
+  for (const [k, v] of Object.entries(f ?? {})) {
+    const ranks = Number(k.match(/^(ranks|threads)_(\d+)$/)?.[2]);
+    const util = v?.cpu_utilisation?.median;
+    if (ranks > 0 && typeof util === "number") worst = Math.min(worst ?? Infinity, util / ranks);
+  }
+  return worst;
+}
+
+/** Below this share another process held one of the cores for a good part of the run. */
+export const CONTENDED = 0.85;
+
 function fmt(v: unknown): string {
   if (typeof v === "number") return Math.abs(v) >= 100 ? v.toFixed(0) : v.toPrecision(3);
   const s = v as Stats | undefined;
