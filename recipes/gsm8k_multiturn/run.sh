@@ -23,6 +23,10 @@ if [ "$VERL" = "node $ROOT/bin/verl.js" ] && [ ! -f "$ROOT/dist/src/index.js" ];
   echo "build first: npm run build" >&2
   exit 2
 fi
+if [ ! -d "$GSM8K_RAW" ] || { [ "${SMOKE:-0}" = "1" ] && [ ! -f "$SHARED/models/stories260K/tok512.bin" ]; }; then
+  echo "SKIP gsm8k_multiturn/run.sh: GSM8K ($GSM8K_RAW) or the stories260K tokenizer under $SHARED is absent" >&2
+  exit 0
+fi
 
 if [ "$SMOKE" = "1" ]; then
   DATA="${DATA:-$(mktemp -d)/gsm8k_tool}"
