@@ -10,7 +10,9 @@
 #   bash recipes/arithmetic/sft.sh               # a 2-layer, 64-wide, 8-head model, minutes on 2 CPU cores
 #   SMOKE=1 bash recipes/arithmetic/sft.sh       # a few tiny steps, seconds
 #
-# Env: OUT (outputs/arithmetic), SFT_STEPS, SFT_LR. Extra arguments go to `verl sft`.
+# Env: OUT (outputs/arithmetic), SFT_STEPS (400), SFT_EPOCHS (8: the cosine schedule spans 8
+# epochs of 78 steps; the run stops at SFT_STEPS, as verl's total_training_steps does, leaving
+# the model mid-schedule, still learning), SFT_LR. Extra arguments go to `verl sft`.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
@@ -25,7 +27,7 @@ if [ "$SMOKE" = "1" ]; then
 else
   SIZE=(
     +model.override_config.hidden_size=64 +model.override_config.num_hidden_layers=2
-    data.train_batch_size=64 trainer.total_training_steps="${SFT_STEPS:-600}" trainer.test_freq=100
+    data.train_batch_size=64 trainer.total_epochs="${SFT_EPOCHS:-8}" trainer.total_training_steps="${SFT_STEPS:-400}" trainer.test_freq=100
   )
 fi
 make_data

@@ -81,22 +81,27 @@ export class SFTTrainer {
     }
   }
 
-  /** Steps the run takes: trainer.total_training_steps, else batches per epoch × trainer.total_epochs. */
-  totalSteps(): number {
-    const explicit = this.cfg.optInt("trainer.total_training_steps");
-    if (explicit !== null) {
-      if (explicit < 1) throw new Error(`trainer.total_training_steps must be >= 1, got ${explicit}`);
-      return explicit;
-    }
+  /**
+   * The learning-rate schedule spans batches per epoch x trainer.total_epochs; the run stops
+   * there, or earlier at trainer.total_training_steps (verl's semantics: the step limit cuts
+   * the run short without compressing the schedule).
+   */
+  plan(): { runSteps: number; scheduleSteps: number } {
     const epochs = this.cfg.int("trainer.total_epochs", 1);
     if (epochs < 1) throw new Error(`trainer.total_epochs must be >= 1, got ${epochs}`);
-    return this.trainLoader.length * epochs;
+    const scheduleSteps = this.trainLoader.length * epochs;
+    const explicit = this.cfg.optInt("trainer.total_training_steps");
+    if (explicit !== null && explicit < 1) throw new Error(`trainer.total_training_steps must be >= 1, got ${explicit}`);
+    if (explicit !== null && explicit > scheduleSteps) {
+      logger().warn(`trainer.total_training_steps=${explicit} is more than trainer.total_epochs x ${this.trainLoader.length} batches: the run stops at step ${scheduleSteps} (raise trainer.total_epochs)`);
+    }
+    return { runSteps: Math.min(explicit ?? scheduleSteps, scheduleSteps), scheduleSteps };
   }
 
   async fit(): Promise<SftResult> {
     const cfg = this.cfg;
     await this.loadData();
-    const totalSteps = this.totalSteps();
+    const { runSteps: totalSteps, scheduleSteps } = this.plan();
     const cm = new CheckpointManager(cfg.str("trainer.default_local_dir"), { maxActorCkptToKeep: cfg.optInt("trainer.max_ckpt_to_keep") });
     const pool = ResourcePool.fromConfig(this.config, { name: "sft_pool" });
     const tracking = new Tracking({
@@ -105,8 +110,8 @@ export class SFTTrainer {
     });
     try {
       const group = (await WorkerGroup.create(pool, new ClassWithInitArgs(SFT_WORKER, "SFTWorker", this.config))) as unknown as RoleGroup;
-      const info = await group.call<{ backend: string; numParams: number }[]>("initModel", totalSteps);
-      logger().info({ ranks: pool.worldSize, params: info[0]?.numParams, backend: info[0]?.backend, totalSteps, stepsPerEpoch: this.trainLoader.length }, "SFT model ready");
+      const info = await group.call<{ backend: string; numParams: number }[]>("initModel", scheduleSteps);
+      logger().info({ ranks: pool.worldSize, params: info[0]?.numParams, backend: info[0]?.backend, totalSteps, scheduleSteps, stepsPerEpoch: this.trainLoader.length }, "SFT model ready");
       let step = await this.resume(cm, group);
       tracking.begin(step);
       const result: SftResult = { globalStep: step, totalSteps, hfDir: join(cm.stepDir(step), "huggingface") };
