@@ -55,10 +55,10 @@ rl_args() {
     )
   else
     SIZE=(
-      data.train_batch_size="${BATCH:-32}" actor_rollout_ref.rollout.n=8
-      actor_rollout_ref.actor.ppo_mini_batch_size="${BATCH:-32}" actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu="${MICRO:-32}"
+      data.train_batch_size="${BATCH:-64}" actor_rollout_ref.rollout.n=8
+      actor_rollout_ref.actor.ppo_mini_batch_size="${BATCH:-64}" actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu="${MICRO:-32}"
       actor_rollout_ref.actor.optim.lr="${LR:-3e-4}" actor_rollout_ref.actor.optim.lr_warmup_steps=5
-      trainer.total_training_steps="${STEPS:-250}" trainer.test_freq="${TEST_FREQ:-25}"
+      trainer.total_training_steps="${STEPS:-150}" trainer.test_freq="${TEST_FREQ:-25}"
     )
   fi
 }

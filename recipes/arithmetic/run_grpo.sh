@@ -2,7 +2,7 @@
 # GRPO on the synthetic addition task, from the SFT'd model (sft.sh runs first when
 # there is none), KL to the reference as a loss term (verl's run_qwen2-7b.sh settings).
 #
-#   bash recipes/arithmetic/run_grpo.sh          # STEPS=250 BATCH=32 LR=3e-4 by default
+#   bash recipes/arithmetic/run_grpo.sh          # STEPS=150 BATCH=64 LR=3e-4 by default
 #   SMOKE=1 bash recipes/arithmetic/run_grpo.sh  # a fresh tiny model, two steps, seconds
 #
 # Metrics: $OUT/grpo/metrics.jsonl (val-core/openai/gsm8k/reward/mean@1 is the accuracy).
