@@ -66,6 +66,7 @@ test("writes one valid SVG per chart with data and draws every point of each ser
   assert.match(reward, /critic\/score\/mean/);
   const val = readFileSync(join(out, "val_accuracy.svg"), "utf8");
   assert.match(val, /<polyline[^>]*points="[^" ]+ [^" ]+"/, "val accuracy: the two logged steps");
+  assert.match(val, /Validation accuracy: val-core\/openai\/gsm8k\/reward\/mean@1/, "a lone series is named in the title");
 });
 
 test("the CLI prints the paths; a bad line exits 1 naming file and line; no plottable metric is an error", async () => {

@@ -46,7 +46,9 @@ export function plotMetrics(metricsPath: string, outDir: string): string[] {
     const series = chartSeries(spec, byKey);
     if (series.length === 0) continue;
     const path = join(outDir, `${spec.file}.svg`);
-    writeFileAtomic(path, lineChartSvg(series, { title: spec.title, xLabel: "step", yLabel: spec.yLabel }) + "\n");
+    // One series draws no legend, so its metric name goes into the title.
+    const title = series.length === 1 ? `${spec.title}: ${series[0]!.name}` : spec.title;
+    writeFileAtomic(path, lineChartSvg(series, { title, xLabel: "step", yLabel: spec.yLabel }) + "\n");
     written.push(path);
   }
   if (written.length === 0) {
