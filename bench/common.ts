@@ -104,10 +104,26 @@ export function rateFigures(reps: Rep[], unit: string): Record<string, Stats | n
   return {
     [`${unit}_per_s`]: stats(reps.map((r) => r.work / r.seconds)),
     seconds: stats(reps.map((r) => r.seconds)),
+    // Work per CPU-second of the whole process (driver + ranks): what contention for cores does not change.
+    [`${unit}_per_cpu_s`]: stats(reps.map((r) => r.work / r.cpuSeconds)),
     // CPU seconds per wall second: ~ranks when the ranks keep their cores busy.
     cpu_utilisation: stats(reps.map((r) => r.cpuSeconds / r.seconds)),
     [unit]: reps[0]!.work,
   };
+}
+
+/**
+ * The 2-rank over 1-rank speed-up of `<unit>_per_s`, and the same from work per CPU-second
+ * (x2): the speed-up two free cores would give, an estimate where other processes share the
+ * cores (it counts a rank spinning in a collective as work, so it errs low).
+ */
+export function addScaling(figures: Record<string, unknown>, unit: string): void {
+  const get = (w: number, k: string) => ((figures[`ranks_${w}`] as Record<string, Stats> | undefined)?.[k])?.median;
+  const round = (v: number) => Number(v.toFixed(3));
+  const [t1, t2] = [get(1, `${unit}_per_s`), get(2, `${unit}_per_s`)];
+  if (t1 && t2) figures.scaling_2_over_1 = round(t2 / t1);
+  const [c1, c2] = [get(1, `${unit}_per_cpu_s`), get(2, `${unit}_per_cpu_s`)];
+  if (c1 && c2) figures.scaling_2_over_1_cpu_normalised = round((2 * c2) / c1);
 }
 
 export function loadAvg1m(): number {

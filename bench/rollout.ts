@@ -8,8 +8,7 @@ import { leftPadPrompts } from "../src/rollout/index.js";
 import { ConfigView } from "../src/workers/index.js";
 import { loadModelTokenizer } from "../src/workers/model_source.js";
 import {
-  emit, intFlag, OPENINGS, loadAvg1m, machine, parseBenchArgs, rankList, rateFigures, repeat, runMain, STORIES_ABSENT, storiesConfig, storiesPath,
-  type Stats,
+  emit, intFlag, OPENINGS, loadAvg1m, machine, parseBenchArgs, rankList, rateFigures, repeat, addScaling, runMain, STORIES_ABSENT, storiesConfig, storiesPath,
 } from "./common.js";
 import { countOnes, withActorGroup } from "./groups.js";
 
@@ -44,9 +43,7 @@ async function main(): Promise<void> {
       return rateFigures(reps, "generated_tokens");
     });
   }
-  const tps = (w: number) => ((figures[`ranks_${w}`] as Record<string, Stats> | undefined)?.generated_tokens_per_s)?.median;
-  const [t1, t2] = [tps(1), tps(2)];
-  if (t1 && t2) figures.scaling_2_over_1 = Number((t2 / t1).toFixed(3));
+  addScaling(figures, "generated_tokens");
   emit({
     name: NAME,
     config: {

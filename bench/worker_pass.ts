@@ -3,8 +3,8 @@
 // the log-prob pass and the actor update share it.
 import type { DataProto } from "../src/protocol/index.js";
 import {
-  emit, intFlag, loadAvg1m, machine, parseBenchArgs, rankList, rateFigures, repeat, STORIES_ABSENT, storiesConfig, storiesPath,
-  type BenchArgs, type Stats,
+  emit, intFlag, loadAvg1m, machine, parseBenchArgs, rankList, rateFigures, repeat, addScaling, STORIES_ABSENT, storiesConfig, storiesPath,
+  type BenchArgs,
 } from "./common.js";
 import { rolloutBatch, withActorGroup, type ActorGroup } from "./groups.js";
 
@@ -46,9 +46,7 @@ export async function runWorkerPass(spec: WorkerPassSpec): Promise<void> {
       return rateFigures(reps, "tokens");
     });
   }
-  const tps = (w: number) => ((figures[`ranks_${w}`] as Record<string, Stats> | undefined)?.tokens_per_s)?.median;
-  const [t1, t2] = [tps(1), tps(2)];
-  if (t1 && t2) figures.scaling_2_over_1 = Number((t2 / t1).toFixed(3));
+  addScaling(figures, "tokens");
   emit({
     name: spec.name,
     config: {
