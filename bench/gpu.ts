@@ -1,7 +1,9 @@
 // The GPU benchmark (issue: train on the lent H200 through WebGPU). It runs on any
 // backend so the CPU and GPU figures come from the same code:
-//   node dist/bench/gpu.js --backend wasm  [--only matmul,actor,logprob,large,curve] [--model PATH]
-//   bash scripts/gpu-run.sh --backend webgpu   (on the GPU machine, after scripts/gpu-bundle.sh)
+//   node dist/bench/gpu.js --backend wasm  [--only matmul,actor,logprob,large,curve,worker] [--model PATH]
+//   bash scripts/gpu-run.sh bench --backend webgpu   (on the GPU machine, after scripts/gpu-bundle.sh)
+// `worker` times computeLogProb and updateActor through WorkerGroup(ActorRolloutRefWorker) with
+// trainer.device set to the backend: the path `verl train` takes.
 // Prints one JSON line per measurement. `curve` prints a PPO loss curve for a fixed
 // seed and batch, to compare across backends (same seed, same curve within float tolerance).
 import * as tf from "@tensorflow/tfjs";
@@ -24,11 +26,13 @@ import { AdamW } from "../src/engine/optim/adamw.js";
 import { responseLogProbs } from "../src/rollout/log_probs.js";
 import { getPolicyLoss } from "../src/trainer/ppo/core_algos/index.js";
 import { sharedPath } from "../src/utils/paths.js";
+import { storiesConfig } from "./common.js";
+import { rolloutBatch as workerBatch, withActorGroup } from "./groups.js";
 
 interface Args { backend: string; only: Set<string>; model?: string; reps: number }
 
 function parseArgs(argv: string[]): Args {
-  const a: Args = { backend: "wasm", only: new Set(["matmul", "actor", "logprob", "large", "curve"]), reps: 3 };
+  const a: Args = { backend: "wasm", only: new Set(["matmul", "actor", "logprob", "large", "curve", "worker"]), reps: 3 };
   for (let i = 0; i < argv.length; i++) {
     const k = argv[i], v = argv[i + 1];
     if (k === "--backend" && v) { a.backend = v; i++; }
@@ -106,8 +110,8 @@ function buildActor(model: LlamaModel, rows: number, micro: number, lr = 1e-4, e
 /**
  * One PPO update kept on the device: forward, vanilla clipped loss, backward, global
  * norm clip and a fused AdamW, with no host read but the loss at the end. The worker
- * path (DataParallelPPOActor) reads gradients and metrics synchronously, which the
- * WebGPU backend cannot do under Node; this is the same math in the async form.
+ * path (DataParallelPPOActor) reads the flat gradient back once per mini-batch for the
+ * cross-rank all-reduce and clips on the host; this shows what staying on the device gives.
  */
 class DeviceStep {
   private readonly vars: tf.Variable[];
@@ -161,13 +165,13 @@ async function benchDeviceStep(name: string, model: LlamaModel, B: number, P: nu
 async function benchUpdate(name: string, model: LlamaModel, B: number, P: number, R: number, micro: number, reps: number): Promise<void> {
   const actor = buildActor(model, B, micro);
   const data = rolloutBatch(B, P, R, model.config.vocabSize, 7);
-  data.batch.old_log_probs = actor.computeLogProb(data, { microBatchSize: micro, maxTokenLen: null }, 1.0, false).logProbs;
+  data.batch.old_log_probs = (await actor.computeLogProb(data, { microBatchSize: micro, maxTokenLen: null }, 1.0, false)).logProbs;
   const tokens = B * (P + R);
   const times: number[] = [];
   for (let r = 0; r < reps + 1; r++) {
     await sync();
     const t0 = performance.now();
-    actor.updatePolicy(data);
+    await actor.updatePolicy(data);
     await sync();
     if (r > 0) times.push(performance.now() - t0);
   }
@@ -181,11 +185,39 @@ async function benchLogProb(model: LlamaModel, reps: number): Promise<void> {
   const times: number[] = [];
   for (let r = 0; r < reps + 1; r++) {
     const t0 = performance.now();
-    actor.computeLogProb(data, { microBatchSize: 64, maxTokenLen: null }, 1.0, false);
+    await actor.computeLogProb(data, { microBatchSize: 64, maxTokenLen: null }, 1.0, false);
     if (r > 0) times.push(performance.now() - t0);
   }
   const ms = median(times);
   emit("logprob_stories260K", { B: 64, T: 256 }, { ms, tokens_per_s: (64 * 256) / (ms / 1e3) });
+}
+
+/**
+ * The worker path of `verl train`: computeLogProb and updateActor (vanilla PPO, token-mean,
+ * AdamW, grad clip) through a one-rank WorkerGroup whose thread runs `backend`, over B
+ * sequences of P + R tokens. tokens/s counts every sequence token, as bench/actor_update does.
+ */
+async function benchWorkerPath(backend: string, modelPath: string, reps: number, B = 64, P = 32, R = 224, micro = 64): Promise<void> {
+  const config = storiesConfig(modelPath, 1, [
+    `trainer.device=${backend}`, `data.train_batch_size=${B}`, `data.max_prompt_length=${P}`, `data.max_response_length=${R}`,
+    `actor_rollout_ref.actor.ppo_mini_batch_size=${B}`, `actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=${micro}`,
+    `actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=${micro}`, "actor_rollout_ref.actor.optim.lr=1e-5", "actor_rollout_ref.actor.grad_clip=1.0",
+  ]);
+  await withActorGroup(config, "actor_rollout", async (g) => {
+    const data = workerBatch(B, P, R, 512, 7);
+    const batch = data.union((await g.proto("computeLogProb", data)).select(["old_log_probs"]));
+    for (const [method, input] of [["computeLogProb", data], ["updateActor", batch]] as const) {
+      const times: number[] = [];
+      for (let r = 0; r < reps + 1; r++) {
+        const t0 = performance.now();
+        await g.proto(method, input);
+        if (r > 0) times.push(performance.now() - t0);
+      }
+      const ms = median(times);
+      emit(`worker_${method}_stories260K`, { B, P, R, micro, ranks: 1, path: `WorkerGroup(ActorRolloutRefWorker).${method}`, worker_backend: g.backend },
+        { ms, tokens_per_s: (B * (P + R)) / (ms / 1e3), min_ms: Math.min(...times), max_ms: Math.max(...times) });
+    }
+  });
 }
 
 /** A fixed-seed PPO loss curve: the same numbers on every backend, within float tolerance. */
@@ -213,17 +245,18 @@ async function main(): Promise<void> {
   const args = parseArgs(process.argv.slice(2));
   const name = await initBackend(args.backend);
   console.error(`bench/gpu: backend ${name}`);
-  const modelPath = args.model ?? sharedPath("models", "stories260K", "stories260K.bin") ?? ".gpu/stories260K.bin";
+  const modelPath = args.model ?? sharedPath("models", "stories260K", "stories260K.bin") ?? ".gpu/stories260K/stories260K.bin";
   const haveModel = existsSync(modelPath);
   if (args.only.has("matmul")) await benchMatmul(args.reps);
   if (haveModel) {
     const model = loadLlama2c(modelPath);
     if (args.only.has("curve")) await lossCurve(loadLlama2c(modelPath));
     const gpu = tf.getBackend() === "webgpu";
-    if (args.only.has("logprob") && !gpu) await benchLogProb(model, args.reps);
+    if (args.only.has("worker")) await benchWorkerPath(name, modelPath, args.reps);
+    if (args.only.has("logprob")) await benchLogProb(model, args.reps);
     if (args.only.has("actor")) {
       await benchDeviceStep("actor_update_stories260K_device", model, 64, 32, 224, args.reps);
-      if (!gpu) await benchUpdate("actor_update_stories260K_worker_path", loadLlama2c(modelPath), 64, 32, 224, 64, args.reps);
+      await benchUpdate("actor_update_stories260K_worker_path", loadLlama2c(modelPath), 64, 32, 224, 64, args.reps);
     }
   } else {
     emit("stories260K", {}, { skipped: `model not found at ${modelPath}` });

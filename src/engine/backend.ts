@@ -49,15 +49,7 @@ export async function resolveBackendName(requested: BackendName | string = "auto
  * Initialise the backend once per thread and return the name in use.
  * Throws a clear error when an explicitly requested backend cannot load.
  */
-export async function initBackend(requested: BackendName | string = "auto", opts: { syncReads?: boolean } = {}): Promise<string> {
-  if (opts.syncReads && requested === "webgpu") {
-    // tfjs-backend-webgpu reads device memory synchronously through an OffscreenCanvas,
-    // which Node does not have; the training workers read gradients and metrics that way.
-    throw new Error(
-      "trainer.device=webgpu: the training workers read tensors synchronously, which the WebGPU backend cannot do under Node; " +
-      "train on wasm/cpu/tensorflow, and see docs/gpu.md for what runs on the GPU today (bench/gpu.ts)",
-    );
-  }
+export async function initBackend(requested: BackendName | string = "auto"): Promise<string> {
   checkName(requested);
   if (initialised && (requested === "auto" || requested === initialised)) return initialised;
   const name = await resolveBackendName(requested);
@@ -72,6 +64,10 @@ export async function initBackend(requested: BackendName | string = "auto", opts
   const ok = await tf.setBackend(name);
   if (!ok) throw new Error(`engine backend '${name}' failed to initialise`);
   await tf.ready();
+  if (process.env.VERL_FORBID_SYNC_READS === "1") {
+    const { forbidSyncReads } = await import("./sync_reads.js");
+    forbidSyncReads();
+  }
   initialised = name;
   return name;
 }

@@ -110,7 +110,7 @@ export async function saveHfModel(model: LlamaModel | ValueHeadModel, dir: strin
     if (cfg["eos_token_id"] === null) cfg["eos_token_id"] = tokenizer.eosTokenId;
   }
   const arrays = new Map<string, NamedArray>();
-  for (const [name, v] of model.params) arrays.set(name, { data: v.dataSync() as Float32Array, shape: [...v.shape] });
+  for (const [name, v] of model.params) arrays.set(name, { data: await v.data() as Float32Array, shape: [...v.shape] });
   await writeDirAtomic(dir, (tmp) => {
     writeFileSync(join(tmp, "config.json"), JSON.stringify(cfg, null, 2) + "\n");
     if (!valueHead) {

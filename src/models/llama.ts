@@ -10,11 +10,24 @@ import { groupedAttention } from "./attention.js";
 import { rmsNorm, swiGlu } from "./layers.js";
 import type { ModelConfig } from "./config.js";
 
+/**
+ * Mask and positions are used on the host only (attention bias, rotary tables), so
+ * callers should pass them as host arrays [B*T] in row order; a tensor is read back
+ * synchronously, which a GPU backend under Node cannot do (WebGPU's readSync needs an
+ * OffscreenCanvas) unless its values were never uploaded.
+ */
 export interface ForwardOptions {
   /** [B, T], 1 for real tokens and 0 for padding (left or right). */
-  attentionMask?: tf.Tensor2D;
+  attentionMask?: tf.Tensor2D | ArrayLike<number>;
   /** [B, T] positions for the rotary embedding; derived from the mask when absent. */
-  positionIds?: tf.Tensor2D;
+  positionIds?: tf.Tensor2D | ArrayLike<number>;
+}
+
+function hostInts(x: tf.Tensor2D | ArrayLike<number> | undefined, B: number, T: number, what: string): ArrayLike<number> | undefined {
+  if (x === undefined) return undefined;
+  const v = x instanceof tf.Tensor ? x.dataSync() : x;
+  if (v.length !== B * T) throw new Error(`LlamaModel: ${what} holds ${v.length} values, input_ids [${B}, ${T}] needs ${B * T}`);
+  return v;
 }
 
 /** Every parameter name and shape the config implies (HF names). */
@@ -150,8 +163,8 @@ export class LlamaModel {
   hiddenStates(inputIds: tf.Tensor2D, opts: ForwardOptions = {}): tf.Tensor3D {
     const c = this.config, [B, T] = inputIds.shape, hd = c.headDim, g = c.nHeads / c.nKvHeads;
     return tf.tidy(() => {
-      const mask = opts.attentionMask?.dataSync();
-      const pos = opts.positionIds ? opts.positionIds.dataSync() : positionsFromMask(mask, B, T);
+      const mask = hostInts(opts.attentionMask, B, T, "attentionMask");
+      const pos = hostInts(opts.positionIds, B, T, "positionIds") ?? positionsFromMask(mask, B, T);
       const rope = ropeTables(pos, hd, c.ropeTheta);
       const cos = tf.tensor(rope.cos, [B * T, 1, hd]), sin = tf.tensor(rope.sin, [B * T, 1, hd]);
       const rot = rotateHalfMatrix(hd);

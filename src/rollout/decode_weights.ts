@@ -25,9 +25,34 @@ function concatRows(parts: Float32Array[]): Float32Array {
   return out;
 }
 
+const paramIds = (model: LlamaModel): object[] => [...model.params.values()].map((v) => v.dataId);
+const sameIds = (a: object[], b: object[]): boolean => a.length === b.length && a.every((id, i) => id === b[i]);
+
+// Parameters read back asynchronously, per model, valid while no parameter changed:
+// a GPU backend under Node cannot read synchronously, so the worker reads them with
+// `readParamsForDecode` before generating and the preparation below takes them from here.
+const snapshots = new WeakMap<LlamaModel, { ids: object[]; arrays: Map<string, Float32Array> }>();
+
+/**
+ * Read every parameter of `model` asynchronously for the decoder's next weight
+ * preparation (one read per parameter change; a no-op while the cached decode
+ * weights are current). Call before `generate` on a backend without synchronous reads.
+ */
+export async function readParamsForDecode(model: LlamaModel): Promise<void> {
+  const ids = paramIds(model);
+  const hit = cache.get(model), snap = snapshots.get(model);
+  if ((hit && sameIds(hit.ids, ids)) || (snap && sameIds(snap.ids, ids))) return;
+  const arrays = new Map<string, Float32Array>();
+  for (const [name, v] of model.params) arrays.set(name, (await v.data()) as Float32Array);
+  // a parameter may have changed while we awaited: keep only a consistent snapshot
+  if (sameIds(paramIds(model), ids)) snapshots.set(model, { ids, arrays });
+}
+
 /** Prepare the weights with `kernels` (which then owns them). */
 export function prepareDecodeWeights(model: LlamaModel, kernels: HostKernels): DecodeWeights {
-  const c = model.config, read = (n: string) => model.p(n).dataSync() as Float32Array;
+  const snap = snapshots.get(model);
+  const host = snap && sameIds(snap.ids, paramIds(model)) ? snap.arrays : undefined;
+  const c = model.config, read = (n: string) => host?.get(n) ?? (model.p(n).dataSync() as Float32Array);
   const Q = c.nHeads * c.headDim, KV = c.nKvHeads * c.headDim, D = c.dim, F = c.hiddenDim;
   const layers: LayerWeights[] = [];
   for (let i = 0; i < c.nLayers; i++) {
@@ -51,9 +76,9 @@ const cache = new WeakMap<LlamaModel, Cached>();
 
 /** The model's decode weights, prepared on the current backend's kernels; reused while no parameter changed. */
 export function cachedDecodeWeights(model: LlamaModel, backend: string): DecodeWeights {
-  const ids = [...model.params.values()].map((v) => v.dataId);
+  const ids = paramIds(model);
   const hit = cache.get(model);
-  if (hit && hit.backend === backend && hit.ids.length === ids.length && hit.ids.every((id, i) => id === ids[i])) return hit.weights;
+  if (hit && hit.backend === backend && sameIds(hit.ids, ids)) return hit.weights;
   if (hit) hit.kernels.dispose();
   else model.onDispose(() => { cache.get(model)?.kernels.dispose(); cache.delete(model); });
   const kernels = hostKernels();

@@ -3,5 +3,6 @@ export { generate, type GenerateOptions } from "./generate.js";
 export { TokenSampler, defaultSamplingParams, checkSamplingParams, isGreedy, type SamplingParams } from "./sampling.js";
 export { KvCacheDecoder, FullForwardDecoder, type StepDecoder } from "./decoder.js";
 export { KvCache } from "./kv_cache.js";
+export { readParamsForDecode } from "./decode_weights.js";
 export { logProbsFromLogits, entropyFromLogits, responseLogProbs, computeLogProb, type LogProbOptions, type ComputeLogProbOptions } from "./log_probs.js";
 export { leftPadPrompts } from "./prompts.js";

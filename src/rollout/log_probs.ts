@@ -68,15 +68,15 @@ export function responseLogProbs(model: LlamaModel, micro: DataProto, opts: LogP
   lastR = Math.max(lastR, 1);
   const temperature = opts.temperature && opts.temperature > 0 ? opts.temperature : 1;
   return tf.tidy(() => {
-    // Columns are cut on the host: tensors made from host arrays keep their values there,
-    // so the forward's reads of mask and positions never wait on a device (WebGPU cannot read synchronously).
+    // Columns are cut on the host, and mask and positions go to the forward as host arrays:
+    // it uses them on the host, and WebGPU cannot read a device tensor synchronously.
     const W = P + lastR - 1 - first;
     const cols = (t: TensorData) => {
       const src = asInt32(t), out = new Int32Array(B * W);
       for (let b = 0; b < B; b++) out.set(src.subarray(b * L + first, b * L + first + W), b * W);
-      return tf.tensor2d(out, [B, W], "int32");
+      return out;
     };
-    const hidden = model.hiddenStates(cols(ids), { attentionMask: cols(mask), positionIds: pos ? cols(pos) : undefined });
+    const hidden = model.hiddenStates(tf.tensor2d(cols(ids), [B, W], "int32"), { attentionMask: cols(mask), positionIds: pos ? cols(pos) : undefined });
     // the logits at column j predict token j+1: the responses are predicted from columns P-1 .. P+lastR-2
     const h = hidden.slice([0, P - 1 - first, 0], [B, lastR, -1]);
     let logits = model.lmHead(h);
@@ -95,7 +95,7 @@ export interface ComputeLogProbOptions extends LogProbOptions {
 }
 
 /** No-grad response log-probs [B, R] (and entropy) in micro-batches, as plain TensorData. */
-export function computeLogProb(model: LlamaModel, data: DataProto, opts: ComputeLogProbOptions): { logProbs: TensorData; entropy?: TensorData } {
+export async function computeLogProb(model: LlamaModel, data: DataProto, opts: ComputeLogProbOptions): Promise<{ logProbs: TensorData; entropy?: TensorData }> {
   if (!Number.isInteger(opts.microBatchSize) || opts.microBatchSize < 1) {
     throw new Error(`computeLogProb: microBatchSize must be a positive integer, got ${opts.microBatchSize}`);
   }
@@ -106,8 +106,8 @@ export function computeLogProb(model: LlamaModel, data: DataProto, opts: Compute
   for (let b0 = 0; b0 < B; b0 += opts.microBatchSize) {
     const micro = slim.slice(b0, Math.min(B, b0 + opts.microBatchSize));
     const out = responseLogProbs(model, micro, opts);
-    lp.set(out.logProbs.dataSync(), b0 * R);
-    if (ent && out.entropy) ent.set(out.entropy.dataSync(), b0 * R);
+    lp.set(await out.logProbs.data(), b0 * R);
+    if (ent && out.entropy) ent.set(await out.entropy.data(), b0 * R);
     tf.dispose([out.logProbs, out.entropy]);
   }
   return { logProbs: tensor(lp, [B, R], "float32"), ...(ent ? { entropy: tensor(ent, [B, R], "float32") } : {}) };

@@ -6,7 +6,7 @@ import * as tf from "@tensorflow/tfjs";
 import type { Config } from "../config/index.js";
 import { LlamaModel, type Tokenizer } from "../models/index.js";
 import { DataProto } from "../protocol/index.js";
-import { generate, type SamplingParams } from "../rollout/index.js";
+import { generate, readParamsForDecode, type SamplingParams } from "../rollout/index.js";
 import { AgentLoopManager, ContinuousBatchingServer, needsAgentLoop } from "../agent_loop/index.js";
 import { Dispatch, register, Worker } from "../single_controller/index.js";
 import { Rng } from "../utils/rng.js";
@@ -139,6 +139,8 @@ export class ActorRolloutRefWorker extends Worker {
   async generateSequences(prompts: DataProto): Promise<DataProto> {
     const { model } = this.requireActor("generateSequences");
     const rng = this.samplingRng(prompts.metaInfo);
+    // the host decode engine copies the weights: read them asynchronously first (WebGPU has no sync read)
+    await readParamsForDecode(model);
     if (needsAgentLoop(this.config, prompts)) return this.generateWithAgentLoops(model, prompts, rng);
     const params = this.samplingParams(prompts.metaInfo);
     const gen = prompts.select(["input_ids", "attention_mask", "position_ids"].filter((k) => k in prompts.batch), [], []);
@@ -195,27 +197,27 @@ export class ActorRolloutRefWorker extends Worker {
 
   /** old_log_probs (and entropys) under the current actor. */
   @register({ dispatchMode: Dispatch.DP_COMPUTE_PROTO })
-  computeLogProb(data: DataProto): DataProto {
+  async computeLogProb(data: DataProto): Promise<DataProto> {
     const { actor } = this.requireActor("computeLogProb");
     const temperature = this.temperatureOf(data);
     const calc = data.metaInfo.calculate_entropy !== false;
-    const r = actor.computeLogProb(data, this.state.logProbSpec, temperature, calc);
+    const r = await actor.computeLogProb(data, this.state.logProbSpec, temperature, calc);
     return new DataProto({ old_log_probs: r.logProbs, ...(r.entropy ? { entropys: r.entropy } : {}) }, {}, { temperature });
   }
 
   @register({ dispatchMode: Dispatch.DP_COMPUTE_PROTO })
-  computeRefLogProb(data: DataProto): DataProto {
+  async computeRefLogProb(data: DataProto): Promise<DataProto> {
     const s = this.state;
     if (!s.ref || !s.refLogProbSpec) throw new Error(`computeRefLogProb: role '${this.role}' holds no reference policy (no KL term is on)`);
-    const r = s.ref.computeLogProb(data, s.refLogProbSpec, this.temperatureOf(data), false);
+    const r = await s.ref.computeLogProb(data, s.refLogProbSpec, this.temperatureOf(data), false);
     return new DataProto({ ref_log_prob: r.logProbs }, {}, {});
   }
 
   @register({ dispatchMode: Dispatch.DP_COMPUTE_PROTO })
-  updateActor(data: DataProto): DataProto {
+  async updateActor(data: DataProto): Promise<DataProto> {
     const { actor, optimizer } = this.requireActor("updateActor");
     const lr = optimizer.lr;
-    const metrics = actor.updatePolicy(data);
+    const metrics = await actor.updatePolicy(data);
     metrics["actor/lr"] = [lr];
     optimizer.scheduler.step();
     return new DataProto({}, {}, { metrics });

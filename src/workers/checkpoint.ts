@@ -37,9 +37,10 @@ interface ExtraState {
 
 const extraName = (world: number, rank: number) => `extra_state_world_size_${world}_rank_${rank}.json`;
 
-function toHost(params: Map<string, tf.Variable>): Map<string, NamedArray> {
+/** Parameters read back asynchronously (a GPU backend has no synchronous read under Node). */
+async function toHost(params: Map<string, tf.Variable>): Promise<Map<string, NamedArray>> {
   const out = new Map<string, NamedArray>();
-  for (const [name, v] of params) out.set(name, { data: Float32Array.from(v.dataSync() as Float32Array), shape: [...v.shape] });
+  for (const [name, v] of params) out.set(name, { data: Float32Array.from(await v.data() as Float32Array), shape: [...v.shape] });
   return out;
 }
 
@@ -50,8 +51,8 @@ function writeTensorFile(path: string, tensors: Map<string, NamedArray>, metadat
 export async function saveRoleCheckpoint(dir: string, parts: RoleCheckpointParts, opts: SaveOptions = {}): Promise<void> {
   mkdirSync(dir, { recursive: true });
   if (parts.rank === 0) {
-    writeTensorFile(join(dir, "model.safetensors"), toHost(parts.params), { format: CHECKPOINT_FORMAT });
-    const st = parts.optimizer.optimizer.stateDict();
+    writeTensorFile(join(dir, "model.safetensors"), await toHost(parts.params), { format: CHECKPOINT_FORMAT });
+    const st = await parts.optimizer.optimizer.stateDict();
     writeTensorFile(join(dir, "optim.safetensors"), new Map([
       ["exp_avg", { data: st.expAvg, shape: [st.expAvg.length] }],
       ["exp_avg_sq", { data: st.expAvgSq, shape: [st.expAvgSq.length] }],

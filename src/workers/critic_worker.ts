@@ -52,15 +52,15 @@ export class CriticWorker extends Worker {
   }
 
   @register({ dispatchMode: Dispatch.DP_COMPUTE_PROTO })
-  computeValues(data: DataProto): DataProto {
-    return new DataProto({ values: this.state.critic.computeValues(data) }, {}, {});
+  async computeValues(data: DataProto): Promise<DataProto> {
+    return new DataProto({ values: await this.state.critic.computeValues(data) }, {}, {});
   }
 
   @register({ dispatchMode: Dispatch.DP_COMPUTE_PROTO })
-  updateCritic(data: DataProto): DataProto {
+  async updateCritic(data: DataProto): Promise<DataProto> {
     const { critic, optimizer } = this.state;
     const lr = optimizer.lr;
-    const metrics = critic.updateCritic(data);
+    const metrics = await critic.updateCritic(data);
     metrics["critic/lr"] = [lr];
     optimizer.scheduler.step();
     return new DataProto({}, {}, { metrics });

@@ -96,8 +96,8 @@ export class DataParallelOptimizer {
   }
 
   /** End of a mini-batch: all-reduce (with `scalars` appended), clip, step. */
-  step(scalars: number[] = []): StepResult {
-    const grad = this.acc.take();
+  async step(scalars: number[] = []): Promise<StepResult> {
+    const grad = await this.acc.take();
     const buf = new Float32Array(grad.length + scalars.length);
     buf.set(grad);
     buf.set(scalars, grad.length);
@@ -110,8 +110,8 @@ export class DataParallelOptimizer {
     return { gradNorm, skipped, scalars: summed };
   }
 
-  stateDict(): DpOptimizerState {
-    return { optimizer: this.optimizer.stateDict(), scheduler: this.scheduler.stateDict() };
+  async stateDict(): Promise<DpOptimizerState> {
+    return { optimizer: await this.optimizer.stateDict(), scheduler: this.scheduler.stateDict() };
   }
 
   loadStateDict(s: DpOptimizerState): void {

@@ -9,8 +9,9 @@ import { tensor, type TensorData } from "../protocol/tensor.js";
 import { column, microBatches, toTf, type MicroBatchSpec } from "./batching.js";
 
 export interface ForwardInputs {
-  attentionMask?: tf.Tensor2D;
-  positionIds?: tf.Tensor2D;
+  /** Host arrays [b*T]: the model uses them on the host (see LlamaModel's ForwardOptions). */
+  attentionMask?: ArrayLike<number>;
+  positionIds?: ArrayLike<number>;
 }
 
 /** What the critic and the reward model need of a value model (ValueHeadModel has it). */
@@ -20,8 +21,8 @@ export interface ValueModel {
 
 function modelInputs(micro: DataProto): { ids: tf.Tensor2D; opts: ForwardInputs } {
   const ids = toTf(column(micro, "input_ids"), "int32") as tf.Tensor2D;
-  const opts: ForwardInputs = { attentionMask: toTf(column(micro, "attention_mask"), "int32") as tf.Tensor2D };
-  if (micro.batch.position_ids) opts.positionIds = toTf(micro.batch.position_ids, "int32") as tf.Tensor2D;
+  const opts: ForwardInputs = { attentionMask: column(micro, "attention_mask").data };
+  if (micro.batch.position_ids) opts.positionIds = micro.batch.position_ids.data;
   return { ids, opts };
 }
 
@@ -39,15 +40,16 @@ export function responseValues(model: ValueModel, micro: DataProto): tf.Tensor2D
  * float tensors) back into row order: the inference half of the workers
  * (old / ref log-probs, values, reward-model scores).
  */
-export function inferInMicroBatches(
+export async function inferInMicroBatches(
   data: DataProto, spec: MicroBatchSpec, fn: (micro: DataProto) => tf.Tensor[],
-): TensorData[] {
+): Promise<TensorData[]> {
   const { batches, indices } = microBatches(data, spec);
   let outs: Float32Array[] | undefined;
   let widths: number[] = [];
-  batches.forEach((micro, k) => {
+  for (const [k, micro] of batches.entries()) {
     const results = tf.tidy(() => fn(micro));
-    const host = results.map((t) => t.dataSync() as Float32Array);
+    // async reads: the only kind a GPU backend offers under Node (and as cheap on wasm)
+    const host = (await Promise.all(results.map((t) => t.data()))) as Float32Array[];
     if (!outs) {
       widths = results.map((t) => t.shape[1] ?? 1);
       outs = widths.map((w) => new Float32Array(data.length * w));
@@ -56,14 +58,17 @@ export function inferInMicroBatches(
     indices[k]!.forEach((row, i) => {
       host.forEach((h, j) => outs![j]!.set(h.subarray(i * widths[j]!, (i + 1) * widths[j]!), row * widths[j]!));
     });
-  });
+  }
   return (outs ?? []).map((o, j) => tensor(o, [data.length, widths[j]!], "float32"));
 }
 
-/** Read scalar tensors in one transfer (the tensors stay alive; the caller disposes them). */
-export function readScalars(xs: tf.Tensor[]): Float32Array {
+/** Read scalar tensors in one async transfer (the tensors stay alive; the caller disposes them). */
+export async function readScalars(xs: tf.Tensor[]): Promise<Float32Array> {
+  if (xs.length === 0) return new Float32Array(0);
   const stacked = tf.stack(xs);
-  const vals = stacked.dataSync() as Float32Array;
-  stacked.dispose();
-  return vals;
+  try {
+    return (await stacked.data()) as Float32Array;
+  } finally {
+    stacked.dispose();
+  }
 }

@@ -34,14 +34,16 @@ export class RewardModelWorker extends Worker {
   }
 
   @register({ dispatchMode: Dispatch.DP_COMPUTE_PROTO })
-  computeRmScore(data: DataProto): DataProto {
+  async computeRmScore(data: DataProto): Promise<DataProto> {
     const model = this.model, spec = this.spec;
     if (!model || !spec) throw new Error(`reward model worker rank ${this.rank}: call initModel first`);
-    const [lastValues] = inferInMicroBatches(data, spec, (micro) => {
-      const am = toTf(column(micro, "attention_mask"), "int32") as tf.Tensor2D;
+    const [lastValues] = await inferInMicroBatches(data, spec, (micro) => {
+      const amHost = column(micro, "attention_mask");
+      const am = toTf(amHost, "int32") as tf.Tensor2D;
       const ids = toTf(column(micro, "input_ids"), "int32") as tf.Tensor2D;
-      const pos = micro.batch.position_ids ? (toTf(micro.batch.position_ids, "int32") as tf.Tensor2D) : undefined;
-      const v = model.forward(ids, { attentionMask: am, ...(pos ? { positionIds: pos } : {}) });
+      // mask and positions go to the forward as host arrays (it uses them on the host)
+      const pos = micro.batch.position_ids?.data;
+      const v = model.forward(ids, { attentionMask: amHost.data, ...(pos ? { positionIds: pos } : {}) });
       // The last attended column of each row: argmax of column index where the mask is 1.
       const T = am.shape[1];
       const idx = tf.argMax(tf.mul(am.toFloat(), tf.range(1, T + 1).reshape([1, T])), 1);

@@ -16,7 +16,7 @@ export interface WorkerCommon {
 /** Backend, extension modules, batch plan. Called by each worker's initModel. */
 export async function setupWorker(config: Config, externalLibKeys: string[]): Promise<WorkerCommon> {
   const cfg = new ConfigView(config);
-  const backend = await initBackend(cfg.str("trainer.device", "auto"), { syncReads: true });
+  const backend = await initBackend(cfg.str("trainer.device", "auto"));
   for (const key of externalLibKeys) await importExternalLib(cfg.optStr(key), key);
   return { cfg, plan: validatePpoConfig(config), seed: cfg.int("trainer.seed", 42), backend };
 }

@@ -3,10 +3,6 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { initBackend } from "../../src/engine/backend.js";
 
-test("training refuses webgpu up front, naming the reason", async () => {
-  await assert.rejects(initBackend("webgpu", { syncReads: true }), /trainer\.device=webgpu: the training workers read tensors synchronously/);
-});
-
 test("webgpu without an adapter (or without the optional Dawn package) fails with a clear error", async () => {
   await assert.rejects(initBackend("webgpu"), /engine backend 'webgpu': (no GPU adapter found|needs the optional 'webgpu' package)/);
 });

@@ -33,7 +33,7 @@ test("stories260K: batched KV-cache generation reproduces the README continuatio
     assert.ok(README_CONTINUATION.startsWith(decodePieces(pieces, rowTokens(fast.batch["responses"]!, 0))), "README continuation");
     assert.deepEqual(Array.from(fast.batch["responses"]!.data), Array.from(slow.batch["responses"]!.data));
     // the fast engine's log-probs agree with the training forward (greedy: temperature 1)
-    const lp = computeLogProb(m, fast, { microBatchSize: 2, temperature: 0 });
+    const lp = await computeLogProb(m, fast, { microBatchSize: 2, temperature: 0 });
     const mask = fast.batch["response_mask"]!.data, roll = fast.batch["rollout_log_probs"]!.data;
     let md = 0;
     for (let i = 0; i < mask.length; i++) if (mask[i]) md = Math.max(md, Math.abs(lp.logProbs.data[i]! - roll[i]!));

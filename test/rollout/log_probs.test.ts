@@ -34,7 +34,7 @@ test("responseLogProbs: trimmed forward equals the full forward, temperature app
       const lg = logits.slice([0, P - 1, 0], [B, R, -1]).div(0.7);
       return logProbsFromLogits(lg, tf.tensor2d(out.batch["responses"]!.data as Int32Array, [B, R], "int32")).dataSync();
     });
-    const got = computeLogProb(m, out, { microBatchSize: 2, temperature: 0.7, calculateEntropy: true });
+    const got = await computeLogProb(m, out, { microBatchSize: 2, temperature: 0.7, calculateEntropy: true });
     const mask = out.batch["response_mask"]!.data;
     for (let i = 0; i < B * R; i++) {
       if (mask[i]) assert.ok(Math.abs(got.logProbs.data[i]! - ref[i]!) < 1e-5, `slot ${i}`);
@@ -50,7 +50,7 @@ test("responseLogProbs: trimmed forward equals the full forward, temperature app
     const gsum = Object.values(grads).reduce((a, g) => a + (g.abs().sum().dataSync()[0] ?? 0), 0);
     assert.ok(Number.isFinite(value.dataSync()[0]!) && gsum > 0);
     tf.dispose([value, ...Object.values(grads)]);
-    assert.throws(() => computeLogProb(m, out, { microBatchSize: 0 }), /microBatchSize must be a positive integer/);
+    await assert.rejects(computeLogProb(m, out, { microBatchSize: 0 }), /microBatchSize must be a positive integer/);
   } finally {
     m.dispose();
   }

@@ -20,7 +20,7 @@ test("the reward model scores each sequence at its last attended token and puts 
   const worker = new RewardModelWorker(config);
   await worker.initModel();
   const data = syntheticBatch(5, 4, 6, 33, 21);
-  const scores = worker.computeRmScore(data).batch.rm_scores!;
+  const scores = (await worker.computeRmScore(data)).batch.rm_scores!;
   assert.deepEqual(scores.shape, [5, 6]);
   const mask = data.batch.response_mask!.data;
   // The same model, row by row: the value at the row's last attended column.

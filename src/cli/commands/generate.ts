@@ -14,6 +14,7 @@ import { loadModel } from "../../models/load.js";
 import type { ChatMessage, Tokenizer } from "../../models/tokenizer.js";
 import { loadTokenizer } from "../../models/tokenizers/index.js";
 import { generate } from "../../rollout/generate.js";
+import { readParamsForDecode } from "../../rollout/decode_weights.js";
 import { isGreedy, type SamplingParams } from "../../rollout/sampling.js";
 import { logger } from "../../utils/logger.js";
 import { Rng } from "../../utils/rng.js";
@@ -79,6 +80,7 @@ export async function run(ctx: CommandContext): Promise<void> {
 
   const backend = await initBackend(String(get(config, "trainer.device", "auto")));
   const model = await loadModel(modelPath);
+  await readParamsForDecode(model); // the host decoder's weight copy, read asynchronously (WebGPU has no sync read)
   const tokPath = get(config, "model.tokenizer_path");
   const tok = await loadTokenizer(typeof tokPath === "string" ? expandHome(tokPath) : statSync(modelPath).isFile() ? dirname(modelPath) : modelPath);
   params.eosTokenIds = [...new Set([tok.eosTokenId, ...tok.eosTokenIds])];

@@ -87,11 +87,13 @@ export class AdamW {
     });
   }
 
-  stateDict(): AdamWState {
+  /** The moments read back asynchronously (the only way a GPU backend reads under Node). */
+  async stateDict(): Promise<AdamWState> {
+    const [expAvg, expAvgSq] = await Promise.all([this.expAvg.data(), this.expAvgSq.data()]);
     return {
       step: this.stepCount,
-      expAvg: this.expAvg.dataSync() as Float32Array,
-      expAvgSq: this.expAvgSq.dataSync() as Float32Array,
+      expAvg: expAvg as Float32Array,
+      expAvgSq: expAvgSq as Float32Array,
       paramNames: this.vars.map((v) => v.name),
       paramSizes: [...this.sizes],
     };

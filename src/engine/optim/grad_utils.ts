@@ -1,6 +1,6 @@
 // Gradient plumbing between micro-batches, ranks and the optimizer: gradients are
-// accumulated as one flat vector on the backend, read back once per mini-batch
-// (for the cross-rank all-reduce), and clipped by their global norm on the host.
+// accumulated as one flat vector on the backend, read back asynchronously once per
+// mini-batch (for the cross-rank all-reduce), and clipped by their global norm on the host.
 import * as tf from "@tensorflow/tfjs";
 
 /** Sums micro-batch gradients into one flat vector, in the order of `vars`. */
@@ -25,14 +25,20 @@ export class FlatGradAccumulator {
     this.acc = next;
   }
 
-  /** The accumulated gradient as a host array (zeros if nothing was added); resets the accumulator. */
-  take(): Float32Array {
+  /**
+   * The accumulated gradient as a host array (zeros if nothing was added); resets the
+   * accumulator. Async: a GPU backend under Node can only read its buffers that way.
+   */
+  async take(): Promise<Float32Array> {
     if (!this.acc) return new Float32Array(this.numel);
-    const out = this.acc.dataSync() as Float32Array;
-    this.acc.dispose();
+    const acc = this.acc;
     this.acc = undefined;
-    // dataSync may hand back the backend's own buffer; copy so callers may mutate it.
-    return new Float32Array(out);
+    try {
+      // the read may hand back the backend's own buffer; copy so callers may mutate it.
+      return new Float32Array(await acc.data() as Float32Array);
+    } finally {
+      acc.dispose();
+    }
   }
 
   dispose(): void {

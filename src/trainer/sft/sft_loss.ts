@@ -46,10 +46,15 @@ export function sftLossSum(model: LlamaModel, micro: DataProto): tf.Scalar {
   const [B, L] = ids.shape as [number, number];
   const T = usedWidth(attn);
   if (T < 2) return tf.scalar(0);
-  const cut = (t: TensorData, start: number, width: number) =>
-    tf.tensor2d(int32(t), [B, L], "int32").slice([0, start], [B, width]) as tf.Tensor2D;
+  // columns cut on the host; mask and positions stay host arrays (the forward uses them there)
+  const cutHost = (t: TensorData, start: number, width: number) => {
+    const src = int32(t), out = new Int32Array(B * width);
+    for (let b = 0; b < B; b++) out.set(src.subarray(b * L + start, b * L + start + width), b * width);
+    return out;
+  };
+  const cut = (t: TensorData, start: number, width: number) => tf.tensor2d(cutHost(t, start, width), [B, width], "int32");
   const pos = micro.batch.position_ids;
-  const hidden = model.hiddenStates(cut(ids, 0, T), { attentionMask: cut(attn, 0, T), positionIds: pos ? cut(pos, 0, T) : undefined });
+  const hidden = model.hiddenStates(cut(ids, 0, T), { attentionMask: cutHost(attn, 0, T), positionIds: pos ? cutHost(pos, 0, T) : undefined });
   const logits = model.lmHead(hidden.slice([0, 0, 0], [B, T - 1, -1]));
   const logProbs = logProbsFromLogits(logits, cut(ids, 1, T - 1));
   const weights = tf.cast(cut(lossMask, 0, T - 1), "float32");

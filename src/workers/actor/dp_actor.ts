@@ -33,14 +33,20 @@ export interface DpActorOptions {
 /** Per-mini-batch and per-micro-batch metric lists (reduced by the driver). */
 export type MetricLists = Record<string, number[]>;
 
-/** Kept loss-metric scalars as numbers (the tensors are disposed). */
-function readKeptMetrics(kept: LossMetrics): Record<string, number> {
-  const out: Record<string, number> = {};
-  for (const [k, v] of Object.entries(kept)) {
-    if (typeof v === "number") out[k] = v;
-    else { out[k] = v.dataSync()[0]!; v.dispose(); }
-  }
-  return out;
+/**
+ * The micro-batch's loss terms and kept loss-metric scalars as numbers, in one async
+ * read (a GPU backend has no synchronous one; one read is one device round trip).
+ * Disposes the metric tensors; the terms stay with the caller.
+ */
+async function readMicroScalars(terms: tf.Scalar[], kept: LossMetrics): Promise<{ terms: Float32Array; metrics: Record<string, number> }> {
+  const entries = Object.entries(kept);
+  const tensors = entries.filter(([, v]) => typeof v !== "number").map(([, v]) => v as tf.Tensor);
+  const vals = await readScalars([...terms, ...tensors]);
+  tf.dispose(tensors);
+  const metrics: Record<string, number> = {};
+  let at = terms.length;
+  for (const [k, v] of entries) metrics[k] = typeof v === "number" ? v : vals[at++]!;
+  return { terms: vals.subarray(0, terms.length), metrics };
 }
 
 export function push(into: MetricLists, key: string, v: number): void {
@@ -59,15 +65,15 @@ export class DataParallelPPOActor {
   }
 
   /** Old (or reference) log-probs [B, R], and the entropy when asked; no gradients. */
-  computeLogProb(data: DataProto, spec: MicroBatchSpec, temperature: number, calculateEntropy: boolean): { logProbs: TensorData; entropy?: TensorData } {
-    const outs = inferInMicroBatches(data, spec, (micro) => {
+  async computeLogProb(data: DataProto, spec: MicroBatchSpec, temperature: number, calculateEntropy: boolean): Promise<{ logProbs: TensorData; entropy?: TensorData }> {
+    const outs = await inferInMicroBatches(data, spec, (micro) => {
       const r = responseLogProbs(this.model, micro, { temperature, calculateEntropy });
       return r.entropy ? [r.logProbs, r.entropy] : [r.logProbs];
     });
     return calculateEntropy ? { logProbs: outs[0]!, entropy: outs[1]! } : { logProbs: outs[0]! };
   }
 
-  updatePolicy(data: DataProto): MetricLists {
+  async updatePolicy(data: DataProto): Promise<MetricLists> {
     const optimizer = this.optimizer;
     if (!optimizer) throw new Error("updatePolicy: this actor has no optimizer (a reference policy is frozen)");
     const cfg = this.opts.config;
@@ -135,13 +141,14 @@ export class DataParallelPPOActor {
             return loss;
           }, vars);
           optimizer.accumulate(grads);
-          const vals = readScalars(parts);
+          const read = await readMicroScalars(parts, kept);
+          const vals = read.terms;
           // `value` may be one of `parts` (the bare policy loss): dispose each once.
           tf.dispose([...new Set<tf.Tensor>([value, ...parts, ...Object.values(grads)])]);
           pgSum += vals[0]!; klSum += vals[1]!; entSum += vals[2]!;
-          means.add(readKeptMetrics(kept), tokenAndSequenceCounts(column(micro, "response_mask")).tokens);
+          means.add(read.metrics, tokenAndSequenceCounts(column(micro, "response_mask")).tokens);
         }
-        const res = optimizer.step([pgSum, klSum, entSum, ...means.pack()]);
+        const res = await optimizer.step([pgSum, klSum, entSum, ...means.pack()]);
         for (const [k, v] of Object.entries(means.read(res.scalars.subarray(3)))) push(metrics, k, v);
         push(metrics, "actor/pg_loss", res.scalars[0]!);
         if (useKl) {

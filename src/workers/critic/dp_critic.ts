@@ -28,18 +28,18 @@ export class DataParallelPPOCritic {
   }
 
   /** Values [B, R], zero outside the response mask (verl keeps values only on action tokens). */
-  computeValues(data: DataProto): TensorData {
+  async computeValues(data: DataProto): Promise<TensorData> {
     const cfg = this.opts.config;
     const spec: MicroBatchSpec = cfg.bool("use_dynamic_bsz", false)
       ? { microBatchSize: null, maxTokenLen: cfg.int("forward_max_token_len_per_gpu", cfg.int("ppo_max_token_len_per_gpu")) }
       : { microBatchSize: cfg.optInt("forward_micro_batch_size_per_gpu") ?? this.opts.microBatchPerRank, maxTokenLen: null };
-    const [values] = inferInMicroBatches(data, spec, (micro) => [
+    const [values] = await inferInMicroBatches(data, spec, (micro) => [
       tf.mul(responseValues(this.model, micro), toTf(column(micro, "response_mask"), "float32")),
     ]);
     return values!;
   }
 
-  updateCritic(data: DataProto): MetricLists {
+  async updateCritic(data: DataProto): Promise<MetricLists> {
     const cfg = this.opts.config;
     const optimizer = this.optimizer;
     const epochs = cfg.int("ppo_epochs", 1);
@@ -71,13 +71,13 @@ export class DataParallelPPOCritic {
             return vfLoss;
           }, optimizer.vars);
           optimizer.accumulate(grads);
-          const vals = readScalars(kept);
+          const vals = await readScalars(kept);
           // `value` is kept[0] (the value loss): dispose each tensor once.
           tf.dispose([...new Set<tf.Tensor>([value, ...kept, ...Object.values(grads)])]);
           lossSum += vals[0]!;
           means.add({ "critic/vf_clipfrac": vals[1]!, "critic/vpred_mean": vals[2]! }, tokenAndSequenceCounts(column(micro, "response_mask")).tokens);
         }
-        const res = optimizer.step([lossSum, ...means.pack()]);
+        const res = await optimizer.step([lossSum, ...means.pack()]);
         for (const [k, v] of Object.entries(means.read(res.scalars.subarray(1)))) push(metrics, k, v);
         push(metrics, "critic/vf_loss", res.scalars[0]!);
         push(metrics, "critic/grad_norm", res.gradNorm);

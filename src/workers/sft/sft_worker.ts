@@ -76,7 +76,7 @@ export class SFTWorker extends Worker {
   @register({ dispatchMode: Dispatch.ONE_TO_ALL })
   async initModel(totalSteps: number): Promise<{ backend: string; numParams: number }> {
     const cfg = new ConfigView(this.config);
-    const backend = await initBackend(cfg.str("trainer.device", "auto"), { syncReads: true });
+    const backend = await initBackend(cfg.str("trainer.device", "auto"));
     await importExternalLib(cfg.optStr("model.external_lib"), "model.external_lib");
     const microBatchSize = cfg.int("data.micro_batch_size_per_gpu");
     if (microBatchSize < 1) throw new Error(`data.micro_batch_size_per_gpu must be >= 1, got ${microBatchSize}`);
@@ -93,7 +93,7 @@ export class SFTWorker extends Worker {
 
   /** One optimizer step on this rank's rows of the global batch (every rank must be called, even with no rows). */
   @register({ dispatchMode: Dispatch.DP_COMPUTE_METRIC })
-  trainStep(data: DataProto): SftStepResult {
+  async trainStep(data: DataProto): Promise<SftStepResult> {
     const { model, optimizer, microBatchSize } = this.state;
     const counts = Float64Array.of(countLossTokens(data));
     optimizer.allReduceSum(counts);
@@ -102,23 +102,23 @@ export class SFTWorker extends Worker {
     for (const micro of microBatches(data, { microBatchSize, maxTokenLen: null }).batches) {
       const { value, grads } = tf.variableGrads(() => tf.div(sftLossSum(model, micro), norm) as tf.Scalar, optimizer.vars);
       optimizer.accumulate(grads);
-      lossSum += value.dataSync()[0]!;
+      lossSum += (await value.data())[0]!;
       tf.dispose([value, ...Object.values(grads)]);
     }
     const lr = optimizer.lr;
-    const res = optimizer.step([lossSum]);
+    const res = await optimizer.step([lossSum]);
     optimizer.scheduler.step();
     return { loss: res.scalars[0]!, gradNorm: res.gradNorm, lr, tokens: counts[0]!, skipped: res.skipped };
   }
 
   /** Summed loss and token count of this rank's rows (no gradients, no collectives). */
   @register({ dispatchMode: Dispatch.DP_COMPUTE_METRIC })
-  evalLoss(data: DataProto): SftEvalResult {
+  async evalLoss(data: DataProto): Promise<SftEvalResult> {
     const { model, microBatchSize } = this.state;
     let lossSum = 0;
     for (const micro of microBatches(data, { microBatchSize, maxTokenLen: null }).batches) {
       const t = tf.tidy(() => sftLossSum(model, micro));
-      lossSum += t.dataSync()[0]!;
+      lossSum += (await t.data())[0]!;
       t.dispose();
     }
     return { lossSum, tokens: countLossTokens(data) };

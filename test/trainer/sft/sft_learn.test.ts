@@ -10,10 +10,10 @@ test("the response loss on a tiny task falls to under a third of its start in 40
   await w.initModel(40);
   const pairs: [number, number][] = Array.from({ length: 16 }, (_, i) => [(i * 7) % 10, (i * 3) % 10]);
   const batch = toyBatch(pairs);
-  const start = w.evalLoss(batch);
+  const start = await w.evalLoss(batch);
   const losses: number[] = [];
-  for (let i = 0; i < 40; i++) losses.push(w.trainStep(batch).loss);
-  const end = w.evalLoss(batch);
+  for (let i = 0; i < 40; i++) losses.push((await w.trainStep(batch)).loss);
+  const end = await w.evalLoss(batch);
   const first = start.lossSum / start.tokens, last = end.lossSum / end.tokens;
   assert.ok(Math.abs(losses[0]! - first) < 1e-4, "the first step's loss is the loss before training");
   assert.ok(last < first / 3, `loss ${first.toFixed(3)} -> ${last.toFixed(3)} (per step: ${losses.map((l) => l.toFixed(2)).join(" ")})`);

@@ -58,7 +58,7 @@ test("micro-batches of 2 accumulate to the same step as one batch of 8 (loss, gr
   const one = await worker(8), four = await worker(2);
   const w0 = weights(one);
   assert.ok(maxAbsDiff(w0.get("model.embed_tokens.weight")!, weights(four).get("model.embed_tokens.weight")!) === 0, "same seed, same init");
-  const a = one.trainStep(batch), b = four.trainStep(batch);
+  const a = await one.trainStep(batch), b = await four.trainStep(batch);
   assert.ok(Math.abs(a.loss - b.loss) < 1e-6, `loss ${a.loss} vs ${b.loss}`);
   assert.ok(Math.abs(a.gradNorm - b.gradNorm) < 1e-5, `grad norm ${a.gradNorm} vs ${b.gradNorm}`);
   assert.equal(a.tokens, countLossTokens(batch));
@@ -75,12 +75,12 @@ test("micro-batches of 2 accumulate to the same step as one batch of 8 (loss, gr
 test("steps leave the live tensor count flat; an empty share still joins the all-reduce", async () => {
   const w = await worker(3);
   const batch = toyBatch(PAIRS);
-  w.trainStep(batch);
+  await w.trainStep(batch);
   const before = tf.memory().numTensors;
-  for (let i = 0; i < 3; i++) w.trainStep(batch);
-  w.evalLoss(batch);
+  for (let i = 0; i < 3; i++) await w.trainStep(batch);
+  await w.evalLoss(batch);
   assert.equal(tf.memory().numTensors, before);
-  const empty = w.trainStep(batch.slice(0, 0));
+  const empty = await w.trainStep(batch.slice(0, 0));
   assert.equal(empty.tokens, 0);
   assert.equal(empty.loss, 0);
 });

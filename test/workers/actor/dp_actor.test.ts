@@ -41,10 +41,10 @@ test("gradient accumulation over micro-batches equals one pass over the mini-bat
     const big = build(over, 8, 8), small = build(over, 8, 2);
     const data = syntheticBatch(8, 5, 6, 32, 11);
     // Off-policy: two mini-batches of 4 would change the result; here one mini-batch, old = current.
-    const old = big.actor.computeLogProb(data, { microBatchSize: 3, maxTokenLen: null }, 1.0, false).logProbs;
+    const old = (await big.actor.computeLogProb(data, { microBatchSize: 3, maxTokenLen: null }, 1.0, false)).logProbs;
     data.batch.old_log_probs = old;
-    const m1 = big.actor.updatePolicy(data);
-    const m2 = small.actor.updatePolicy(data);
+    const m1 = await big.actor.updatePolicy(data);
+    const m2 = await small.actor.updatePolicy(data);
     assert.ok(Math.abs(m1["actor/pg_loss"]![0]! - m2["actor/pg_loss"]![0]!) < 1e-6, `${mode}: pg_loss ${m1["actor/pg_loss"]} vs ${m2["actor/pg_loss"]}`);
     assert.ok(Math.abs(m1["actor/entropy"]![0]! - m2["actor/entropy"]![0]!) < 1e-5);
     assert.ok(Math.abs(m1["actor/grad_norm"]![0]! - m2["actor/grad_norm"]![0]!) < 1e-5 * m1["actor/grad_norm"]![0]!);
@@ -61,8 +61,8 @@ test("dynamic batch size by token budget gives the same update as fixed micro-ba
   const fixed = build([], 6, 2);
   const dyn = build(["actor_rollout_ref.actor.use_dynamic_bsz=true", "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=24"], 6, null);
   const data = syntheticBatch(6, 4, 5, 32, 5);
-  data.batch.old_log_probs = fixed.actor.computeLogProb(data, { microBatchSize: null, maxTokenLen: 20 }, 1.0, false).logProbs;
-  const a = fixed.actor.updatePolicy(data), b = dyn.actor.updatePolicy(data);
+  data.batch.old_log_probs = (await fixed.actor.computeLogProb(data, { microBatchSize: null, maxTokenLen: 20 }, 1.0, false)).logProbs;
+  const a = await fixed.actor.updatePolicy(data), b = await dyn.actor.updatePolicy(data);
   assert.ok(Math.abs(a["actor/pg_loss"]![0]! - b["actor/pg_loss"]![0]!) < 1e-6);
   assert.ok(maxAbsDiff(flatWeights(fixed.model), flatWeights(dyn.model)) < 1e-5);
 });
@@ -72,17 +72,17 @@ test("the update moves log-probs the way the advantages ask, with KL loss and me
   const { actor, model } = build(["actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.actor.kl_loss_coef=0.1", "actor_rollout_ref.actor.ppo_epochs=2"], 4, 2);
   const data = syntheticBatch(4, 4, 4, 32, 9);
   const spec = { microBatchSize: 2, maxTokenLen: null };
-  const before = actor.computeLogProb(data, spec, 1.0, true);
+  const before = await actor.computeLogProb(data, spec, 1.0, true);
   const rm = data.batch.response_mask!.data;
   assert.ok(before.entropy && before.entropy.data.every((x, i) => !rm[i] || x > 0), "entropy is positive on response tokens");
   data.batch.old_log_probs = before.logProbs;
   data.batch.ref_log_prob = before.logProbs;
-  const metrics = actor.updatePolicy(data);
+  const metrics = await actor.updatePolicy(data);
   for (const k of ["actor/pg_loss", "actor/kl_loss", "actor/kl_coef", "actor/grad_norm", "actor/pg_clipfrac", "actor/ppo_kl", "actor/pg_clipfrac_lower"]) {
     assert.ok(metrics[k] && metrics[k]!.every(Number.isFinite), `metric ${k}`);
   }
   assert.equal(metrics["actor/grad_norm"]!.length, 2, "two epochs of one mini-batch: two steps");
-  const after = actor.computeLogProb(data, spec, 1.0, false).logProbs;
+  const after = (await actor.computeLogProb(data, spec, 1.0, false)).logProbs;
   const mask = data.batch.response_mask!.data, adv = data.batch.advantages!.data;
   let gain = 0;
   for (let i = 0; i < mask.length; i++) if (mask[i]) gain += adv[i]! * (after.data[i]! - before.logProbs.data[i]!);
@@ -94,12 +94,12 @@ test("policy updates keep the live tensor count flat", async () => {
   await initBackend("cpu");
   const { actor, model } = build(["actor_rollout_ref.actor.entropy_coeff=0.001"], 4, 2);
   const data = syntheticBatch(4, 3, 4, 32, 2);
-  data.batch.old_log_probs = actor.computeLogProb(data, { microBatchSize: 2, maxTokenLen: null }, 1.0, false).logProbs;
-  actor.updatePolicy(data);
+  data.batch.old_log_probs = (await actor.computeLogProb(data, { microBatchSize: 2, maxTokenLen: null }, 1.0, false)).logProbs;
+  await actor.updatePolicy(data);
   const before = tf.memory().numTensors;
   for (let i = 0; i < 3; i++) {
-    actor.computeLogProb(data, { microBatchSize: 2, maxTokenLen: null }, 1.0, true);
-    actor.updatePolicy(data);
+    await actor.computeLogProb(data, { microBatchSize: 2, maxTokenLen: null }, 1.0, true);
+    await actor.updatePolicy(data);
   }
   assert.equal(tf.memory().numTensors, before);
   model.dispose();

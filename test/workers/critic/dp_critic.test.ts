@@ -25,9 +25,9 @@ test("the critic fits returns (vf_loss falls), values are zero off the mask, ten
   const losses: number[] = [];
   let before = 0;
   for (let i = 0; i < 8; i++) {
-    data.batch.values = critic.computeValues(data);
+    data.batch.values = await critic.computeValues(data);
     if (i === 0) assert.ok(data.batch.values.data.every((v, j) => mask[j] || v === 0), "values are 0 outside the response mask");
-    const m = critic.updateCritic(data);
+    const m = await critic.updateCritic(data);
     losses.push(m["critic/vf_loss"]![0]!);
     for (const k of ["critic/vf_clipfrac", "critic/vpred_mean", "critic/grad_norm"]) assert.ok(Number.isFinite(m[k]![0]), k);
     if (i === 1) before = tf.memory().numTensors;

@@ -51,7 +51,7 @@ test("AdamW state round-trips: a restored optimizer continues identically", asyn
   const o1 = new AdamW([x1], { lr: 0.1, weightDecay: 0.01 });
   o1.stepFlat(Float32Array.from([1, -1, 0.5, 0]));
   o1.stepFlat(Float32Array.from([0.2, 0.1, -0.5, 3]));
-  const saved = o1.stateDict();
+  const saved = await o1.stateDict();
   x2.assign(x1);
   const o2 = new AdamW([x2], { lr: 0.1, weightDecay: 0.01 });
   o2.loadStateDict(saved);
@@ -68,20 +68,20 @@ test("optimizer steps keep the live tensor count flat", async () => {
   const w = tf.variable(tf.randomNormal([8, 8], 0, 1, "float32", 1));
   const opt = new AdamW([w], { lr: 1e-3, weightDecay: 0.01 });
   const acc = new FlatGradAccumulator([w]);
-  const step = () => {
+  const step = async () => {
     for (let k = 0; k < 2; k++) {
       const { grads, value } = tf.variableGrads(() => w.square().sum() as tf.Scalar, [w]);
       value.dispose();
       acc.add(grads);
       tf.dispose(grads);
     }
-    const flat = acc.take();
+    const flat = await acc.take();
     clipByGlobalNorm(flat, 1.0);
     opt.stepFlat(flat);
   };
-  step();
+  await step();
   const before = tf.memory().numTensors;
-  for (let i = 0; i < 5; i++) step();
+  for (let i = 0; i < 5; i++) await step();
   assert.equal(tf.memory().numTensors, before);
 });
 
@@ -119,7 +119,7 @@ test("the data-parallel step skips a non-finite gradient and follows the warmup 
   const bad = tf.variableGrads(() => w.mul(tf.scalar(NaN)).sum() as tf.Scalar, [w]);
   opt.accumulate(bad.grads);
   tf.dispose([bad.value, ...Object.values(bad.grads)]);
-  const res = opt.step([2.5]);
+  const res = await opt.step([2.5]);
   assert.ok(res.skipped && Number.isNaN(res.gradNorm));
   assert.deepEqual([...w.dataSync()], [1, 2, 3], "a skipped step leaves the weights alone");
   assert.equal(res.scalars[0], 2.5, "ride-along scalars come back summed (one rank: as they were)");
