@@ -60,6 +60,9 @@ export async function initBackend(requested: BackendName | string = "auto"): Pro
   } else if (name === "webgpu") {
     const gpu = await import("./webgpu.js");
     await gpu.prepareWebGpu();
+    // wasm beside it, not active: the host decoder's XNNPACK products (engine/host_kernels.ts)
+    await backendImporters.wasm();
+    if (!(await tf.setBackend("wasm"))) throw new Error("engine backend 'webgpu': the wasm backend beside it (host decoding) failed to initialise");
   }
   const ok = await tf.setBackend(name);
   if (!ok) throw new Error(`engine backend '${name}' failed to initialise`);

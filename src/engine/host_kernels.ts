@@ -3,7 +3,8 @@
 // the decoder therefore works on Float32Arrays and calls matrix products
 // directly. On the wasm backend those products run in XNNPACK through the
 // backend's own exported kernel (~30 GFLOP/s at decode shapes, 1-6 us a call);
-// elsewhere a plain JS loop does the work (slow, but any backend can decode).
+// beside WebGPU they run there too (the wasm backend is initialised next to it); without
+// wasm a plain JS loop does the work (slow, but any backend can decode).
 import * as tf from "@tensorflow/tfjs";
 
 /** A float buffer. `view()` may change after `alloc` or `matmul` (a wasm heap can grow). */
@@ -79,6 +80,7 @@ interface WasmModule {
 interface WasmBackend {
   wasm: WasmModule;
   dataIdMap: { get(dataId: object): { id: number; memoryOffset: number } | undefined };
+  write(values: Float32Array, shape: number[], dtype: "float32"): object;
 }
 
 class WasmBuffer implements HostBuffer {
@@ -107,10 +109,13 @@ export class XnnpackKernels implements HostKernels {
 
   private make(data: Float32Array | number, shape: number[]): WasmBuffer {
     const size = shape.reduce((a, b) => a * b, 1);
-    const t = tf.tidy(() => (typeof data === "number" ? tf.zeros(shape) : tf.tensor(data, shape)));
+    // Written on the wasm backend itself, which need not be the active one (beside WebGPU it
+    // serves the host decoder); the engine tracks the tensor as it would its own.
+    const dataId = this.backend.write(typeof data === "number" ? new Float32Array(size) : data, shape, "float32");
+    const t = tf.engine().makeTensorFromDataId(dataId, shape, "float32", this.backend as unknown as tf.KernelBackend);
     this.owned.push(t);
     const info = this.backend.dataIdMap.get(t.dataId);
-    if (!info) throw new Error("XnnpackKernels: tensor is not on the wasm backend (was the backend switched?)");
+    if (!info) throw new Error("XnnpackKernels: tensor is not on the wasm backend");
     return new WasmBuffer(t, info.id, info.memoryOffset, size, this.backend.wasm);
   }
 
@@ -138,11 +143,14 @@ export class XnnpackKernels implements HostKernels {
   }
 }
 
-/** XNNPACK when the wasm backend is active, else plain JS. */
+/**
+ * XNNPACK when the wasm backend is active or initialised beside the active one (initBackend
+ * sets it up next to WebGPU, whose device buys nothing at decode's batch-1 products), else plain JS.
+ */
 export function hostKernels(prefer: "auto" | "js" = "auto"): HostKernels {
-  if (prefer === "auto" && tf.getBackend() === "wasm") {
-    const be = tf.backend() as unknown as WasmBackend;
-    if (typeof be.wasm?._BatchMatMul === "function") return new XnnpackKernels(be);
+  if (prefer === "auto") {
+    const be = (tf.getBackend() === "wasm" ? tf.backend() : tf.engine().registry["wasm"]) as unknown as WasmBackend | undefined;
+    if (typeof be?.wasm?._BatchMatMul === "function") return new XnnpackKernels(be);
   }
   return new JsKernels();
 }
