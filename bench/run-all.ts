@@ -32,8 +32,8 @@ interface BenchSpec {
 }
 
 const BENCHES: Record<string, BenchSpec> = {
-  rollout: { script: "rollout.js", full: ["--reps", "5"], quick: ["--reps", "2"], timeoutS: 240 },
-  log_prob: { script: "log_prob.js", full: ["--reps", "5"], quick: ["--reps", "2"], timeoutS: 240 },
+  rollout: { script: "rollout.js", full: ["--reps", "11"], quick: ["--reps", "2"], timeoutS: 240 },
+  log_prob: { script: "log_prob.js", full: ["--reps", "7"], quick: ["--reps", "2"], timeoutS: 240 },
   actor_update: { script: "actor_update.js", full: ["--reps", "5"], quick: ["--reps", "2"], timeoutS: 400 },
   // The same update in PyTorch, right after ours (same load); skipped where Python has no torch.
   pytorch_actor_update: { script: "pytorch_actor_update.py", full: ["--reps", "5"], quick: ["--reps", "2"], timeoutS: 300 },
