@@ -13,10 +13,25 @@ export interface WorkerCommon {
   backend: string;
 }
 
+/**
+ * The rank thread's backend. WebGPU takes one rank: every rank thread creates its own Dawn
+ * device, and with two of them the H200 run trained but the process died with a segmentation
+ * fault when the pool stopped its threads (docs/gpu.md); one rank per GPU is the setup measured.
+ */
+export async function initWorkerBackend(device: string, worldSize: number): Promise<string> {
+  if (device === "webgpu" && worldSize > 1) {
+    throw new Error(
+      `trainer.device=webgpu runs one rank (trainer.n_gpus_per_node=1), got ${worldSize}: ` +
+      "each rank thread would open its own Dawn device on the one GPU, which crashed the process at shutdown (see docs/gpu.md)",
+    );
+  }
+  return initBackend(device);
+}
+
 /** Backend, extension modules, batch plan. Called by each worker's initModel. */
-export async function setupWorker(config: Config, externalLibKeys: string[]): Promise<WorkerCommon> {
+export async function setupWorker(config: Config, externalLibKeys: string[], worldSize: number): Promise<WorkerCommon> {
   const cfg = new ConfigView(config);
-  const backend = await initBackend(cfg.str("trainer.device", "auto"));
+  const backend = await initWorkerBackend(cfg.str("trainer.device", "auto"), worldSize);
   for (const key of externalLibKeys) await importExternalLib(cfg.optStr(key), key);
   return { cfg, plan: validatePpoConfig(config), seed: cfg.int("trainer.seed", 42), backend };
 }

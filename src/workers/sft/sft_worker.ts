@@ -4,7 +4,6 @@
 // the flat-gradient all-reduce + clip + AdamW step the PPO actor uses.
 import * as tf from "@tensorflow/tfjs";
 import type { Config } from "../../config/index.js";
-import { initBackend } from "../../engine/backend.js";
 import type { LlamaModel, Tokenizer } from "../../models/index.js";
 import type { DataProto } from "../../protocol/index.js";
 import { Dispatch, register, Worker } from "../../single_controller/index.js";
@@ -15,6 +14,7 @@ import { loadRoleCheckpoint, saveRoleCheckpoint } from "../checkpoint.js";
 import { ConfigView } from "../config_view.js";
 import { DataParallelOptimizer } from "../dp_optimizer.js";
 import { importExternalLib } from "../model_source.js";
+import { initWorkerBackend } from "../worker_setup.js";
 
 export const SFT_LR_SCHEDULERS = ["cosine", "constant"] as const;
 
@@ -76,7 +76,7 @@ export class SFTWorker extends Worker {
   @register({ dispatchMode: Dispatch.ONE_TO_ALL })
   async initModel(totalSteps: number): Promise<{ backend: string; numParams: number }> {
     const cfg = new ConfigView(this.config);
-    const backend = await initBackend(cfg.str("trainer.device", "auto"));
+    const backend = await initWorkerBackend(cfg.str("trainer.device", "auto"), this.worldSize);
     await importExternalLib(cfg.optStr("model.external_lib"), "model.external_lib");
     const microBatchSize = cfg.int("data.micro_batch_size_per_gpu");
     if (microBatchSize < 1) throw new Error(`data.micro_batch_size_per_gpu must be >= 1, got ${microBatchSize}`);
