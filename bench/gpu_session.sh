@@ -4,7 +4,7 @@
 # .gpu and .gl carried:   bash bench/gpu_session.sh "$OUT" webgpu
 # and here, for the CPU side (the bundle's CLI on wasm):
 #   VERL_CMD="node .gpu/app/bin/verl.js" BENCH_CMD="node .gpu/app/dist/bench/gpu.js" LARGE_TIMEOUT=1 bash bench/gpu_session.sh OUTDIR wasm
-# 1: the stories GRPO recipe for STEPS steps (1 rank, validation off); 2: bench/gpu.ts on the worker
+# 1: the stories GRPO recipe for STEPS steps (RANKS ranks, default 1; validation off); 2: bench/gpu.ts on the worker
 # path and the device step; 3: a fresh ~60M model (LARGE) for LARGE_STEPS steps. Logs and
 # metrics.jsonl files go to OUTDIR.
 set -uo pipefail
@@ -12,12 +12,13 @@ D="$1"; DEV="${2:-webgpu}"; shift 2 || true
 VERL_CMD="${VERL_CMD:-bash scripts/gpu-run.sh verl}"
 BENCH_CMD="${BENCH_CMD:-bash scripts/gpu-run.sh bench}"
 STEPS="${STEPS:-5}"
+RANKS="${RANKS:-1}"  # rank threads for part 1 (each its own Dawn device on the one GPU)
 LARGE="${LARGE:-hidden_size=640 intermediate_size=1728 num_hidden_layers=12 num_attention_heads=10}"
 mkdir -p "$D"
 T0=$(date +%s)
-echo "== 1. stories GRPO recipe, $STEPS steps, trainer.device=$DEV"
+echo "== 1. stories GRPO recipe, $STEPS steps, $RANKS rank(s), trainer.device=$DEV"
 OUT=/tmp/sg STEPS=$STEPS VERL="$VERL_CMD" MODEL_PATH=.gpu/stories260K/stories260K.bin timeout 240 bash recipes/stories_grpo/run.sh \
-  custom_reward_function.path="$PWD/.gpu/reward.mjs" trainer.n_gpus_per_node=1 trainer.device=$DEV \
+  custom_reward_function.path="$PWD/.gpu/reward.mjs" trainer.n_gpus_per_node=$RANKS trainer.device=$DEV \
   trainer.val_before_train=False trainer.test_freq=-1 > "$D/stories.log" 2>&1
 echo "rc $? after $(( $(date +%s) - T0 )) s"; cp /tmp/sg/metrics.jsonl "$D/stories_metrics.jsonl" 2>/dev/null; tail -c 3000 "$D/stories.log" | grep -v "^step:" | tail -5
 echo "== 2. worker path + device step benchmarks"

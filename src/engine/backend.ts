@@ -84,6 +84,30 @@ async function tryImport(which: "tensorflow"): Promise<boolean> {
   }
 }
 
+/** What releaseBackend needs of tfjs-backend-webgpu's backend and its Dawn device. */
+interface WebGpuBackendLike {
+  device?: { queue: { onSubmittedWorkDone(): Promise<void> }; destroy(): void };
+}
+
+/**
+ * Frees this thread's GPU before the thread is stopped: waits for the queue to drain, drops
+ * tfjs's variables and buffers (removeBackend disposes the backend), destroys the Dawn device
+ * and drops navigator.gpu. Stopping a rank thread whose Dawn device was still alive crashed the
+ * process (docs/gpu.md). Nothing to do on the other backends. The thread cannot compute after it.
+ */
+export async function releaseBackend(): Promise<void> {
+  if (initialised !== "webgpu") return;
+  initialised = undefined;
+  const backend = tf.findBackend("webgpu") as unknown as WebGpuBackendLike | null;
+  const device = backend?.device;
+  if (device) await device.queue.onSubmittedWorkDone();
+  tf.disposeVariables();
+  tf.removeBackend("webgpu");
+  device?.destroy();
+  const nav = (globalThis as { navigator?: { gpu?: unknown } }).navigator;
+  if (nav && "gpu" in nav) Reflect.deleteProperty(nav, "gpu");
+}
+
 /** The backend in use, or undefined before `initBackend`. */
 export function currentBackend(): string | undefined {
   return initialised;

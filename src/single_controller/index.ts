@@ -5,7 +5,7 @@ export { Dispatch, Execute, registerDispatchMode, updateDispatchMode, getDispatc
 export type { ExecuteMode, WorkerGroupInfo, DispatchFn, CollectFn, DispatchResult, DispatchModeSpec } from "./dispatch.js";
 export { register, registerMethods, registeredMethods } from "./decorator.js";
 export type { RegisterOptions, MethodAttrs } from "./decorator.js";
-export { Worker } from "./worker.js";
+export { Worker, onThreadClose } from "./worker.js";
 export { ClassWithInitArgs, FunctionRef, ColocatedWorkerClass, createColocatedWorkerClass } from "./class_with_init_args.js";
 export { ResourcePool, poolSizeFromConfig } from "./resource_pool.js";
 export type { ResourcePoolOptions } from "./resource_pool.js";

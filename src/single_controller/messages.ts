@@ -42,7 +42,12 @@ export interface DisposeTask {
   groupId: number;
 }
 
-export type Task = InitTask | CallTask | DisposeTask;
+/** The pool is shutting down: run this thread's closers (onThreadClose) before it is stopped. */
+export interface CloseTask {
+  kind: "close";
+}
+
+export type Task = InitTask | CallTask | DisposeTask | CloseTask;
 
 export type TaskResult = { ok: true; value: unknown } | { ok: false; error: RemoteErrorInfo };
 

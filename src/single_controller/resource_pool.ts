@@ -54,6 +54,7 @@ export class ResourcePool {
   private readonly collective: Collective;
   private failure: Error | undefined;
   private destroying: Promise<void> | undefined;
+  private closing: Promise<void> | undefined;
   private inFlight = 0;
   private callCounter = 0;
   private groupCounter = 0;
@@ -186,16 +187,50 @@ export class ResourcePool {
     void this.stopThreads();
   }
 
-  /** Stops every thread (pending calls reject); the process can exit afterwards. Idempotent. */
-  destroy(): Promise<void> {
-    if (!this.failure) this.failure = new WorkerGroupClosedError(`resource pool '${this.name}' was shut down`);
-    return this.stopThreads();
+  /**
+   * Stops every thread (pending calls reject); the process can exit afterwards. Idempotent.
+   * An idle, healthy pool first lets each thread run its closers (onThreadClose: a WebGPU rank
+   * destroys its Dawn device), waiting at most closeTimeoutMs; a failed or busy pool is stopped
+   * at once.
+   */
+  destroy(closeTimeoutMs = 30_000): Promise<void> {
+    this.closing ??= (async () => {
+      const healthy = !this.failure && this.inFlight === 0;
+      logger().debug({ pool: this.name, healthy, inFlight: this.inFlight }, "shutting the pool down");
+      if (!this.failure) this.failure = new WorkerGroupClosedError(`resource pool '${this.name}' was shut down`);
+      if (healthy) await this.closeThreads(closeTimeoutMs);
+      await this.stopThreads();
+      logger().debug({ pool: this.name }, "pool threads stopped");
+    })();
+    return this.closing;
+  }
+
+  private async closeThreads(timeoutMs: number): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<"timeout">((resolve) => {
+      timer = setTimeout(() => resolve("timeout"), timeoutMs);
+      timer.unref();
+    });
+    const closes = this.rankPools.map((p) => p.run({ kind: "close" } satisfies Task) as Promise<TaskResult>);
+    const settled = await Promise.race([Promise.allSettled(closes), timeout]);
+    clearTimeout(timer);
+    logger().debug({ pool: this.name, settled: settled === "timeout" ? settled : settled.map((x) => x.status) }, "thread closers done");
+    if (settled === "timeout") {
+      logger().warn({ pool: this.name, timeoutMs }, "rank threads did not finish their closers in time; stopping them anyway");
+      return;
+    }
+    settled.forEach((s, rank) => {
+      const error = s.status === "rejected" ? describe(s.reason) : s.value.ok ? undefined : `${s.value.error.name}: ${s.value.error.message}`;
+      if (error) logger().warn({ pool: this.name, rank, error }, "a rank thread's closer failed; stopping it anyway");
+    });
   }
 
   private stopThreads(): Promise<void> {
     this.destroying ??= (async () => {
       this.collective.abort(`resource pool '${this.name}' is shutting down`);
-      await Promise.allSettled(this.rankPools.map((p) => p.destroy()));
+      // One thread after the other: two WebGPU rank threads tearing their Dawn devices down at
+      // the same time crashed the process about every other run on the H200 (docs/gpu.md).
+      for (const p of this.rankPools) await p.destroy().catch(() => undefined);
     })();
     return this.destroying;
   }

@@ -17,6 +17,30 @@ export interface ThreadContext {
 let threadContext: ThreadContext | undefined;
 let localContext: ThreadContext | undefined;
 
+const threadClosers: (() => Promise<void> | void)[] = [];
+
+/**
+ * Runs `fn` in this thread when its pool shuts down, before the thread is stopped (a worker's
+ * backend registers its GPU teardown here). Once per thread is enough; it never runs outside a pool.
+ */
+export function onThreadClose(fn: () => Promise<void> | void): void {
+  if (!threadClosers.includes(fn)) threadClosers.push(fn);
+}
+
+/** Called by the pool runtime when the pool shuts down: every closer, in order, errors collected. */
+export async function runThreadClosers(): Promise<void> {
+  const errors: unknown[] = [];
+  for (const fn of threadClosers.splice(0)) {
+    try {
+      await fn();
+    } catch (e) {
+      errors.push(e);
+    }
+  }
+  if (errors.length === 1) throw errors[0];
+  if (errors.length > 1) throw new AggregateError(errors, `${errors.length} thread closers failed`);
+}
+
 /** Called by the pool runtime in each worker thread. */
 export function setThreadContext(ctx: ThreadContext): void {
   threadContext = ctx;

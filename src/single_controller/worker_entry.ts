@@ -7,7 +7,7 @@ import { Collective } from "./collective.js";
 import { toRemoteError, CollectiveError } from "./errors.js";
 import { decodeValue, encodeValue, importModule, transferable } from "./transport.js";
 import { instanceKey, type CallTask, type InitTask, type Task, type TaskResult, type ThreadInit } from "./messages.js";
-import { Worker, setThreadContext } from "./worker.js";
+import { Worker, runThreadClosers, setThreadContext } from "./worker.js";
 
 const init = workerData as ThreadInit;
 const collective = new Collective(init.collective, init.rank, { requireCall: true });
@@ -65,7 +65,7 @@ async function runCall(task: CallTask): Promise<unknown> {
 function methodOf(task: Task): string {
   if (task.kind === "call") return task.method;
   if (task.kind === "init") return `init(${task.roles.map((r) => r.exportName).join(", ")})`;
-  return "dispose";
+  return task.kind;
 }
 
 /** piscina's movable wrapper: posts `value` with `transfer` in the transfer list. */
@@ -79,6 +79,7 @@ export default async function handleTask(task: Task): Promise<unknown> {
     let value: unknown = null;
     if (task.kind === "init") value = await runInit(task);
     else if (task.kind === "call") value = await runCall(task);
+    else if (task.kind === "close") await runThreadClosers();
     else for (const key of [...instances.keys()]) if (key.startsWith(`${task.groupId}/`)) instances.delete(key);
     const enc = encodeValue(value, `${methodOf(task)} result`);
     const result: TaskResult = { ok: true, value: enc.value };
@@ -86,7 +87,7 @@ export default async function handleTask(task: Task): Promise<unknown> {
     return transfer.length ? moving(result, transfer) : result;
   } catch (e) {
     // Peers may be (or soon be) waiting in a collective for this rank: release them.
-    if (init.worldSize > 1 && !(e instanceof CollectiveError)) {
+    if (init.worldSize > 1 && task.kind !== "close" && !(e instanceof CollectiveError)) {
       collective.abort(`rank ${init.rank} failed in ${methodOf(task)}: ${e instanceof Error ? `${e.name}: ${e.message}` : String(e)}`);
     }
     const result: TaskResult = { ok: false, error: toRemoteError(e) };

@@ -68,7 +68,7 @@ export class ActorRolloutRefWorker extends Worker {
 
   @register({ dispatchMode: Dispatch.ONE_TO_ALL })
   async initModel(): Promise<{ backend: string; numParams: number }> {
-    const common = await setupWorker(this.config, ["actor_rollout_ref.model.external_lib"], this.worldSize);
+    const common = await setupWorker(this.config, ["actor_rollout_ref.model.external_lib"]);
     const { cfg, plan, seed } = common;
     const modelCfg = cfg.at("actor_rollout_ref.model");
     const actorCfg = cfg.at("actor_rollout_ref.actor");

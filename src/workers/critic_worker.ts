@@ -31,7 +31,7 @@ export class CriticWorker extends Worker {
 
   @register({ dispatchMode: Dispatch.ONE_TO_ALL })
   async initModel(): Promise<{ backend: string; numParams: number }> {
-    const { cfg, plan, seed, backend } = await setupWorker(this.config, ["actor_rollout_ref.model.external_lib", "critic.model.external_lib"], this.worldSize);
+    const { cfg, plan, seed, backend } = await setupWorker(this.config, ["actor_rollout_ref.model.external_lib", "critic.model.external_lib"]);
     const critic = cfg.at("critic");
     if (plan.criticMiniBatchPerRank === null) throw new Error("CriticWorker: the config needs no critic (critic.enable / algorithm.adv_estimator)");
     const model = critic.at("model");

@@ -23,7 +23,7 @@ export class RewardModelWorker extends Worker {
 
   @register({ dispatchMode: Dispatch.ONE_TO_ALL })
   async initModel(): Promise<{ backend: string; numParams: number }> {
-    const { cfg, seed, backend } = await setupWorker(this.config, ["actor_rollout_ref.model.external_lib", "reward_model.model.external_lib"], this.worldSize);
+    const { cfg, seed, backend } = await setupWorker(this.config, ["actor_rollout_ref.model.external_lib", "reward_model.model.external_lib"]);
     const rm = cfg.at("reward_model");
     const modelCfg = rm.at("model");
     // Scores are read from the actor's token ids, so the reward model shares the actor's tokenizer.

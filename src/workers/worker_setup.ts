@@ -1,7 +1,8 @@
 // What every worker does first in its thread: pick the tensor backend once,
 // import the user's extension module, and read the settings all roles share.
 import { validatePpoConfig, type Config, type PpoBatchPlan } from "../config/index.js";
-import { initBackend } from "../engine/backend.js";
+import { initBackend, releaseBackend } from "../engine/backend.js";
+import { onThreadClose } from "../single_controller/index.js";
 import type { MicroBatchSpec } from "./batching.js";
 import { ConfigView } from "./config_view.js";
 import { importExternalLib } from "./model_source.js";
@@ -14,24 +15,19 @@ export interface WorkerCommon {
 }
 
 /**
- * The rank thread's backend. WebGPU takes one rank: every rank thread creates its own Dawn
- * device, and with two of them the H200 run trained but the process died with a segmentation
- * fault when the pool stopped its threads (docs/gpu.md); one rank per GPU is the setup measured.
+ * The rank thread's backend. Every WebGPU rank thread creates its own Dawn device and destroys it
+ * when the pool shuts down (onThreadClose -> releaseBackend), before the pool stops the thread.
  */
-export async function initWorkerBackend(device: string, worldSize: number): Promise<string> {
-  if (device === "webgpu" && worldSize > 1) {
-    throw new Error(
-      `trainer.device=webgpu runs one rank (trainer.n_gpus_per_node=1), got ${worldSize}: ` +
-      "each rank thread would open its own Dawn device on the one GPU, which crashed the process at shutdown (see docs/gpu.md)",
-    );
-  }
-  return initBackend(device);
+export async function initWorkerBackend(device: string): Promise<string> {
+  const name = await initBackend(device);
+  if (name === "webgpu") onThreadClose(releaseBackend);
+  return name;
 }
 
 /** Backend, extension modules, batch plan. Called by each worker's initModel. */
-export async function setupWorker(config: Config, externalLibKeys: string[], worldSize: number): Promise<WorkerCommon> {
+export async function setupWorker(config: Config, externalLibKeys: string[]): Promise<WorkerCommon> {
   const cfg = new ConfigView(config);
-  const backend = await initWorkerBackend(cfg.str("trainer.device", "auto"), worldSize);
+  const backend = await initWorkerBackend(cfg.str("trainer.device", "auto"));
   for (const key of externalLibKeys) await importExternalLib(cfg.optStr(key), key);
   return { cfg, plan: validatePpoConfig(config), seed: cfg.int("trainer.seed", 42), backend };
 }

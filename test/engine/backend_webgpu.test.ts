@@ -1,13 +1,54 @@
 // The webgpu backend on a machine without a GPU (CI, this host): clear errors, never a hang.
+// Also the shutdown path WebGPU rank threads rely on: pool.destroy() runs each thread's closers
+// (onThreadClose) before stopping it; releaseBackend is a no-op off WebGPU.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { initBackend } from "../../src/engine/backend.js";
+import { mkdtempSync, readFileSync, existsSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { isMainThread } from "node:worker_threads";
+import { currentBackend, initBackend, releaseBackend } from "../../src/engine/backend.js";
+import { ClassWithInitArgs, onThreadClose, register, ResourcePool, Worker, WorkerGroup } from "../../src/single_controller/index.js";
 
-test("webgpu without an adapter (or without the optional Dawn package) fails with a clear error", async () => {
-  await assert.rejects(initBackend("webgpu"), /engine backend 'webgpu': (no GPU adapter found|needs the optional 'webgpu' package)/);
-});
+/** Registers closers in its rank thread: one writes a file named after the rank, one may throw. */
+export class CloserWorker extends Worker {
+  @register()
+  arm(dir: string, failing: boolean): number {
+    onThreadClose(() => writeFileSync(join(dir, `closed-${this.rank}`), String(this.rank)));
+    if (failing) onThreadClose(() => { throw new Error("closer failed on purpose"); });
+    return this.rank;
+  }
+}
 
-test("training on webgpu takes one rank, with the reason", async () => {
-  const { initWorkerBackend } = await import("../../src/workers/worker_setup.js");
-  await assert.rejects(initWorkerBackend("webgpu", 2), /trainer\.device=webgpu runs one rank \(trainer\.n_gpus_per_node=1\), got 2/);
-});
+if (isMainThread) {
+  test("webgpu without an adapter (or without the optional Dawn package) fails with a clear error", async () => {
+    await assert.rejects(initBackend("webgpu"), /engine backend 'webgpu': (no GPU adapter found|needs the optional 'webgpu' package)/);
+  });
+
+  test("training on webgpu is not limited to one rank: without a GPU it fails for the adapter, not the rank count", async () => {
+    const { initWorkerBackend } = await import("../../src/workers/worker_setup.js");
+    await assert.rejects(initWorkerBackend("webgpu"), /engine backend 'webgpu': (no GPU adapter found|needs the optional 'webgpu' package)/);
+  });
+
+  test("releaseBackend leaves a CPU backend alone", async () => {
+    const name = await initBackend("cpu");
+    await releaseBackend();
+    assert.equal(currentBackend(), name);
+  });
+
+  for (const failing of [false, true]) {
+    test(`pool.destroy() runs every rank thread's closers before stopping it${failing ? " (a failing closer does not block the others)" : ""}`, async () => {
+      const dir = mkdtempSync(join(tmpdir(), "verl-closers-"));
+      const pool = new ResourcePool({ worldSize: 2, name: "closers" });
+      try {
+        const group = await WorkerGroup.create<CloserWorker>(pool, new ClassWithInitArgs(import.meta.url, "CloserWorker"));
+        assert.deepEqual(await group.arm(dir, failing), [0, 1]);
+        assert.equal(existsSync(join(dir, "closed-0")), false);
+      } finally {
+        await pool.destroy();
+      }
+      assert.equal(readFileSync(join(dir, "closed-0"), "utf8"), "0");
+      assert.equal(readFileSync(join(dir, "closed-1"), "utf8"), "1");
+    });
+  }
+}

@@ -76,7 +76,7 @@ export class SFTWorker extends Worker {
   @register({ dispatchMode: Dispatch.ONE_TO_ALL })
   async initModel(totalSteps: number): Promise<{ backend: string; numParams: number }> {
     const cfg = new ConfigView(this.config);
-    const backend = await initWorkerBackend(cfg.str("trainer.device", "auto"), this.worldSize);
+    const backend = await initWorkerBackend(cfg.str("trainer.device", "auto"));
     await importExternalLib(cfg.optStr("model.external_lib"), "model.external_lib");
     const microBatchSize = cfg.int("data.micro_batch_size_per_gpu");
     if (microBatchSize < 1) throw new Error(`data.micro_batch_size_per_gpu must be >= 1, got ${microBatchSize}`);
