@@ -34,6 +34,20 @@ export function tensor(data: TypedArray | number[], shape: number[], dtype?: DTy
   return { data: arr, shape: [...shape], dtype: dt };
 }
 
+/** The values as an Int32Array: the tensor's own array when it is one, else a converted copy. */
+export function int32Values(t: TensorData): Int32Array {
+  return t.data instanceof Int32Array ? t.data : Int32Array.from(t.data);
+}
+
+/** Columns [start, start + width) of a row-major [rows, cols] tensor, as a new Int32Array [rows * width]. */
+export function int32Columns(t: TensorData, start: number, width: number): Int32Array {
+  const [rows, cols] = t.shape as [number, number];
+  if (start < 0 || width < 0 || start + width > cols) throw new Error(`int32Columns: columns [${start}, ${start + width}) outside [0, ${cols})`);
+  const src = int32Values(t), out = new Int32Array(rows * width);
+  for (let r = 0; r < rows; r++) out.set(src.subarray(r * cols + start, r * cols + start + width), r * width);
+  return out;
+}
+
 /** Row stride: the number of elements per index of the first dimension. */
 export function rowSize(t: TensorData): number {
   return numel(t.shape.slice(1));

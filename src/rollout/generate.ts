@@ -2,7 +2,7 @@
 // prompts / responses / response_mask / input_ids / attention_mask /
 // position_ids (+ rollout_log_probs) out, as a DataProto.
 import { DataProto } from "../protocol/data_proto.js";
-import { tensor, type TensorData } from "../protocol/tensor.js";
+import { int32Values, tensor, type TensorData } from "../protocol/tensor.js";
 import type { LlamaModel } from "../models/llama.js";
 import type { Rng } from "../utils/rng.js";
 import { FullForwardDecoder, KvCacheDecoder, type StepDecoder } from "./decoder.js";
@@ -18,7 +18,7 @@ export interface GenerateOptions {
 function int32(t: TensorData | undefined, key: string): Int32Array {
   if (!t) throw new Error(`generate: the batch has no '${key}'`);
   if (t.shape.length !== 2) throw new Error(`generate: '${key}' must be 2-D [batch, prompt_length], got [${t.shape}]`);
-  return t.data instanceof Int32Array ? t.data : Int32Array.from(t.data);
+  return int32Values(t);
 }
 
 /**

@@ -4,7 +4,7 @@
 // log-probs.
 import * as tf from "@tensorflow/tfjs";
 import { DataProto } from "../protocol/data_proto.js";
-import { tensor, type TensorData } from "../protocol/tensor.js";
+import { int32Columns, int32Values, tensor, type TensorData } from "../protocol/tensor.js";
 import type { LlamaModel } from "../models/llama.js";
 
 // Both go through tf.logSoftmax, whose gradient is written by hand in tfjs
@@ -37,10 +37,6 @@ export interface LogProbOptions {
   calculateEntropy?: boolean;
 }
 
-function asInt32(t: TensorData): Int32Array {
-  return t.data instanceof Int32Array ? t.data : Int32Array.from(t.data);
-}
-
 function tdata(data: DataProto, key: string): TensorData {
   const t = data.batch[key];
   if (!t) throw new Error(`log-probs: the batch has no '${key}'`);
@@ -71,17 +67,13 @@ export function responseLogProbs(model: LlamaModel, micro: DataProto, opts: LogP
     // Columns are cut on the host, and mask and positions go to the forward as host arrays:
     // it uses them on the host, and WebGPU cannot read a device tensor synchronously.
     const W = P + lastR - 1 - first;
-    const cols = (t: TensorData) => {
-      const src = asInt32(t), out = new Int32Array(B * W);
-      for (let b = 0; b < B; b++) out.set(src.subarray(b * L + first, b * L + first + W), b * W);
-      return out;
-    };
+    const cols = (t: TensorData) => int32Columns(t, first, W);
     const hidden = model.hiddenStates(tf.tensor2d(cols(ids), [B, W], "int32"), { attentionMask: cols(mask), positionIds: pos ? cols(pos) : undefined });
     // the logits at column j predict token j+1: the responses are predicted from columns P-1 .. P+lastR-2
     const h = hidden.slice([0, P - 1 - first, 0], [B, lastR, -1]);
     let logits = model.lmHead(h);
     if (temperature !== 1) logits = logits.div(temperature);
-    const labels = tf.tensor2d(asInt32(responses), [B, R], "int32").slice([0, 0], [B, lastR]);
+    const labels = tf.tensor2d(int32Values(responses), [B, R], "int32").slice([0, 0], [B, lastR]);
     const pad = (t: tf.Tensor) => (lastR < R ? tf.concat([t, tf.zeros([B, R - lastR])], 1) : t) as tf.Tensor2D;
     const logSm = tf.logSoftmax(logits);
     const logProbs = pad(pick(logSm, labels));

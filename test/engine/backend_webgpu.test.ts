@@ -25,7 +25,7 @@ if (isMainThread) {
     await assert.rejects(initBackend("webgpu"), /engine backend 'webgpu': (no GPU adapter found|needs the optional 'webgpu' package)/);
   });
 
-  test("training on webgpu is not limited to one rank: without a GPU it fails for the adapter, not the rank count", async () => {
+  test("a worker thread's backend setup on webgpu without a GPU fails with the adapter error", async () => {
     const { initWorkerBackend } = await import("../../src/workers/worker_setup.js");
     await assert.rejects(initWorkerBackend("webgpu"), /engine backend 'webgpu': (no GPU adapter found|needs the optional 'webgpu' package)/);
   });

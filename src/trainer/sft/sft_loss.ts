@@ -8,7 +8,7 @@
 import * as tf from "@tensorflow/tfjs";
 import type { LlamaModel } from "../../models/index.js";
 import type { DataProto } from "../../protocol/index.js";
-import type { TensorData } from "../../protocol/tensor.js";
+import { int32Columns, type TensorData } from "../../protocol/tensor.js";
 import { logProbsFromLogits } from "../../rollout/index.js";
 
 function col(data: DataProto, key: string): TensorData {
@@ -16,8 +16,6 @@ function col(data: DataProto, key: string): TensorData {
   if (!t) throw new Error(`SFT batch has no '${key}' (present: ${Object.keys(data.batch).join(", ") || "none"})`);
   return t;
 }
-
-const int32 = (t: TensorData): Int32Array => (t.data instanceof Int32Array ? t.data : Int32Array.from(t.data));
 
 /** Tokens that carry loss: Σ loss_mask[:, :-1]. */
 export function countLossTokens(data: DataProto): number {
@@ -43,18 +41,13 @@ function usedWidth(mask: TensorData): number {
  */
 export function sftLossSum(model: LlamaModel, micro: DataProto): tf.Scalar {
   const ids = col(micro, "input_ids"), attn = col(micro, "attention_mask"), lossMask = col(micro, "loss_mask");
-  const [B, L] = ids.shape as [number, number];
+  const B = ids.shape[0]!;
   const T = usedWidth(attn);
   if (T < 2) return tf.scalar(0);
   // columns cut on the host; mask and positions stay host arrays (the forward uses them there)
-  const cutHost = (t: TensorData, start: number, width: number) => {
-    const src = int32(t), out = new Int32Array(B * width);
-    for (let b = 0; b < B; b++) out.set(src.subarray(b * L + start, b * L + start + width), b * width);
-    return out;
-  };
-  const cut = (t: TensorData, start: number, width: number) => tf.tensor2d(cutHost(t, start, width), [B, width], "int32");
+  const cut = (t: TensorData, start: number, width: number) => tf.tensor2d(int32Columns(t, start, width), [B, width], "int32");
   const pos = micro.batch.position_ids;
-  const hidden = model.hiddenStates(cut(ids, 0, T), { attentionMask: cutHost(attn, 0, T), positionIds: pos ? cutHost(pos, 0, T) : undefined });
+  const hidden = model.hiddenStates(cut(ids, 0, T), { attentionMask: int32Columns(attn, 0, T), positionIds: pos ? int32Columns(pos, 0, T) : undefined });
   const logits = model.lmHead(hidden.slice([0, 0, 0], [B, T - 1, -1]));
   const logProbs = logProbsFromLogits(logits, cut(ids, 1, T - 1));
   const weights = tf.cast(cut(lossMask, 0, T - 1), "float32");
