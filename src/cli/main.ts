@@ -4,11 +4,16 @@ import { realpathSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { Command, CommanderError, InvalidArgumentError } from "commander";
-import { ConfigError, getPath, loadConfig, toYaml, validateDevice, validatePpoConfig, type Config } from "../config/index.js";
+import { checkKeyKinds, ConfigError, getPath, keyReportWarning, loadConfigDetailed, toYaml, validateDevice, validatePpoConfig, type Config } from "../config/index.js";
 import { packageRoot } from "../utils/paths.js";
 import type { CommandContext } from "./context.js";
 
 type Runner = (ctx: CommandContext) => Promise<void>;
+
+/** Root configs that compose (so `--cfg job` shows them) but whose trainer is not built here. */
+const NOT_BUILT_CONFIGS: Record<string, string> = {
+  sft_trainer_engine: "verl's engine-based SFT trainer (verl.trainer.sft_trainer) is not built in verl-ts; use the default sft_trainer (model.partial_pretrain, data.prompt_key/response_key or data.multiturn)",
+};
 
 const LOG_LEVELS = ["trace", "debug", "info", "warn", "error", "fatal", "silent"];
 
@@ -84,12 +89,15 @@ export function buildProgram(): Command {
         if (opts.cfg !== undefined && opts.cfg !== "job" && opts.cfg !== "all") {
           throw new ConfigError(`--cfg ${opts.cfg}: only 'job' (or 'all', the same here) is supported`);
         }
-        const config = loadConfig({ configName: opts.configName, configPath: opts.configPath, overrides });
+        const { config, defaults, raw } = loadConfigDetailed({ configName: opts.configName, configPath: opts.configPath, overrides });
         const level = logLevelOf(config);
         if (opts.cfg !== undefined) {
           process.stdout.write(toYaml(config));
           return;
         }
+        if (NOT_BUILT_CONFIGS[opts.configName]) throw new ConfigError(`--config-name ${opts.configName}: ${NOT_BUILT_CONFIGS[opts.configName]}`);
+        const warning = keyReportWarning(checkKeyKinds(defaults, raw));
+        if (warning) process.stderr.write(`${warning}\n`);
         validateDevice(config);
         if (c.name === "train") validatePpoConfig(config);
         await applyLogLevel(level);

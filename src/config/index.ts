@@ -5,6 +5,7 @@ import { composeConfig, type GroupChoice } from "./compose.js";
 import { ConfigError } from "./errors.js";
 import { resolveConfig, resolveAt } from "./interpolate.js";
 import { applyOverrides, parseOverride, typeMismatch, type Override } from "./overrides.js";
+import { ruleFor } from "./key_kinds.js";
 import { getPath, type Config, type ConfigNode } from "./tree.js";
 
 export { ConfigError } from "./errors.js";
@@ -12,6 +13,8 @@ export { composeConfig, packageConfDir } from "./compose.js";
 export { resolveConfig, resolveAt } from "./interpolate.js";
 export { applyOverrides, parseOverride, parseOverrideValue, type Override } from "./overrides.js";
 export { suggestKeys, editDistance } from "./suggest.js";
+export { KEY_RULES, ROLLOUT_NAMES, STRATEGIES, ruleFor, type KeyKind, type KeyRule } from "./key_kinds.js";
+export { checkKeyKinds, keyReportWarning, leafEntries, type KeyReport } from "./key_check.js";
 export { validatePpoConfig, validateDevice, LOSS_AGG_MODES, type PpoBatchPlan } from "./validate.js";
 export { getPath, hasPath, listPaths, type Config, type ConfigNode, type ConfigValue } from "./tree.js";
 
@@ -25,8 +28,25 @@ export interface LoadConfigOptions {
   cwd?: string;
 }
 
+/** A loaded config with what it came from: the composed defaults and the overridden tree, both unresolved. */
+export interface LoadedConfig {
+  config: Config;
+  defaults: ConfigNode;
+  raw: ConfigNode;
+}
+
 /** Compose, override and resolve a config. Throws ConfigError (exit code 2) on any bad input. */
 export function loadConfig(opts: LoadConfigOptions): Config {
+  return loadConfigDetailed(opts).config;
+}
+
+/** `+key=v` over an existing key: Hydra allows it on null; verl-ts's own keys must not block verl's `+key` either. */
+function addableOver(key: string, current: unknown): boolean {
+  return current === null || ruleFor(key)?.own === true;
+}
+
+/** loadConfig, keeping the composed defaults and the unresolved overridden tree (for checkKeyKinds). */
+export function loadConfigDetailed(opts: LoadConfigOptions): LoadedConfig {
   const parsed = (opts.overrides ?? []).map(parseOverride);
   const choices: (GroupChoice & { index: number })[] = [];
   parsed.forEach((p, index) => {
@@ -43,13 +63,13 @@ export function loadConfig(opts: LoadConfigOptions): Config {
     }
   }
   const valueOverrides: Override[] = parsed.filter((_, i) => !claimed.has(i)).map((p) => p.override);
-  const { config, deferred } = applyOverrides(base, valueOverrides, { defaultOf: tryResolveAt });
+  const { config, deferred } = applyOverrides(base, valueOverrides, { defaultOf: tryResolveAt, addableOver });
   const resolved = resolveConfig(config);
   for (const d of deferred) {
     const bad = typeMismatch(d.expected, getPath(resolved, d.key) ?? null);
     if (bad) throw new ConfigError(`could not override '${d.key}' (${d.raw}): ${bad}`);
   }
-  return resolved;
+  return { config: resolved, defaults: base, raw: config };
 }
 
 /** The default a key has in the tree as it stands, interpolations resolved; undefined if that fails. */
@@ -67,4 +87,4 @@ export function toYaml(cfg: Config): string {
 }
 
 /** The names of the root configs shipped in conf/. */
-export const CONFIG_NAMES = ["ppo_trainer", "sft_trainer", "generation", "evaluation"] as const;
+export const CONFIG_NAMES = ["ppo_trainer", "ppo_megatron_trainer", "sft_trainer", "sft_trainer_engine", "generation", "evaluation"] as const;

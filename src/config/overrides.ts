@@ -89,19 +89,30 @@ export function typeMismatch(expected: ConfigValue, value: ConfigValue): string 
 export interface ApplyOptions {
   /** The type a key's default has, resolving interpolations in the tree as it stands (undefined: unknown). */
   defaultOf(cfg: ConfigNode, key: string): ConfigValue | undefined;
+  /** Whether `+key=...` may set a key that exists (Hydra allows it where the value is null). */
+  addableOver?(key: string, current: ConfigValue): boolean;
 }
 
-/** Apply overrides in order to a copy of `base`. Type checks of interpolated values come back deferred. */
+/** Hydra's `+` on an existing key: allowed where its value is null. */
+const nullAddable = (_key: string, current: ConfigValue) => current === null;
+
+/**
+ * Apply overrides in order to a copy of `base`. Type checks of interpolated values come back deferred.
+ * Every override naming a key that is not there is gathered into one ConfigError.
+ */
 export function applyOverrides(base: ConfigNode, overrides: readonly Override[], opts: ApplyOptions): { config: ConfigNode; deferred: DeferredTypeCheck[] } {
   const cfg = deepCopy(base);
   const deferred: DeferredTypeCheck[] = [];
+  const unknown: string[] = [];
+  const addableOver = opts.addableOver ?? nullAddable;
   for (const o of overrides) {
     const segs = splitPath(o.key);
     const current = getPath(cfg, segs);
     switch (o.kind) {
       case "set": {
         if (current === undefined) {
-          throw new ConfigError(`could not override '${o.key}' (${o.raw}): the key is not in the config; ${unknownKeyHint(cfg, o.key)} (use +${o.key}=... to add a new key)`);
+          unknown.push(`${o.raw}: ${unknownKeyHint(cfg, o.key)} (or +${o.key}=... to add a new key)`);
+          break;
         }
         const expected = opts.defaultOf(cfg, o.key);
         let value = deepCopy(o.value);
@@ -118,7 +129,7 @@ export function applyOverrides(base: ConfigNode, overrides: readonly Override[],
         break;
       }
       case "add": {
-        if (current !== undefined) {
+        if (current !== undefined && !addableOver(o.key, current)) {
           throw new ConfigError(`could not add '${o.key}' (${o.raw}): the key already exists with value ${JSON.stringify(current)}; use ${o.key}=... to change it or ++${o.key}=... to force`);
         }
         if (!setPath(cfg, segs, deepCopy(o.value), true)) throw new ConfigError(`could not add '${o.key}' (${o.raw}): its parent is not a mapping`);
@@ -129,7 +140,10 @@ export function applyOverrides(base: ConfigNode, overrides: readonly Override[],
         break;
       }
       case "delete": {
-        if (current === undefined) throw new ConfigError(`could not delete '${o.key}' (${o.raw}): the key is not in the config; ${unknownKeyHint(cfg, o.key)}`);
+        if (current === undefined) {
+          unknown.push(`${o.raw}: ${unknownKeyHint(cfg, o.key)}`);
+          break;
+        }
         if (o.value !== undefined && !deepEqual(current, o.value)) {
           throw new ConfigError(`could not delete '${o.key}' (${o.raw}): its value is ${JSON.stringify(current)}, not ${JSON.stringify(o.value)}`);
         }
@@ -137,6 +151,10 @@ export function applyOverrides(base: ConfigNode, overrides: readonly Override[],
         break;
       }
     }
+  }
+  if (unknown.length > 0) {
+    const n = unknown.length;
+    throw new ConfigError(`${n === 1 ? "a key is" : `${n} keys are`} not in the config:\n  - ${unknown.join("\n  - ")}`);
   }
   return { config: cfg, deferred };
 }

@@ -22,13 +22,29 @@ function lastSegment(path: string): string {
   return segs[segs.length - 1] ?? path;
 }
 
-/** Up to `limit` existing dotted paths closest to `key`, best first. */
+/**
+ * The section a suggestion may come from: the deepest existing mapping above `key`, so a typo under
+ * actor_rollout_ref.rollout is matched against the rollout's keys only (its siblings and their subtrees).
+ */
+function candidatePaths(cfg: ConfigNode, key: string): string[] {
+  const segs = splitPath(key);
+  for (let n = segs.length - 1; n > 0; n--) {
+    const parent = getPath(cfg, segs.slice(0, n));
+    if (isNode(parent)) {
+      const prefix = segs.slice(0, n).join(".");
+      return listPaths(parent, prefix);
+    }
+  }
+  return listPaths(cfg);
+}
+
+/** Up to `limit` existing dotted paths closest to `key`, best first, from the key's own section. */
 export function suggestKeys(cfg: ConfigNode, key: string, limit = 3): string[] {
   const last = lastSegment(key);
   const fullLimit = Math.max(2, Math.floor(key.length * 0.25));
   const lastLimit = Math.max(1, Math.floor(last.length * 0.34));
   const scored: { path: string; rank: [number, number, number] }[] = [];
-  for (const path of listPaths(cfg)) {
+  for (const path of candidatePaths(cfg, key)) {
     // A key written without its leading groups, or cut short, is the likeliest mistake of all.
     const tier = path.endsWith(`.${key}`) ? 0 : path.startsWith(key) ? 1 : 2;
     const fullD = editDistance(key, path);

@@ -21,7 +21,8 @@ async function managerClass(config: Config): Promise<RewardManagerClass> {
     return cls as RewardManagerClass;
   }
   if (source !== "register") throw new Error(`reward_manager.source must be "register" or "importlib", got ${JSON.stringify(source)}`);
-  const name = getPath(config, "reward_model.reward_manager") ?? getPath(config, "reward_manager.name") ?? "naive";
+  // reward_manager.name defaults to reward_model.reward_manager, so reading it first honours both spellings.
+  const name = getPath(config, "reward_manager.name") ?? getPath(config, "reward_model.reward_manager") ?? "naive";
   if (typeof name !== "string") throw new Error(`reward_model.reward_manager must be a string, got ${JSON.stringify(name)}`);
   return getRewardManager(name);
 }

@@ -10,6 +10,7 @@ import { Tracking } from "../utils/tracking.js";
 import { ConfigView } from "../workers/config_view.js";
 import { importExternalLib, loadModelTokenizer } from "../workers/model_source.js";
 import { PPOTrainer, type FitResult } from "./ppo/ppo_trainer.js";
+import { validatePpoNames } from "./ppo/validate_names.js";
 import { initWorkers, type PpoWorkers } from "./ppo/resources.js";
 import { checkpointManagerFor } from "./ppo/trainer_checkpoint.js";
 
@@ -37,6 +38,7 @@ export async function runPpo(config: Config): Promise<FitResult> {
   // The driver's own tensor work (advantages, KL penalty) is small host math.
   await initBackend("cpu");
   await importExternalLib(cfg.optStr("actor_rollout_ref.model.external_lib"), "actor_rollout_ref.model.external_lib");
+  validatePpoNames(config);
   const tokenizer = await loadModelTokenizer(cfg.at("actor_rollout_ref.model"));
   // data.tool_config_path: tool schemas rendered into the prompts' chat template.
   const toolPath = cfg.optStr("data.tool_config_path");

@@ -1,0 +1,186 @@
+// What verl-ts does with each config key, declared once: the CLI checks against it before a run,
+// docs/configuration.md's tables are generated from it (scripts/config-doc.mjs), and
+// test/config/key_kinds.test.ts holds every composed leaf to having a kind.
+//   honoured   read by verl-ts's code
+//   inert      accepted so verl's scripts run unchanged, but plumbing of verl's distributed engines
+//              (vLLM/SGLang/TRT-LLM, FSDP, Megatron, profilers, Ray, NCCL) with no meaning here;
+//              one warning at start lists those set away from their default
+//   not_built  a verl feature verl-ts does not have: setting it away from its default is an error
+// Patterns: dotted keys; `*` is one segment, `**` any number (at least one), `{a,b}` alternatives.
+// The first rule that matches a key decides. `own: true` marks keys verl-ts adds beyond verl's schema
+// (a verl script's `+key=...` may still set those).
+
+export type KeyKind = "honoured" | "inert" | "not_built";
+
+export interface KeyRule {
+  keys: string;
+  kind: KeyKind;
+  /** honoured: what reads it; inert: whose plumbing it is; not_built: the feature's name. */
+  what: string;
+  /** For names the code dispatches on: the accepted values. */
+  values?: readonly string[];
+  own?: true;
+}
+
+const A = "actor_rollout_ref.actor", R = "actor_rollout_ref.rollout", M = "actor_rollout_ref.model", REF = "actor_rollout_ref.ref";
+const OPTIM = "{betas,clip_grad,lr,lr_scheduler_type,lr_warmup_steps,lr_warmup_steps_ratio,min_lr_ratio,num_cycles,optimizer,total_training_steps,weight_decay,warmup_style}";
+
+/** rollout.name: the engines verl names all run on verl-ts's own generation engine; more come through the rollout registry. */
+export const ROLLOUT_NAMES = ["tfjs", "hf", "naive", "vllm", "sglang"] as const;
+/** actor/critic strategy: verl's names, each trained here as data parallel over worker threads. */
+export const STRATEGIES = ["dp", "fsdp", "fsdp2", "megatron"] as const;
+
+export const KEY_RULES: readonly KeyRule[] = [
+  // --- honoured: PPO -------------------------------------------------------------------------
+  { keys: `${A}.optim.${OPTIM}`, kind: "honoured", what: "the actor's optimizer and LR schedule" },
+  { keys: `${A}.policy_loss.{clip_cov_lb,clip_cov_ratio,clip_cov_ub,kl_cov_ratio,loss_mode,ppo_kl_coef}`, kind: "honoured", what: "the policy loss" },
+  {
+    keys: `${A}.{calculate_entropy,clip_ratio,clip_ratio_c,clip_ratio_high,clip_ratio_low,entropy_coeff,grad_clip,kl_loss_coef,kl_loss_type,loss_agg_mode,loss_scale_factor,ppo_epochs,ppo_max_token_len_per_gpu,ppo_micro_batch_size,ppo_micro_batch_size_per_gpu,ppo_mini_batch_size,tau_neg,tau_pos,use_dynamic_bsz,use_kl_loss}`,
+    kind: "honoured",
+    what: "the actor update",
+  },
+  { keys: "{actor_rollout_ref.actor,critic,actor_rollout_ref.ref,reward_model}.strategy", kind: "honoured", what: "every strategy trains as data parallel over worker threads", values: STRATEGIES },
+  { keys: `{${M},critic.model}.{external_lib,path,tokenizer_path}`, kind: "honoured", what: "model loading" },
+  { keys: `{${M},critic.model}.override_config.**`, kind: "honoured", what: "model config overrides" },
+  { keys: `{${M},critic.model}.override_config`, kind: "honoured", what: "model config overrides" },
+  { keys: `${REF}.{log_prob_max_token_len_per_gpu,log_prob_micro_batch_size,log_prob_micro_batch_size_per_gpu,log_prob_use_dynamic_bsz}`, kind: "honoured", what: "reference log-probs" },
+  { keys: `${R}.agent.max_concurrent_loops`, kind: "honoured", what: "the agent loop", own: true },
+  { keys: `${R}.agent.{agent_loop_config_path,default_agent_loop,num_workers}`, kind: "honoured", what: "the agent loop" },
+  {
+    keys: `${R}.multi_turn.{enable,format,interaction_config_path,max_assistant_turns,max_parallel_calls,max_tool_response_length,max_user_turns,tool_config_path,tool_response_truncate_side}`,
+    kind: "honoured",
+    what: "multi-turn rollout",
+  },
+  { keys: `${R}.val_kwargs.{do_sample,n,temperature,top_k,top_p}`, kind: "honoured", what: "validation sampling" },
+  { keys: `{${R},rollout}.name`, kind: "honoured", what: "the rollout engine (all run on verl-ts's generation engine)", values: ROLLOUT_NAMES },
+  { keys: `${R}.seed_per_sample`, kind: "honoured", what: "sampling", own: true },
+  {
+    keys: `${R}.{calculate_log_probs,do_sample,ignore_eos,log_prob_max_token_len_per_gpu,log_prob_micro_batch_size,log_prob_micro_batch_size_per_gpu,log_prob_use_dynamic_bsz,max_num_seqs,n,prompt_length,response_length,temperature,top_k,top_p}`,
+    kind: "honoured",
+    what: "generation",
+  },
+  { keys: "algorithm.kl_ctrl.{horizon,kl_coef,target_kl,type}", kind: "honoured", what: "the KL controller" },
+  { keys: "algorithm.{adv_estimator,gamma,kl_penalty,lam,norm_adv_by_std_in_grpo,use_kl_in_reward,use_pf_ppo}", kind: "honoured", what: "advantages and KL" },
+  { keys: "algorithm.pf_ppo.{reweight_method,weight_pow}", kind: "honoured", what: "PF-PPO resampling" },
+  { keys: `critic.optim.${OPTIM}`, kind: "honoured", what: "the critic's optimizer and LR schedule" },
+  {
+    keys: "critic.{cliprange_value,enable,forward_max_token_len_per_gpu,forward_micro_batch_size,forward_micro_batch_size_per_gpu,grad_clip,loss_agg_mode,ppo_epochs,ppo_max_token_len_per_gpu,ppo_micro_batch_size,ppo_micro_batch_size_per_gpu,ppo_mini_batch_size,use_dynamic_bsz}",
+    kind: "honoured",
+    what: "the critic update",
+  },
+  { keys: "{custom_reward_function,reward_model}.reward_kwargs", kind: "honoured", what: "reward functions", own: true },
+  { keys: "{custom_reward_function,reward_model}.reward_kwargs.**", kind: "honoured", what: "reward functions", own: true },
+  { keys: "custom_reward_function.{name,path}", kind: "honoured", what: "reward functions" },
+  { keys: "reward_model.overlong_buffer.{enable,len,log,penalty_factor}", kind: "honoured", what: "DAPO's overlong penalty", own: true },
+  { keys: "reward_model.{enable,forward_max_token_len_per_gpu,max_length,micro_batch_size,micro_batch_size_per_gpu,reward_manager,use_dynamic_bsz}", kind: "honoured", what: "rewards" },
+  { keys: "reward_model.model.{path,external_lib}", kind: "honoured", what: "the reward model" },
+  { keys: "reward_manager.{name,source}", kind: "honoured", what: "rewards (verl's newer spelling of reward_model.reward_manager)" },
+  { keys: "reward_manager.module.{path,name}", kind: "honoured", what: "a reward manager from a JS module (source=importlib)" },
+  // --- honoured: data (RL and SFT) -------------------------------------------------------------
+  { keys: "data.gen_batch_size", kind: "honoured", what: "DAPO's dynamic sampling", own: true },
+  { keys: "data.multiturn.{enable,enable_thinking_key,messages_key,tools_key}", kind: "honoured", what: "multi-turn SFT data" },
+  { keys: "data.apply_chat_template_kwargs.**", kind: "honoured", what: "chat templates" },
+  {
+    keys: "data.{apply_chat_template_kwargs,balance_dp_token,batch_size,data_source_key,filter_overlong_prompts,max_length,max_prompt_length,max_response_length,micro_batch_size_per_gpu,n_samples,output_path,path,prompt_dict_keys,prompt_key,response_dict_keys,response_key,return_raw_chat,reward_fn_key,reward_model_key,seed,shuffle,tool_config_path,train_batch_size,train_files,train_max_samples,truncation,val_batch_size,val_files,val_max_samples,validation_shuffle}",
+    kind: "honoured",
+    what: "data loading",
+  },
+  // --- honoured: SFT, generation, evaluation -----------------------------------------------------
+  { keys: "model.tokenizer_path", kind: "honoured", what: "model loading", own: true },
+  { keys: "model.{external_lib,partial_pretrain,path}", kind: "honoured", what: "model loading" },
+  { keys: "optim.{betas,clip_grad,lr,lr_scheduler,lr_warmup_steps_ratio,weight_decay,min_lr_ratio,num_cycles,optimizer,warmup_style}", kind: "honoured", what: "the SFT optimizer" },
+  { keys: "optim.{lr_scheduler_type,lr_warmup_steps,total_training_steps}", kind: "inert", what: "the SFT trainer (set from optim.lr_scheduler, lr_warmup_steps_ratio and the step count)" },
+  { keys: "rollout.{do_sample,log_prob_micro_batch_size_per_gpu,max_num_seqs,n,prompt_length,response_length,temperature,top_k,top_p}", kind: "honoured", what: "offline generation" },
+  { keys: "trainer.{seed,log_level}", kind: "honoured", what: "the trainer", own: true },
+  {
+    keys: "trainer.{balance_batch,critic_warmup,default_local_dir,del_local_ckpt_after_load,device,experiment_name,log_val_generations,logger,max_actor_ckpt_to_keep,max_ckpt_to_keep,max_critic_ckpt_to_keep,n_gpus_per_node,nnodes,project_name,resume_from_path,resume_mode,rollout_data_dir,save_freq,test_freq,total_epochs,total_training_steps,val_before_train,val_only,validation_data_dir}",
+    kind: "honoured",
+    what: "the trainer",
+  },
+
+  // --- not built: verl features verl-ts does not have ---------------------------------------------
+  { keys: "**.{lora_rank,lora_alpha,target_modules,exclude_modules,lora_adapter_path}", kind: "not_built", what: "LoRA" },
+  { keys: "**.lora.**", kind: "not_built", what: "LoRA (Megatron)" },
+  { keys: "reward_model.model.override_config", kind: "not_built", what: "a reward-model config override (the reward model takes actor_rollout_ref.model.override_config)" },
+  { keys: "**.router_replay.**", kind: "not_built", what: "MoE router replay" },
+  { keys: "**.mtp.**", kind: "not_built", what: "multi-token prediction (MTP)" },
+  { keys: `${R}.mtp`, kind: "not_built", what: "multi-token prediction (MTP)" },
+  { keys: "**.custom_chat_template", kind: "not_built", what: "a chat template override on the model (put chat_template.jinja beside the tokenizer)" },
+  { keys: "data.chat_template", kind: "not_built", what: "a chat template override for SFT data (put chat_template.jinja beside the tokenizer)" },
+  { keys: "algorithm.rollout_correction.**", kind: "not_built", what: "rollout importance-sampling correction (rollout_correction)" },
+  { keys: `${R}.{over_sample_rate,skip_rollout,skip_dump_dir,enable_rollout_routing_replay,quantization,quantization_config_file}`, kind: "not_built", what: "verl's rollout extras (over-sampling, rollout skipping/dumps, routing replay, quantized rollout)" },
+  { keys: `${R}.multi_turn.{use_inference_chat_template,num_repeat_rollouts}`, kind: "not_built", what: "multi-turn inference chat templates / repeated rollouts" },
+  { keys: `${R}.agent.custom_async_server.**`, kind: "not_built", what: "a custom async rollout server" },
+  { keys: `${A}.{use_prefix_grouper,calculate_sum_pi_squared}`, kind: "not_built", what: "prefix grouping / sum-pi-squared statistics" },
+  { keys: "**.freeze_vision_tower", kind: "not_built", what: "vision-language models" },
+  { keys: "{**.,}optim.override_optimizer_config", kind: "not_built", what: "optimizer config overrides" },
+  { keys: "data.{custom_cls,sampler,datagen}.**", kind: "not_built", what: "Python dataset, sampler and data-generation classes" },
+  { keys: "data.tokenizer", kind: "not_built", what: "a separate data tokenizer (the model's tokenizer is used)" },
+  { keys: "reward_model.{reward_loop_source,reward_loop_module_path,reward_loop_class_name}", kind: "not_built", what: "custom reward loops" },
+  { keys: "reward_model.sandbox_fusion.**", kind: "not_built", what: "the Sandbox Fusion code-execution reward service" },
+  { keys: "reward_model.rollout.**", kind: "not_built", what: "generative reward models" },
+  { keys: "reward_model.model.input_tokenizer", kind: "not_built", what: "reward models with their own chat template (input_tokenizer)" },
+  { keys: "model.{hf_config_path}", kind: "not_built", what: "a separate HF config path" },
+  { keys: `${M}.hf_config_path`, kind: "not_built", what: "a separate HF config path" },
+
+  // --- inert: plumbing of verl's engines ---------------------------------------------------------------
+  { keys: "**.fsdp_config.**", kind: "inert", what: "FSDP" },
+  { keys: "{**.,}megatron.**", kind: "inert", what: "Megatron-LM" },
+  { keys: "engine.**", kind: "inert", what: "verl's training engines (FSDP/Megatron/VeOmni)" },
+  { keys: "{**.,}{profiler,global_profiler}.**", kind: "inert", what: "profilers" },
+  { keys: "{ray_kwargs,transfer_queue}.**", kind: "inert", what: "Ray" },
+  { keys: "actor_rollout_ref.{hybrid_engine,nccl_timeout}", kind: "inert", what: "Ray/NCCL" },
+  { keys: "trainer.{esi_redundant_time,default_hdfs_dir,ray_wait_register_center_timeout,use_legacy_worker_impl}", kind: "inert", what: "Ray/HDFS plumbing" },
+  { keys: "reward_model.{enable_resource_pool,n_gpus_per_node,nnodes,num_workers,use_reward_loop,launch_reward_fn_async}", kind: "inert", what: "Ray resource pools" },
+  {
+    keys: `{${R},rollout}.{mode,dtype,gpu_memory_utilization,enforce_eager,cudagraph_capture_sizes,free_cache_engine,load_format,tensor_model_parallel_size,data_parallel_size,expert_parallel_size,pipeline_model_parallel_size,max_num_batched_tokens,max_model_len,enable_chunked_prefill,enable_prefix_caching,logprobs_mode,scheduling_policy,disable_log_stats,multi_stage_wake_up,skip_tokenizer_init,layered_summon,log_prob_micro_batch_size,calculate_log_probs,ignore_eos}`,
+    kind: "inert",
+    what: "vLLM/SGLang/TRT-LLM",
+  },
+  { keys: `${R}.{engine_kwargs,checkpoint_engine,prometheus,trace,layer_name_map}.**`, kind: "inert", what: "vLLM/SGLang/TRT-LLM" },
+  { keys: `${R}.engine_kwargs`, kind: "inert", what: "vLLM/SGLang/TRT-LLM" },
+  { keys: `${R}.multi_turn.tokenization_sanity_check_mode`, kind: "inert", what: "SGLang" },
+  {
+    keys: "**.{use_shm,trust_remote_code,enable_gradient_checkpointing,enable_activation_offload,use_remove_padding,use_liger,use_fused_kernels,use_torch_compile,ulysses_sequence_parallel_size,entropy_from_logits_with_chunking,entropy_checkpointing,sum_pi_squared_checkpointing,rollout_n}",
+    kind: "inert",
+    what: "PyTorch kernels and memory savers (same results here)",
+  },
+  { keys: "**.{fused_kernel_options,tiled_mlp}.**", kind: "inert", what: "PyTorch kernels and memory savers (same results here)" },
+  { keys: "**.checkpoint.{save_contents,load_contents,async_save}", kind: "inert", what: "checkpoint contents (verl-ts always saves model, optimizer and extra state)" },
+  { keys: "{**.,}{shuffle,data_loader_seed}", kind: "inert", what: "mini-batch shuffling (verl reads it only in its Megatron workers)" },
+  { keys: "{**.,}optim.optimizer_impl", kind: "inert", what: "the PyTorch optimizer module" },
+  {
+    keys: "{**.,}optim.{lr_decay_steps,lr_decay_style,lr_warmup_init,lr_wsd_decay_steps,lr_wsd_decay_style,min_lr,use_checkpoint_opt_param_scheduler,weight_decay_incr_style,clip_grad_norm}",
+    kind: "inert",
+    what: "Megatron-LM's optimizer scheduler",
+  },
+  { keys: "**.{load_weight,nccl_timeout}", kind: "inert", what: "Megatron-LM/NCCL" },
+  { keys: "data.{use_shm,return_raw_input_ids,return_full_prompt,dataloader_num_workers,filter_overlong_prompts_workers,image_patch_size,image_key,video_key,return_multi_modal_inputs,micro_batch_size}", kind: "inert", what: "PyTorch data loading" },
+  { keys: "model.strategy", kind: "inert", what: "FSDP" },
+  { keys: "{ulysses_sequence_parallel_size,use_remove_padding}", kind: "inert", what: "PyTorch kernels and memory savers (same results here)" },
+  { keys: "{actor,ray_init}.**", kind: "inert", what: "verl's generation worker plumbing" },
+];
+
+/** A glob of KEY_RULES as a regular expression over dotted keys. */
+export function patternToRegExp(pattern: string): RegExp {
+  let re = "";
+  for (let i = 0; i < pattern.length; i++) {
+    const c = pattern[i]!;
+    if (c === "*" && pattern[i + 1] === "*") {
+      re += "[^.]+(?:\\.[^.]+)*";
+      i++;
+    } else if (c === "*") re += "[^.]+";
+    else if (c === "{") re += "(?:";
+    else if (c === "}") re += ")";
+    else if (c === ",") re += "|";
+    else re += c.replace(/[.+?^$()|[\]\\]/g, "\\$&");
+  }
+  return new RegExp(`^${re}$`);
+}
+
+const compiled = KEY_RULES.map((rule) => ({ rule, re: patternToRegExp(rule.keys) }));
+
+/** The rule that declares `key`, or undefined. */
+export function ruleFor(key: string): KeyRule | undefined {
+  return compiled.find((c) => c.re.test(key))?.rule;
+}
