@@ -111,7 +111,7 @@ export function applyOverrides(base: ConfigNode, overrides: readonly Override[],
     switch (o.kind) {
       case "set": {
         if (current === undefined) {
-          unknown.push(`${o.raw}: ${unknownKeyHint(cfg, o.key)} (or +${o.key}=... to add a new key)`);
+          unknown.push(`could not override '${o.key}' (${o.raw}): the key is not in the config; ${unknownKeyHint(cfg, o.key)} (use +${o.key}=... to add a new key)`);
           break;
         }
         const expected = opts.defaultOf(cfg, o.key);
@@ -141,7 +141,7 @@ export function applyOverrides(base: ConfigNode, overrides: readonly Override[],
       }
       case "delete": {
         if (current === undefined) {
-          unknown.push(`${o.raw}: ${unknownKeyHint(cfg, o.key)}`);
+          unknown.push(`could not delete '${o.key}' (${o.raw}): the key is not in the config; ${unknownKeyHint(cfg, o.key)}`);
           break;
         }
         if (o.value !== undefined && !deepEqual(current, o.value)) {
@@ -153,8 +153,8 @@ export function applyOverrides(base: ConfigNode, overrides: readonly Override[],
     }
   }
   if (unknown.length > 0) {
-    const n = unknown.length;
-    throw new ConfigError(`${n === 1 ? "a key is" : `${n} keys are`} not in the config:\n  - ${unknown.join("\n  - ")}`);
+    if (unknown.length === 1) throw new ConfigError(unknown[0]!);
+    throw new ConfigError(`${unknown.length} overrides name keys that are not in the config:\n  - ${unknown.join("\n  - ")}`);
   }
   return { config: cfg, deferred };
 }

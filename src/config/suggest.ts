@@ -38,13 +38,23 @@ function candidatePaths(cfg: ConfigNode, key: string): string[] {
   return listPaths(cfg);
 }
 
-/** Up to `limit` existing dotted paths closest to `key`, best first, from the key's own section. */
+/**
+ * Up to `limit` existing dotted paths closest to `key`, best first: a key of exactly the same name
+ * elsewhere (put in the wrong section) if there is one, else near spellings from the key's own section.
+ */
 export function suggestKeys(cfg: ConfigNode, key: string, limit = 3): string[] {
+  const last = lastSegment(key);
+  const sameName = listPaths(cfg).filter((p) => lastSegment(p) === last);
+  if (sameName.length > 0) return closest(sameName, key, limit);
+  return closest(candidatePaths(cfg, key), key, limit);
+}
+
+function closest(paths: readonly string[], key: string, limit: number): string[] {
   const last = lastSegment(key);
   const fullLimit = Math.max(2, Math.floor(key.length * 0.25));
   const lastLimit = Math.max(1, Math.floor(last.length * 0.34));
   const scored: { path: string; rank: [number, number, number] }[] = [];
-  for (const path of candidatePaths(cfg, key)) {
+  for (const path of paths) {
     // A key written without its leading groups, or cut short, is the likeliest mistake of all.
     const tier = path.endsWith(`.${key}`) ? 0 : path.startsWith(key) ? 1 : 2;
     const fullD = editDistance(key, path);

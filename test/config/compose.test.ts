@@ -51,8 +51,8 @@ test("group=option picks another file, named by group, package path or group@pac
 
 test("an unknown group option is an error listing the options", () => {
   assert.throws(
-    () => composeConfig({ configName: "ppo_trainer", groupChoices: [choice("actor", "megatron_actor")] }),
-    (e: unknown) => e instanceof ConfigError && /option 'megatron_actor' of config group 'actor'/.test(e.message) && /available: actor, dp_actor/.test(e.message),
+    () => composeConfig({ configName: "ppo_trainer", groupChoices: [choice("actor", "tpu_actor")] }),
+    (e: unknown) => e instanceof ConfigError && /option 'tpu_actor' of config group 'actor'/.test(e.message) && /available: actor, dp_actor, megatron_actor/.test(e.message),
   );
 });
 

@@ -1,0 +1,107 @@
+// Every composed key has a kind, and each kind behaves as declared (src/config/key_kinds.ts).
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { composeConfig } from "../../src/config/compose.js";
+import { checkKeyKinds, keyReportWarning, leafEntries } from "../../src/config/key_check.js";
+import { patternToRegExp, ruleFor } from "../../src/config/key_kinds.js";
+import { ConfigError, getPath, loadConfig, loadConfigDetailed } from "../../src/config/index.js";
+import { packageRoot } from "../../src/utils/paths.js";
+
+const ROOTS = ["ppo_trainer", "ppo_megatron_trainer", "sft_trainer", "generation", "evaluation"];
+
+test("every leaf of every composed root config has a declared kind", () => {
+  const missing: string[] = [];
+  for (const name of ROOTS) for (const [k] of leafEntries(composeConfig({ configName: name }))) if (!ruleFor(k)) missing.push(`${name}: ${k}`);
+  assert.deepEqual(missing, []);
+});
+
+test("keys beyond verl's schema are declared verl-ts's own", () => {
+  const schema = JSON.parse(readFileSync(join(packageRoot, "test/config/fixtures/verl_schema.json"), "utf8")) as { configs: Record<string, Record<string, unknown>> };
+  const verlPpo = new Set([...Object.keys(schema.configs.ppo_trainer!), ...Object.keys(schema.configs.ppo_megatron_trainer!)]);
+  const verlSft = new Set(Object.keys(schema.configs.sft_trainer!));
+  const notOwn: string[] = [];
+  for (const [name, verl] of [["ppo_trainer", verlPpo], ["ppo_megatron_trainer", verlPpo], ["sft_trainer", verlSft]] as const) {
+    for (const [k] of leafEntries(composeConfig({ configName: name }))) if (!verl.has(k) && !ruleFor(k)?.own) notOwn.push(`${name}: ${k}`);
+  }
+  assert.deepEqual(notOwn, []);
+});
+
+test("patterns: * is one segment, ** one or more, {a,b} alternatives", () => {
+  assert.ok(patternToRegExp("a.*.c").test("a.b.c"));
+  assert.ok(!patternToRegExp("a.*.c").test("a.b.x.c"));
+  assert.ok(patternToRegExp("**.fsdp_config.**").test("actor_rollout_ref.actor.fsdp_config.wrap_policy.min_num_params"));
+  assert.ok(!patternToRegExp("**.fsdp_config.**").test("fsdp_config.x"));
+  assert.ok(patternToRegExp("{**.,}megatron.**").test("megatron.x"));
+  assert.ok(patternToRegExp("a.{b,c}").test("a.c") && !patternToRegExp("a.{b,c}").test("a.d"));
+});
+
+const check = (overrides: string[], configName = "ppo_trainer") => {
+  const { defaults, raw } = loadConfigDetailed({ configName, overrides });
+  return checkKeyKinds(defaults, raw);
+};
+
+test("honoured keys set by the user pass without a word", () => {
+  const r = check(["actor_rollout_ref.actor.clip_ratio=0.3", "algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=4"]);
+  assert.deepEqual(r, { inert: [], unread: [] });
+  assert.equal(keyReportWarning(r), undefined);
+});
+
+test("inert keys set away from default are listed in one warning; at their default they are not", () => {
+  const r = check([
+    "actor_rollout_ref.rollout.tensor_model_parallel_size=2", // the default: not listed
+    "actor_rollout_ref.rollout.gpu_memory_utilization=0.6",
+    "actor_rollout_ref.actor.fsdp_config.param_offload=true",
+    "actor_rollout_ref.model.use_remove_padding=false",
+  ]);
+  assert.deepEqual(r.inert.map((i) => i.key).sort(), [
+    "actor_rollout_ref.actor.fsdp_config.param_offload",
+    "actor_rollout_ref.model.use_remove_padding",
+    "actor_rollout_ref.rollout.gpu_memory_utilization",
+  ]);
+  const w = keyReportWarning(r)!;
+  assert.match(w, /3 setting\(s\) have no effect/);
+  assert.match(w, /gpu_memory_utilization=0\.6 \(vLLM\/SGLang\/TRT-LLM\)/);
+  // an interpolated inert key whose source changed is not the user's setting
+  assert.deepEqual(check(["actor_rollout_ref.rollout.n=8"]).inert, []);
+});
+
+test("not-built features set away from default fail in one error naming each feature", () => {
+  assert.throws(
+    () => check(["actor_rollout_ref.model.lora_rank=8", "algorithm.rollout_correction.rollout_is=token", "actor_rollout_ref.model.custom_chat_template=x"]),
+    (e: unknown) =>
+      e instanceof ConfigError && e.exitCode === 2 && /lora_rank=8: LoRA is not built/.test(e.message) && /rollout_correction/.test(e.message) && /chat template override/.test(e.message),
+  );
+  assert.doesNotThrow(() => check(["actor_rollout_ref.model.lora_rank=0"]));
+});
+
+test("keys added with + that nothing declares are warned about; declared ones are not", () => {
+  const r = check(["+actor_rollout_ref.model.override_config.attention_dropout=0.0", "+trainer.my_flag=1"]);
+  assert.deepEqual(r.unread, ["trainer.my_flag"]);
+  assert.match(keyReportWarning(r)!, /added with '\+' are read by nothing[\s\S]*trainer\.my_flag/);
+});
+
+test("Hydra's + rule: allowed over null and over verl-ts's own keys, refused over verl's set keys", () => {
+  const sft = loadConfig({ configName: "sft_trainer", overrides: ["+data.response_dict_keys=['answer']"] });
+  assert.deepEqual(getPath(sft, "data.response_dict_keys"), ["answer"]);
+  const ppo = loadConfig({ configName: "ppo_trainer", overrides: ["data.train_batch_size=16", "+data.gen_batch_size=48"] });
+  assert.equal(getPath(ppo, "data.gen_batch_size"), 48);
+  assert.throws(() => loadConfig({ configName: "ppo_trainer", overrides: ["+data.train_batch_size=8"] }), /already exists/);
+});
+
+test("every unknown key comes back in one error, each with suggestions from its own section", () => {
+  assert.throws(
+    () => loadConfig({ configName: "ppo_trainer", overrides: ["actor_rollout_ref.rollout.enforce_eagr=true", "actor_rollout_ref.actor.optim.lrr=1", "~critic.nope"] }),
+    (e: unknown) => {
+      const m = (e as Error).message;
+      assert.ok(e instanceof ConfigError && e.exitCode === 2);
+      assert.match(m, /3 overrides name keys that are not in the config/);
+      assert.match(m, /enforce_eagr=true\): the key is not in the config; did you mean actor_rollout_ref\.rollout\.enforce_eager\?/);
+      assert.doesNotMatch(m, /ignore_eos/);
+      assert.match(m, /optim\.lrr=1\): the key is not in the config; did you mean actor_rollout_ref\.actor\.optim\.lr\?/);
+      assert.match(m, /~critic\.nope/);
+      return true;
+    },
+  );
+});
