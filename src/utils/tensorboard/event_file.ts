@@ -31,20 +31,22 @@ class ProtoWriter {
     this.varint((field << 3) | wire);
   }
 
-  double(field: number, v: number): this {
-    this.key(field, 1);
-    const b = new Uint8Array(8);
-    new DataView(b.buffer).setFloat64(0, v, true);
-    this.parts.push(b);
+  private fixed(field: number, wire: 1 | 5, bytes: Buffer): this {
+    this.key(field, wire);
+    this.parts.push(bytes);
     return this;
   }
 
+  double(field: number, v: number): this {
+    const b = Buffer.alloc(8);
+    b.writeDoubleLE(v);
+    return this.fixed(field, 1, b);
+  }
+
   float(field: number, v: number): this {
-    this.key(field, 5);
-    const b = new Uint8Array(4);
-    new DataView(b.buffer).setFloat32(0, v, true);
-    this.parts.push(b);
-    return this;
+    const b = Buffer.alloc(4);
+    b.writeFloatLE(v);
+    return this.fixed(field, 5, b);
   }
 
   int64(field: number, v: number): this {

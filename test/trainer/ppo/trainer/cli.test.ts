@@ -4,6 +4,7 @@
 // verl's tracking backends (service ones replaced by file, tensorboard event files).
 import { test } from "node:test";
 import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
 import { existsSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { initBackend } from "../../../../src/engine/backend.js";
@@ -115,6 +116,28 @@ test("trainer.logger as in verl's scripts: wandb warns once and is replaced by f
     for (const [tag, v] of Object.entries(fromFile)) {
       if (typeof v === "number") assert.equal(step1.get(tag), Math.fround(v), tag);
     }
+  } finally {
+    rmSync(ws.dir, { recursive: true, force: true });
+  }
+});
+
+const noPython = spawnSync("python3", ["--version"]).status === 0 ? false : "python3 is not installed here";
+
+test("a verl Python reward file drives training: compute_score by keyword, reward_kwargs, the dict's score", { skip: noPython }, async () => {
+  const ws = await makeWorkspace();
+  try {
+    const py = join(ws.dir, "my_reward.py");
+    writeFileSync(py, [
+      "def compute_score(data_source, solution_str, ground_truth, extra_info=None, base=0.0):",
+      "    assert isinstance(solution_str, str) and isinstance(extra_info, dict)",
+      "    return {'score': base, 'chars': len(solution_str)}",
+      "",
+    ].join("\n"));
+    const run = await runTrain([...scratch(ws), "algorithm.adv_estimator=grpo", "trainer.total_training_steps=1",
+      `custom_reward_function.path=${py}`, "+custom_reward_function.reward_kwargs.base=0.25"], {});
+    assert.equal(run.code, 0, run.stderr);
+    const line = /^step:1 .*$/m.exec(run.stdout)![0];
+    assert.match(line, / - critic\/score\/mean:0\.25 - /);
   } finally {
     rmSync(ws.dir, { recursive: true, force: true });
   }
