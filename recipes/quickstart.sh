@@ -25,7 +25,7 @@ fresh_dir "$OUT"
 export OUT DATA="$OUT/data"
 
 echo "== 1/3 data: verl preprocess arithmetic -> $DATA"
-$VERL preprocess arithmetic --output-dir "$DATA" --num-train "$NUM_TRAIN" --num-test "$NUM_TEST" --seed 0
+$VERL preprocess arithmetic --local_save_dir "$DATA" --num-train "$NUM_TRAIN" --num-test "$NUM_TEST" --seed 0
 echo "== 2/3 SFT: a from-scratch model, $SFT_STEPS steps"
 SMOKE=0 bash "$ARITH/sft.sh"
 echo "== 3/3 GRPO from the SFT'd model, $STEPS steps"

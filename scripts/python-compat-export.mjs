@@ -39,5 +39,5 @@ for (const text of texts) {
 const tokCheck = ["Once upon a time, there was a little girl named Lily.", "héllo wörld 123", "  two  spaces", "emoji 🙂 and 中文"].map((s) => ({ text: s, ids: tok.encode(s) }));
 writeFileSync(join(out, "reference.json"), JSON.stringify({ cases, tokenizer: tokCheck }));
 const gsm = sharedPath("data", "gsm8k");
-if (gsm) await getPreprocessor("gsm8k")({ localDir: gsm, outputDir: join(out, "gsm8k") });
+if (gsm) await getPreprocessor("gsm8k")({ localDatasetPath: gsm, localSaveDir: join(out, "gsm8k") });
 console.log(`wrote ${out}`);

@@ -10,7 +10,7 @@ SFT_DIR="$OUT/sft"
 CHAR_TOKENIZER='char:\n #+0123456789=?Wahist'
 
 make_data() {
-  [ -f "$DATA/train.parquet" ] || $VERL preprocess arithmetic --output-dir "$DATA" --num-train "${NUM_TRAIN:-5000}" --num-test "${NUM_TEST:-500}" --seed 0
+  [ -f "$DATA/train.parquet" ] || $VERL preprocess arithmetic --local_save_dir "$DATA" --num-train "${NUM_TRAIN:-5000}" --num-test "${NUM_TEST:-500}" --seed 0
 }
 
 # The Hugging Face folder of the last SFT checkpoint (sft.sh writes it).

@@ -33,7 +33,7 @@ else
     trainer.total_epochs=1 trainer.test_freq=20 trainer.save_freq=20
   )
 fi
-[ -f "$OUT/data/train.parquet" ] || $VERL preprocess gsm8k --local-dir "$GSM8K_RAW" --output-dir "$OUT/data"
+[ -f "$OUT/data/train.parquet" ] || $VERL preprocess gsm8k --local_dataset_path "$GSM8K_RAW" --local_save_dir "$OUT/data"
 
 set -x
 VERL_FILE_LOGGER_PATH="$OUT/metrics.jsonl" $VERL train \

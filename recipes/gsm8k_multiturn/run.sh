@@ -30,7 +30,7 @@ fi
 
 if [ "$SMOKE" = "1" ]; then
   DATA="${DATA:-$(mktemp -d)/gsm8k_tool}"
-  $VERL preprocess gsm8k --local-dir "$GSM8K_RAW" --output-dir "$DATA" --agent --num-train 16 --num-test 4
+  $VERL preprocess gsm8k --local_dataset_path "$GSM8K_RAW" --local_save_dir "$DATA" --agent --num-train 16 --num-test 4
   # The smoke run checks the plumbing (chat template with tool schemas, tool
   # agent loops on the batching server, masks, GRPO update), not learning: a
   # fresh 2-layer model, since the templated agent prompts (~1000 tok512 tokens)
@@ -63,7 +63,7 @@ if [ "$SMOKE" = "1" ]; then
 else
   DATA="${DATA:-$HOME/data/gsm8k_tool}"
   MODEL="${MODEL:-$HOME/models/Qwen2.5-0.5B-Instruct}"
-  [ -f "$DATA/train.parquet" ] || $VERL preprocess gsm8k --local-dir "$GSM8K_RAW" --output-dir "$DATA" --agent
+  [ -f "$DATA/train.parquet" ] || $VERL preprocess gsm8k --local_dataset_path "$GSM8K_RAW" --local_save_dir "$DATA" --agent
   MODEL_ARGS=(actor_rollout_ref.model.path="$MODEL")
   SIZE_ARGS=(
     data.train_batch_size=32

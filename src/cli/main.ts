@@ -3,7 +3,7 @@
 import { realpathSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { Command, CommanderError, InvalidArgumentError } from "commander";
+import { Command, CommanderError, InvalidArgumentError, Option } from "commander";
 import { checkKeyKinds, ConfigError, getPath, keyReportWarning, loadConfigDetailed, toYaml, validateDevice, validatePpoConfig, type Config } from "../config/index.js";
 import { packageRoot } from "../utils/paths.js";
 import type { CommandContext } from "./context.js";
@@ -110,8 +110,15 @@ export function buildProgram(): Command {
     .command("preprocess")
     .description("write a data set as verl-layout parquet files (train.parquet, test.parquet)")
     .argument("<dataset>", "gsm8k, arithmetic, ...")
-    .option("--local-dir <dir>", "where the raw data set lies")
-    .option("--output-dir <dir>", "where to write the parquet files")
+    // verl's flags with verl's meanings (examples/data_preprocess/*.py); hyphenated spellings are hidden aliases.
+    .option("--local_dataset_path <path>", "the raw data set (gsm8k: train.jsonl/test.jsonl or Hugging Face's main/*.parquet)")
+    .option("--local_save_dir <dir>", "where to write train.parquet and test.parquet (default ~/data/<dataset>)")
+    .option("--local_dir <dir>", "deprecated, as in verl: the same as --local_save_dir (the output)")
+    .addOption(new Option("--local-dataset-path <path>").hideHelp())
+    .addOption(new Option("--local-save-dir <dir>").hideHelp())
+    .addOption(new Option("--local-dir <dir>").hideHelp())
+    .addOption(new Option("--output-dir <dir>").hideHelp())
+    .addOption(new Option("--hdfs_dir <dir>").hideHelp())
     .option("--agent", "the tool-agent variant (agent_name, tools_kwargs, interaction_kwargs)")
     .option("--num-train <n>", "rows in the train split", parseCount)
     .option("--num-test <n>", "rows in the test split", parseCount)

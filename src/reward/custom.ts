@@ -1,5 +1,6 @@
 // custom_reward_function.{path,name,reward_kwargs}: load a user's scoring
-// function from a .js/.mjs/.cjs file, or a .ts/.mts/.cts file through tsx.
+// function from a .js/.mjs/.cjs file, a .ts/.mts/.cts file through tsx, or a
+// verl Python file (.py or pkg://module) run in a python3 process (python_reward.ts).
 //
 // Calling convention (JS has no keyword arguments): the function is called
 // positionally as compute_score(dataSource, solutionStr, groundTruth, extraInfo, kwargs),
@@ -11,6 +12,7 @@ import { extname, isAbsolute, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 import { getPath, type Config } from "../config/index.js";
 import type { BatchComputeScoreFn, ComputeScoreFn, RewardFnSource } from "./types.js";
+import { isPythonModule, loadPythonRewardFunction } from "./python_reward.js";
 
 const JS_EXT = new Set([".js", ".mjs", ".cjs"]);
 const TS_EXT = new Set([".ts", ".mts", ".cts"]);
@@ -30,8 +32,8 @@ export async function importUserModule(path: string): Promise<Record<string, unk
   } catch (e) {
     throw new Error(`cannot load reward module ${abs}: ${(e as Error).message}`);
   }
-  if (ext === ".py") throw new Error(`reward module ${abs} is Python; verl-ts runs JavaScript or TypeScript reward functions (port compute_score to a .ts/.js file)`);
-  throw new Error(`reward module ${abs}: unsupported extension '${ext}' (use .js, .mjs, .cjs, .ts, .mts or .cts)`);
+  if (ext === ".py") throw new Error(`module ${abs} is Python: verl-ts runs Python reward functions (custom_reward_function.path), but classes and other extensions must be .js or .ts`);
+  throw new Error(`reward module ${abs}: unsupported extension '${ext}' (use .js, .mjs, .cjs, .ts, .mts, .cts or, for a reward function, .py)`);
 }
 
 /** The named export (or a property of the default export, for CommonJS modules). */
@@ -47,7 +49,7 @@ export async function loadExport(path: string, name: string): Promise<unknown> {
 
 export interface CustomRewardFunction {
   source: RewardFnSource;
-  /** The function as exported. */
+  /** The function as exported (for Python: the per-sample call). */
   raw: (...args: unknown[]) => unknown;
   /** Per-sample form with reward_kwargs appended. */
   computeScore: ComputeScoreFn;
@@ -77,6 +79,10 @@ export function bindRewardFunction(raw: unknown, source: RewardFnSource): Custom
 }
 
 export async function loadRewardFunction(source: RewardFnSource): Promise<CustomRewardFunction> {
+  if (isPythonModule(source.path)) {
+    const py = await loadPythonRewardFunction(source);
+    return { source, raw: py.computeScore as (...args: unknown[]) => unknown, computeScore: py.computeScore, computeBatch: py.computeBatch };
+  }
   return bindRewardFunction(await loadExport(source.path, source.name), source);
 }
 
@@ -88,5 +94,5 @@ export async function loadCustomRewardFunction(config: Config): Promise<CustomRe
   const name = getPath(config, "custom_reward_function.name") ?? "compute_score";
   if (typeof name !== "string" || name === "") throw new Error(`custom_reward_function.name must be a non-empty string, got ${JSON.stringify(name)}`);
   const kwargs = asRecord(getPath(config, "custom_reward_function.reward_kwargs"), "custom_reward_function.reward_kwargs");
-  return loadRewardFunction({ path: resolve(process.cwd(), path), name, kwargs });
+  return loadRewardFunction({ path: path.startsWith("pkg://") ? path : resolve(process.cwd(), path), name, kwargs });
 }

@@ -43,6 +43,7 @@ export async function loadRewardManager(config: Config, tokenizer: Tokenizer, op
     tokenizer,
     numExamine: opts.numExamine,
     computeScore: custom?.computeScore,
+    computeBatch: custom?.computeBatch,
     computeScoreSource: custom?.source,
     rewardFnKey,
     rewardKwargs: { ...asRecord(getPath(config, "reward_model.reward_kwargs"), "reward_model.reward_kwargs"), ...(opts.rewardKwargs ?? {}) },

@@ -60,6 +60,8 @@ export interface RewardManagerOptions {
   numExamine: number;
   /** The user's compute_score (per-sample form; the batch manager calls it in batch form), or undefined for the built-in scorers. */
   computeScore?: (...args: never[]) => unknown;
+  /** The same function in batch form, where it differs (a Python function is called with keywords); the batch manager prefers it. */
+  computeBatch?: BatchComputeScoreFn;
   /** Where computeScore came from (set by loadRewardManager); the prime manager needs it to load the function in its workers. */
   computeScoreSource?: RewardFnSource;
   /** Non-tensor key holding the data source (data.reward_fn_key). */

@@ -2,10 +2,14 @@
 // metrics fan out to all of them. Backends live in a registry so users can add
 // their own (registerTrackingBackend). Built in: `console` (verl's LocalLogger line
 // `step:N - k:v - ...` on stdout, plus a progress bar on stderr when it is a
-// terminal) and `file` (JSONL `{"step", "data"}` lines, verl's FileLogger).
+// terminal), `file` (JSONL `{"step", "data"}` lines, verl's FileLogger) and
+// `tensorboard` (event files). verl's service-backed loggers (wandb, mlflow, ...)
+// are replaced by `file` with one warning, so verl's scripts run as they are.
 import { appendFileSync, existsSync, mkdirSync, readFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { writeFileAtomic } from "./fs.js";
+import { logger } from "./logger.js";
+import { TensorboardBackend } from "./tensorboard/backend.js";
 
 export interface TrackingBackend {
   /** True for backends that only display (console): they log after the ones that persist. */
@@ -28,8 +32,10 @@ export type TrackingBackendFactory = (opts: TrackingOptions) => TrackingBackend;
 
 const registry = new Map<string, TrackingBackendFactory>();
 
-/** verl backends that need a network service or a Python client; named so the error is clear. */
-const UNAVAILABLE = ["wandb", "mlflow", "swanlab", "vemlp_wandb", "tensorboard", "clearml", "trackio", "tracking"];
+/** verl's backends that need a network service or a Python client (`tracking` is verl's deprecated name for wandb). */
+export const SERVICE_BACKENDS = ["wandb", "mlflow", "swanlab", "vemlp_wandb", "clearml", "trackio", "tracking"];
+/** What stands in for them: the local record of every metric. */
+const STAND_IN = "file";
 
 export function registerTrackingBackend(name: string, factory: TrackingBackendFactory): void {
   const prev = registry.get(name);
@@ -44,13 +50,7 @@ export function knownTrackingBackends(): string[] {
 function createBackend(name: string, opts: TrackingOptions): TrackingBackend {
   const factory = registry.get(name);
   if (factory) return factory(opts);
-  const known = knownTrackingBackends().join(", ");
-  if (UNAVAILABLE.includes(name)) {
-    throw new Error(
-      `trainer.logger: backend '${name}' is not available in verl-ts (it needs a network service or a Python client); ` +
-      `use one of: ${known} (e.g. trainer.logger='["console","file"]')`,
-    );
-  }
+  const known = [...knownTrackingBackends(), ...SERVICE_BACKENDS.filter((b) => b !== "tracking")].sort().join(", ");
   throw new Error(`trainer.logger: unknown backend '${name}'; known backends: ${known}`);
 }
 
@@ -66,9 +66,24 @@ export class Tracking {
   private readonly backends = new Map<string, TrackingBackend>();
   private begun = false;
 
+  /** The service backends asked for and replaced by the file backend. */
+  readonly replaced: string[] = [];
+
   constructor(readonly opts: TrackingOptions & { backends: unknown }) {
-    for (const name of loggerList(opts.backends)) {
+    const names = loggerList(opts.backends);
+    // A user backend registered under a service name (a real wandb client, say) wins over the stand-in.
+    for (const name of names) if (SERVICE_BACKENDS.includes(name) && !registry.has(name) && !this.replaced.includes(name)) this.replaced.push(name);
+    const used = names.filter((n) => !this.replaced.includes(n));
+    if (this.replaced.length > 0 && !used.includes(STAND_IN)) used.push(STAND_IN);
+    for (const name of used) {
       if (!this.backends.has(name)) this.backends.set(name, createBackend(name, opts));
+    }
+    if (this.replaced.length > 0) {
+      logger().warn(
+        { replaced: this.replaced, instead: STAND_IN, path: fileLoggerPath(opts.projectName, opts.experimentName) },
+        `trainer.logger: ${this.replaced.join(", ")} not available in verl-ts (network service or Python client); ` +
+          `their metrics go to the '${STAND_IN}' backend (JSONL) instead, with: ${[...this.backends.keys()].join(", ")}`,
+      );
     }
   }
 
@@ -189,3 +204,4 @@ class FileBackend implements TrackingBackend {
 
 registerTrackingBackend("console", (o) => new ConsoleBackend(o.totalSteps));
 registerTrackingBackend("file", (o) => new FileBackend(o));
+registerTrackingBackend("tensorboard", (o) => new TensorboardBackend(o.projectName, o.experimentName));

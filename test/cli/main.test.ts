@@ -117,7 +117,7 @@ describe("verl CLI", { concurrency: 4 }, () => {
   test("preprocess hands its options to the data layer's preprocessor", async () => {
     const out = mkdtempSync(join(tmpdir(), "verl-preprocess-test-"));
     const [ok, unknown, badCount] = await Promise.all([
-      verl("preprocess", "arithmetic", "--output-dir", out, "--num-train", "4", "--num-test", "2", "--seed", "3"),
+      verl("preprocess", "arithmetic", "--local_save_dir", out, "--num-train", "4", "--num-test", "2", "--seed", "3"),
       verl("preprocess", "no_such_dataset"),
       verl("preprocess", "arithmetic", "--num-train", "x"),
     ]);

@@ -31,7 +31,7 @@ test("gsm8k from the shared jsonl matches verl's layout row for row", async (t) 
   if (!src) { t.skip("../shared/data/gsm8k absent"); return; }
   const out = tmp();
   try {
-    const res = await getPreprocessor("gsm8k")({ localDir: src, outputDir: out });
+    const res = await getPreprocessor("gsm8k")({ localDatasetPath: src, localSaveDir: out });
     assert.deepEqual(res.rows, { train: 7473, test: 1319 });
     assert.deepEqual(res.files, [join(out, "train.parquet"), join(out, "test.parquet")]);
     for (const split of ["train", "test"]) {
@@ -62,7 +62,7 @@ test("gsm8k reads the Hugging Face parquet layout", async () => {
   const dir = tmp();
   try {
     await hfFolder(dir);
-    const res = await getPreprocessor("gsm8k")({ localDir: dir, outputDir: join(dir, "out") });
+    const res = await getPreprocessor("gsm8k")({ localDatasetPath: dir, localSaveDir: join(dir, "out") });
     assert.deepEqual(res.rows, { train: 2, test: 1 });
     const train = await readParquet(join(dir, "out", "train.parquet"));
     assert.deepEqual(train[0], expectedGsm8kRow("Tom has 3 apples and buys 1,200 more. How many?", "3+1200=<<3+1200=1203>>1203\n#### 1,203", "train", 0));
@@ -75,7 +75,7 @@ test("gsm8k --agent writes the tool-agent variant", async () => {
   const dir = tmp();
   try {
     await hfFolder(dir);
-    await getPreprocessor("gsm8k")({ localDir: dir, outputDir: join(dir, "out"), agent: true });
+    await getPreprocessor("gsm8k")({ localDatasetPath: dir, localSaveDir: join(dir, "out"), agent: true });
     const [row] = await readParquet(join(dir, "out", "test.parquet"));
     const prompt = row!.prompt as { role: string; content: string }[];
     assert.equal(row!.agent_name, "tool_agent");
@@ -97,7 +97,7 @@ test("a malformed row fails with file and line, leaving no output", async () => 
     const good = JSON.stringify({ question: "q", answer: "#### 1" });
     writeFileSync(join(dir, "test.jsonl"), `${good}\n`);
     const out = join(dir, "out");
-    const run = () => getPreprocessor("gsm8k")({ localDir: dir, outputDir: out });
+    const run = () => getPreprocessor("gsm8k")({ localDatasetPath: dir, localSaveDir: out });
     writeFileSync(join(dir, "train.jsonl"), `${good}\n${good}\n{"question": "q", "answer": "no final\n`);
     await assert.rejects(run(), new RegExp(`${join(dir, "train.jsonl")}:3: not valid JSON`));
     writeFileSync(join(dir, "train.jsonl"), `${good}\n${JSON.stringify({ question: "q", answer: "42" })}\n`);
@@ -109,14 +109,14 @@ test("a malformed row fails with file and line, leaving no output", async () => 
     writeFileSync(join(dir, "train.jsonl"), `${good}\n`);
     await assert.rejects(run(), /no test split in .*: looked for test\.jsonl/);
     assert.equal(existsSync(out), false, "a missing split writes nothing either");
-    await assert.rejects(getPreprocessor("gsm8k")({ outputDir: out }), /gsm8k needs --local-dir/);
+    await assert.rejects(getPreprocessor("gsm8k")({ localSaveDir: out }), /gsm8k needs --local_dataset_path/);
   } finally { rmSync(dir, { recursive: true, force: true }); }
 });
 
 test("arithmetic: verl layout, GSM8K answers, deterministic, disjoint splits, alphabet covers all text", async () => {
   const dir = tmp();
   try {
-    const res = await getPreprocessor("arithmetic")({ outputDir: dir, numTrain: 300, numTest: 40, seed: 3, digits: 2 });
+    const res = await getPreprocessor("arithmetic")({ localSaveDir: dir, numTrain: 300, numTest: 40, seed: 3, digits: 2 });
     assert.deepEqual(res.rows, { train: 300, test: 40 });
     const train = await readParquet(join(dir, "train.parquet"));
     const test = await readParquet(join(dir, "test.parquet"));
@@ -139,14 +139,14 @@ test("arithmetic: verl layout, GSM8K answers, deterministic, disjoint splits, al
     const testKeys = new Set(test.map((r) => key(pair(r))));
     assert.equal(testKeys.size, 40, "test questions are distinct");
     assert.ok(train.every((r) => !testKeys.has(key(pair(r)))), "no test pair (in either order) in train");
-    const again = await getPreprocessor("arithmetic")({ outputDir: join(dir, "again"), numTrain: "300" as unknown as number, numTest: 40, seed: 3, digits: 2 });
+    const again = await getPreprocessor("arithmetic")({ localSaveDir: join(dir, "again"), numTrain: "300" as unknown as number, numTest: 40, seed: 3, digits: 2 });
     assert.deepEqual(readFileSync(again.files[0]!), readFileSync(res.files[0]!), "same seed, same bytes");
     assert.notDeepEqual(arithmeticPairs(50, 5, 4, 2).train, arithmeticPairs(50, 5, 3, 2).train);
     assert.equal(new Set(arithmeticPairs(5000, 10, 1, 2).train.map(([a, b]) => `${a},${b}`)).size, 5000, "distinct while possible");
     assert.equal(arithmeticPairs(20000, 10, 1, 2).train.length, 20000, "with replacement beyond the distinct pairs");
     assert.throws(() => arithmeticPairs(10, 40, 0, 1), /--num-test 40 is too many for 1-digit sums: at most 27/);
     assert.throws(() => arithmeticPairs(10, 1, 0, 0), /--digits must be an integer in \[1, 7\]/);
-    await assert.rejects(getPreprocessor("arithmetic")({ outputDir: dir, numTrain: -1 }), /--num-train must be an integer >= 0/);
+    await assert.rejects(getPreprocessor("arithmetic")({ localSaveDir: dir, numTrain: -1 }), /--num-train must be an integer >= 0/);
   } finally { rmSync(dir, { recursive: true, force: true }); }
 });
 

@@ -80,16 +80,14 @@ test("custom reward function: plain JS (ESM, async) and CommonJS modules; relati
   }
 });
 
-test("custom reward function: clear errors for a missing file, a missing export, a non-function, Python", async () => {
+test("custom reward function: clear errors for a missing file, a missing export, a non-function", async () => {
   const dir = mkdtempSync(join(tmpdir(), "verl-reward-"));
   try {
     writeFileSync(join(dir, "reward.mjs"), JS_MODULE);
-    writeFileSync(join(dir, "reward.py"), "def compute_score(*a): return 0\n");
     assert.equal(await loadCustomRewardFunction(cfg(null)), null);
     await assert.rejects(loadCustomRewardFunction(cfg(join(dir, "nope.ts"))), /reward module .*nope\.ts does not exist/);
     await assert.rejects(loadCustomRewardFunction(cfg(join(dir, "reward.mjs"), "compute_score")), /reward module .*reward\.mjs has no export 'compute_score' \(exports: my_score, not_a_function\)/);
     await assert.rejects(loadCustomRewardFunction(cfg(join(dir, "reward.mjs"), "not_a_function")), /export 'not_a_function' is a number, not a function/);
-    await assert.rejects(loadCustomRewardFunction(cfg(join(dir, "reward.py"))), /is Python/);
     writeFileSync(join(dir, "broken.ts"), "export const = ;");
     await assert.rejects(loadCustomRewardFunction(cfg(join(dir, "broken.ts"))), /cannot load reward module .*broken\.ts/);
     await assert.rejects(loadRewardManager({ ...cfg(null), reward_model: { reward_manager: "fancy" } }, tok, { numExamine: 0 }), /unknown reward manager "fancy"/);

@@ -42,6 +42,15 @@ test("verl eval: reads a generated parquet and prints test_score JSON, with buil
       assert.equal(custom.status, 0, custom.stderr);
       assert.deepEqual(JSON.parse(custom.stdout.trim()), { "test_score/lighteval/MATH": 1, "test_score/openai/gsm8k": 0.5 });
 
+      // The same function in Python, as a verl user has it; the CLI exits with its python3 process still idle.
+      if (spawnSync("python3", ["--version"]).status === 0) {
+        writeFileSync(join(dir, "len.py"), "def by_length(data_source, solution_str, ground_truth, extra_info=None, min=0):\n    return {'score': 1.0 if len(solution_str) >= min else 0.0}\n");
+        const py = spawnSync(process.execPath, [cli, "eval", `data.path=${path}`, `custom_reward_function.path=${join(dir, "len.py")}`,
+          "custom_reward_function.name=by_length", "+custom_reward_function.reward_kwargs.min=8"], { encoding: "utf8", env, timeout: 60_000 });
+        assert.equal(py.status, 0, py.stderr);
+        assert.deepEqual(JSON.parse(py.stdout.trim()), { "test_score/lighteval/MATH": 1, "test_score/openai/gsm8k": 0.5 });
+      }
+
       const missing = spawnSync(process.execPath, [cli, "eval", `data.path=${join(dir, "none.parquet")}`], { encoding: "utf8", env });
       assert.notEqual(missing.status, 0);
       assert.match(missing.stderr, /none\.parquet/);

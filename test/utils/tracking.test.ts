@@ -12,15 +12,19 @@ test("console line follows verl: step first, numeric values only", () => {
     "step:3 - actor/pg_loss:0.5 - training/global_step:3");
 });
 
-test("trainer.logger accepts a string or a list; unknown and unavailable backends fail clearly", () => {
+test("trainer.logger accepts a string or a list; unknown backends fail clearly, verl's service backends become file", () => {
   assert.deepEqual(loggerList("console"), ["console"]);
   assert.deepEqual(loggerList(["console", "file"]), ["console", "file"]);
   assert.deepEqual(loggerList(null), []);
   assert.throws(() => loggerList(3), /trainer.logger must be a backend name or a list/);
   assert.throws(() => new Tracking({ projectName: "p", experimentName: "e", backends: ["nope"] }),
     /unknown backend 'nope'; known backends: .*console.*file/);
-  assert.throws(() => new Tracking({ projectName: "p", experimentName: "e", backends: ["console", "wandb"] }),
-    /'wandb' is not available in verl-ts/);
+  assert.throws(() => new Tracking({ projectName: "p", experimentName: "e", backends: ["nope"] }), /known backends: .*tensorboard.*wandb/);
+  const t = new Tracking({ projectName: "p", experimentName: "e", backends: ["console", "wandb", "mlflow", "tracking"] });
+  assert.deepEqual(t.backendNames, ["console", "file"]);
+  assert.deepEqual(t.replaced, ["wandb", "mlflow", "tracking"]);
+  const f = new Tracking({ projectName: "p", experimentName: "e", backends: ["file", "swanlab"] });
+  assert.deepEqual(f.backendNames, ["file"]);
 });
 
 test("file backend writes {step, data} lines, and a resumed run drops the steps after the checkpoint", () => {

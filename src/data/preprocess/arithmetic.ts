@@ -74,7 +74,7 @@ export async function preprocessArithmetic(opts: PreprocessOptions): Promise<Pre
   const seed = intOption(opts.seed, "seed", 0);
   const digits = intOption(opts.digits, "digits", 2, 1);
   const { train, test } = arithmeticPairs(numTrain, numTest, seed, digits);
-  return writeSplits(opts.outputDir ?? "~/data/arithmetic", {
+  return writeSplits(opts.localSaveDir ?? "~/data/arithmetic", {
     train: train.map(([a, b], i) => arithmeticRow(a, b, "train", i)),
     test: test.map(([a, b], i) => arithmeticRow(a, b, "test", i)),
   });

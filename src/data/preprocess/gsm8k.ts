@@ -66,14 +66,17 @@ function convertSplit(records: RawRecord[], split: string, agent: boolean): Reco
 }
 
 export async function preprocessGsm8k(opts: PreprocessOptions): Promise<PreprocessResult> {
-  if (!opts.localDir) {
-    throw new Error("gsm8k needs --local-dir: a folder with train.jsonl and test.jsonl, or the Hugging Face files main/train-00000-of-00001.parquet and main/test-00000-of-00001.parquet");
+  if (!opts.localDatasetPath) {
+    throw new Error(
+      "gsm8k needs --local_dataset_path: a folder with train.jsonl and test.jsonl, or the Hugging Face files " +
+        "main/train-00000-of-00001.parquet and main/test-00000-of-00001.parquet (verl downloads openai/gsm8k when it is absent; verl-ts does not download)",
+    );
   }
-  const dir = expandHome(opts.localDir);
+  const dir = expandHome(opts.localDatasetPath);
   const agent = Boolean(opts.agent);
   const splits: Record<string, Record<string, unknown>[]> = {};
   for (const split of ["train", "test"]) {
     splits[split] = convertSplit(await readRawRecords(findSplitFiles(dir, split)), split, agent);
   }
-  return writeSplits(opts.outputDir ?? "~/data/gsm8k", splits);
+  return writeSplits(opts.localSaveDir ?? "~/data/gsm8k", splits);
 }

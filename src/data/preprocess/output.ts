@@ -7,9 +7,9 @@ import { logger } from "../../utils/logger.js";
 import { rowsToParquetBytes } from "../parquet.js";
 import type { PreprocessResult } from "./types.js";
 
-/** Writes `<outputDir>/<split>.parquet` for every split. */
-export function writeSplits(outputDir: string, splits: Record<string, Record<string, unknown>[]>): PreprocessResult {
-  const dir = expandHome(outputDir);
+/** Writes `<saveDir>/<split>.parquet` for every split. */
+export function writeSplits(saveDir: string, splits: Record<string, Record<string, unknown>[]>): PreprocessResult {
+  const dir = expandHome(saveDir);
   const encoded = Object.entries(splits).map(([split, rows]) => {
     try {
       return { split, path: join(dir, `${split}.parquet`), bytes: rowsToParquetBytes(rows), n: rows.length };

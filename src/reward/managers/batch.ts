@@ -15,7 +15,7 @@ export class BatchRewardManager implements RewardManager {
   private readonly computeBatch: BatchComputeScoreFn;
 
   constructor(private readonly opts: RewardManagerOptions) {
-    this.computeBatch = (opts.computeScore as BatchComputeScoreFn | undefined) ?? defaultBatch;
+    this.computeBatch = opts.computeBatch ?? (opts.computeScore as BatchComputeScoreFn | undefined) ?? defaultBatch;
   }
 
   async compute(data: DataProto): Promise<RewardResult> {

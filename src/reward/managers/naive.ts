@@ -23,7 +23,12 @@ export async function scoreRowsSequentially(
   const out: ScoredRow[] = [];
   for (const row of readRows(data, rewardFnKey)) {
     const responseStr = transformResponse(tokenizer.decode(row.responseIds, { skipSpecialTokens: true }));
-    const raw = await computeScore(row.dataSource, responseStr, requireGroundTruth(row), row.extraInfo);
+    let raw: unknown;
+    try {
+      raw = await computeScore(row.dataSource, responseStr, requireGroundTruth(row), row.extraInfo);
+    } catch (e) {
+      throw new Error(`reward: compute_score failed on row ${row.index} (data_source "${row.dataSource}"): ${(e as Error).message}`, { cause: e });
+    }
     out.push({ row, responseStr, result: normalizeScore(raw, `compute_score on row ${row.index} (data_source "${row.dataSource}")`) });
   }
   return out;

@@ -8,6 +8,8 @@ import type { DataProto } from "../../protocol/data_proto.js";
 import { logger } from "../../utils/logger.js";
 import { scorerModules } from "../scorers/registry.js";
 import { ScoringPool } from "../scoring_pool.js";
+import { PythonScoringPool } from "../python_pool.js";
+import { isPythonModule } from "../python_reward.js";
 import type { RewardManager, RewardManagerOptions, RewardResult } from "../types.js";
 import { SampleExaminer, float32Column, placeScore, readDecodedRows, rewardFromRmScores, zeroRewards } from "./common.js";
 
@@ -29,7 +31,7 @@ function alignedExtraInfo(dicts: (Record<string, unknown> | null)[]): Record<str
 export class PrimeRewardManager implements RewardManager {
   readonly numWorkers: number;
   readonly timeoutS: number;
-  private pool: ScoringPool | null = null;
+  private pool: ScoringPool | PythonScoringPool | null = null;
 
   constructor(private readonly opts: RewardManagerOptions) {
     this.numWorkers = Math.floor(positiveNumber(opts.rewardKwargs.num_workers, "num_workers", Math.min(64, availableParallelism())));
@@ -46,7 +48,12 @@ export class PrimeRewardManager implements RewardManager {
     }
   }
 
-  private async getPool(): Promise<ScoringPool> {
+  private async getPool(): Promise<ScoringPool | PythonScoringPool> {
+    const source = this.opts.computeScoreSource;
+    if (!this.pool && source && isPythonModule(source.path)) {
+      // A Python function runs in python3 processes, one sample each, instead of threads.
+      this.pool = new PythonScoringPool({ size: this.numWorkers, timeoutMs: this.timeoutS * 1000, source });
+    }
     if (!this.pool) {
       this.pool = new ScoringPool({
         size: this.numWorkers,

@@ -1,14 +1,16 @@
 // `verl train` as users run it: validation before training, checkpoint layout with
 // a Hugging Face export, rollout dumps, a user's estimator loaded through
 // external_lib (driver and workers), a worker error failing the run fast, and
-// tracking backends that do not exist here.
+// verl's tracking backends (service ones replaced by file, tensorboard event files).
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { existsSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { spawnSync } from "node:child_process";
+import { existsSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { initBackend } from "../../../../src/engine/backend.js";
 import { loadHfModel, readSafetensors } from "../../../../src/models/index.js";
-import { makeWorkspace, runTrain, scratchModel, type Workspace } from "./fixtures.js";
+import { readEventFile } from "../../../../src/utils/tensorboard/event_file.js";
+import { makeWorkspace, metricsByStep, runTrain, scratchModel, type Workspace } from "./fixtures.js";
 
 const CORE_ALGOS = new URL("../../../../src/trainer/ppo/core_algos/index.js", import.meta.url).href;
 
@@ -95,12 +97,47 @@ test("a worker error fails the run fast with the worker's message, and the proce
   }
 });
 
-test("tracking backends that need a network service fail before any work, naming the ones available", async () => {
+test("trainer.logger as in verl's scripts: wandb warns once and is replaced by file, tensorboard writes event files", async () => {
   const ws = await makeWorkspace();
   try {
-    const run = await runTrain([...scratch(ws), "trainer.logger=[console,wandb]", "algorithm.adv_estimator=grpo"], {});
-    assert.equal(run.code, 1);
-    assert.match(run.stderr, /trainer.logger: backend 'wandb' is not available in verl-ts .* use one of: .*console.*file/);
+    const tbDir = join(ws.dir, "tb"), jsonl = join(ws.dir, "metrics.jsonl");
+    const run = await runTrain([...scratch(ws), "trainer.logger=[console,wandb,tensorboard]", "algorithm.adv_estimator=grpo",
+      "trainer.total_training_steps=1"], { TENSORBOARD_DIR: tbDir, VERL_FILE_LOGGER_PATH: jsonl });
+    assert.equal(run.code, 0, run.stderr);
+    assert.equal(run.stderr.match(/not available in verl-ts/g)?.length, 1, "one warning");
+    assert.match(run.stderr, /trainer.logger: wandb not available in verl-ts .* go to the 'file' backend .* with: console, tensorboard, file/);
+    const fromFile = metricsByStep(readFileSync(jsonl, "utf8")).get(1)!;
+    const files = readdirSync(tbDir).filter((f) => f.startsWith("events.out.tfevents."));
+    assert.equal(files.length, 1);
+    const events = readEventFile(join(tbDir, files[0]!));
+    assert.equal(events[0]!.fileVersion, "brain.Event:2");
+    const step1 = new Map(events.filter((e) => e.step === 1).flatMap((e) => e.scalars ?? []).map((s) => [s.tag, s.value]));
+    assert.ok(step1.size > 10, `step 1 has scalars (${step1.size})`);
+    for (const [tag, v] of Object.entries(fromFile)) {
+      if (typeof v === "number") assert.equal(step1.get(tag), Math.fround(v), tag);
+    }
+  } finally {
+    rmSync(ws.dir, { recursive: true, force: true });
+  }
+});
+
+const noPython = spawnSync("python3", ["--version"]).status === 0 ? false : "python3 is not installed here";
+
+test("a verl Python reward file drives training: compute_score by keyword, reward_kwargs, the dict's score", { skip: noPython }, async () => {
+  const ws = await makeWorkspace();
+  try {
+    const py = join(ws.dir, "my_reward.py");
+    writeFileSync(py, [
+      "def compute_score(data_source, solution_str, ground_truth, extra_info=None, base=0.0):",
+      "    assert isinstance(solution_str, str) and isinstance(extra_info, dict)",
+      "    return {'score': base, 'chars': len(solution_str)}",
+      "",
+    ].join("\n"));
+    const run = await runTrain([...scratch(ws), "algorithm.adv_estimator=grpo", "trainer.total_training_steps=1",
+      `custom_reward_function.path=${py}`, "+custom_reward_function.reward_kwargs.base=0.25"], {});
+    assert.equal(run.code, 0, run.stderr);
+    const line = /^step:1 .*$/m.exec(run.stdout)![0];
+    assert.match(line, / - critic\/score\/mean:0\.25 - /);
   } finally {
     rmSync(ws.dir, { recursive: true, force: true });
   }
