@@ -3,9 +3,10 @@
 // their own (registerTrackingBackend). Built in: `console` (verl's LocalLogger line
 // `step:N - k:v - ...` on stdout, plus a progress bar on stderr when it is a
 // terminal) and `file` (JSONL `{"step", "data"}` lines, verl's FileLogger).
-import { appendFileSync, existsSync, mkdirSync, readFileSync } from "node:fs";
-import { dirname, join, resolve } from "node:path";
+import { appendFileSync, existsSync, mkdirSync, readFileSync, renameSync, statSync } from "node:fs";
+import { basename, dirname, extname, join, resolve } from "node:path";
 import { writeFileAtomic } from "./fs.js";
+import { logger } from "./logger.js";
 
 export interface TrackingBackend {
   /** True for backends that only display (console): they log after the ones that persist. */
@@ -160,9 +161,14 @@ class FileBackend implements TrackingBackend {
     this.path = fileLoggerPath(opts.projectName, opts.experimentName);
   }
 
-  /** A fresh run starts an empty file; a resumed run keeps the lines up to the resumed step. */
+  /**
+   * A resumed run keeps the lines up to the resumed step. A fresh run starts an empty file; an
+   * earlier run's lines are kept, moved to `<name>.<n>.jsonl` (the next free n), so that each file
+   * stays one run in verl's format.
+   */
   begin(resumedStep: number): void {
     mkdirSync(dirname(this.path), { recursive: true });
+    if (resumedStep === 0) this.keepEarlierRun();
     let kept = "";
     if (resumedStep > 0 && existsSync(this.path)) {
       kept = readFileSync(this.path, "utf8")
@@ -184,6 +190,16 @@ class FileBackend implements TrackingBackend {
 
   log(data: Record<string, unknown>, step: number): void {
     appendFileSync(this.path, JSON.stringify({ step, data }) + "\n");
+  }
+
+  private keepEarlierRun(): void {
+    if (!existsSync(this.path) || statSync(this.path).size === 0) return;
+    const ext = extname(this.path), stem = join(dirname(this.path), basename(this.path, ext));
+    let n = 1;
+    while (existsSync(`${stem}.${n}${ext}`)) n++;
+    const moved = `${stem}.${n}${ext}`;
+    renameSync(this.path, moved);
+    logger().warn({ metrics: this.path, earlierRun: moved }, "a fresh run with the same project and experiment names: the earlier run's metrics were moved aside");
   }
 }
 
