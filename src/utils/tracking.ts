@@ -12,8 +12,11 @@ export interface TrackingBackend {
   /** True for backends that only display (console): they log after the ones that persist. */
   readonly displayOnly?: boolean;
   log(data: Record<string, unknown>, step: number): void;
-  /** Called once before the first log, with the step training resumes from (0 = fresh run). */
-  begin?(resumedStep: number): void;
+  /**
+   * Called once before the first log, with the step training resumes from (0 = fresh run) and,
+   * when the checkpoint kept them, that step's metrics (for backends with history to replay).
+   */
+  begin?(resumedStep: number, resumedStepMetrics?: Record<string, unknown>): void;
   finish?(): void;
 }
 
@@ -77,11 +80,14 @@ export class Tracking {
     return [...this.backends.keys()];
   }
 
-  /** Declare where the run starts: backends with history (file) drop entries after `resumedStep`. */
-  begin(resumedStep: number): void {
+  /**
+   * Declare where the run starts: backends with history (file) drop entries after `resumedStep`,
+   * and add that step's metrics (from its checkpoint) when they never got them.
+   */
+  begin(resumedStep: number, resumedStepMetrics?: Record<string, unknown>): void {
     if (this.begun) return;
     this.begun = true;
-    for (const b of this.backends.values()) b.begin?.(resumedStep);
+    for (const b of this.backends.values()) b.begin?.(resumedStep, resumedStepMetrics);
   }
 
   log(data: Record<string, unknown>, step: number, backend?: string): void {
@@ -166,26 +172,26 @@ class FileBackend implements TrackingBackend {
    * earlier run's lines are kept, moved to `<name>.<n>.jsonl` (the next free n), so that each file
    * stays one run in verl's format.
    */
-  begin(resumedStep: number): void {
+  begin(resumedStep: number, resumedStepMetrics?: Record<string, unknown>): void {
     mkdirSync(dirname(this.path), { recursive: true });
     if (resumedStep === 0) this.keepEarlierRun();
-    let kept = "";
+    const kept: { step: number; line: string }[] = [];
     if (resumedStep > 0 && existsSync(this.path)) {
-      kept = readFileSync(this.path, "utf8")
-        .split("\n")
-        .filter((line) => {
-          if (!line.trim()) return false;
-          try {
-            const rec = JSON.parse(line) as { step?: unknown };
-            return typeof rec.step === "number" && rec.step <= resumedStep;
-          } catch {
-            return false;
-          }
-        })
-        .map((l) => l + "\n")
-        .join("");
+      for (const line of readFileSync(this.path, "utf8").split("\n")) {
+        if (!line.trim()) continue;
+        try {
+          const rec = JSON.parse(line) as { step?: unknown };
+          if (typeof rec.step === "number" && rec.step <= resumedStep) kept.push({ step: rec.step, line });
+        } catch {
+          // a line cut short by a kill: dropped
+        }
+      }
     }
-    writeFileAtomic(this.path, kept);
+    if (resumedStep > 0 && resumedStepMetrics && !kept.some((k) => k.step === resumedStep)) {
+      kept.push({ step: resumedStep, line: JSON.stringify({ step: resumedStep, data: resumedStepMetrics }) });
+      logger().info({ step: resumedStep, metrics: this.path }, "the resumed step's metrics line was missing (a kill after its checkpoint); replayed it from the checkpoint");
+    }
+    writeFileAtomic(this.path, kept.map((k) => k.line + "\n").join(""));
   }
 
   log(data: Record<string, unknown>, step: number): void {

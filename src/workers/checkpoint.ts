@@ -7,6 +7,7 @@
 import { existsSync, mkdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import * as tf from "@tensorflow/tfjs";
+import { requireFiniteWeights } from "../models/finite.js";
 import { readSafetensors, saveHfModel, serializeSafetensors, type LlamaModel, type NamedArray, type Tokenizer } from "../models/index.js";
 import { heartbeat } from "../single_controller/heartbeat.js";
 import { logger } from "../utils/logger.js";
@@ -88,6 +89,7 @@ export async function loadRoleCheckpoint(dir: string, parts: Omit<RoleCheckpoint
     heartbeat();
     const t = tensors.get(name);
     if (!t) throw new Error(`checkpoint: ${join(dir, "model.safetensors")} has no tensor '${name}'`);
+    requireFiniteWeights(t.data, name, join(dir, "model.safetensors"));
     if (t.shape.join(",") !== v.shape.join(",")) {
       throw new Error(`checkpoint: '${name}' has shape [${t.shape}] in ${dir} but the model has [${v.shape}]`);
     }
