@@ -146,11 +146,12 @@ test("a rank that stops answering (a busy loop) fails the call within the heartb
 });
 
 test("a long call that reports progress is not mistaken for a stuck one", async () => {
-  await withPool({ worldSize: 2, heartbeatTimeoutMs: 500 }, async (pool) => {
+  // 2.5 s calls under a 1 s timeout: the thread's 200 ms event-loop beat leaves room for a loaded machine.
+  await withPool({ worldSize: 2, heartbeatTimeoutMs: 1000 }, async (pool) => {
     const wg = await WorkerGroup.create<EchoWorker>(pool, echo());
-    assert.deepEqual(await wg.busyWithHeartbeats(1500), [0, 1]);
+    assert.deepEqual(await wg.busyWithHeartbeats(2500), [0, 1]);
     // A call awaiting a timer is alive too: the thread's event loop turns.
-    assert.deepEqual(await wg.slowRank(1200), [0, 1]);
+    assert.deepEqual(await wg.slowRank(2500), [0, 1]);
     assert.ok(pool.alive);
   });
 });
