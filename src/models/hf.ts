@@ -9,6 +9,7 @@ import { writeDirAtomic } from "../utils/fs.js";
 import type { Rng } from "../utils/rng.js";
 import { fromHfConfig, toHfConfig, type ModelConfig } from "./config.js";
 import { LlamaModel, toVariables } from "./llama.js";
+import { requireFiniteWeights } from "./finite.js";
 import { readSafetensors, serializeSafetensors, type NamedArray } from "./safetensors.js";
 import type { Tokenizer } from "./tokenizer.js";
 import { ValueHeadModel } from "./value_head.js";
@@ -24,7 +25,7 @@ function readJson(path: string): Record<string, unknown> {
 /** All tensors of a folder, from model.safetensors or the shards of its index. */
 export function readHfWeights(dir: string): Map<string, NamedArray> {
   const single = join(dir, "model.safetensors"), index = join(dir, "model.safetensors.index.json");
-  if (existsSync(single)) return readSafetensors(single).tensors;
+  if (existsSync(single)) return finite(readSafetensors(single).tensors, single);
   if (!existsSync(index)) {
     const hint = existsSync(join(dir, "pytorch_model.bin")) ? " (pytorch_model.bin is not supported: convert it to safetensors)" : "";
     throw new Error(`${dir}: no model.safetensors or model.safetensors.index.json${hint}`);
@@ -33,12 +34,17 @@ export function readHfWeights(dir: string): Map<string, NamedArray> {
   if (typeof map !== "object" || map === null) throw new Error(`${index}: missing 'weight_map'`);
   const out = new Map<string, NamedArray>();
   for (const shard of new Set(Object.values(map as Record<string, string>))) {
-    for (const [name, t] of readSafetensors(join(dir, shard)).tensors) out.set(name, t);
+    for (const [name, t] of finite(readSafetensors(join(dir, shard)).tensors, join(dir, shard))) out.set(name, t);
   }
   for (const name of Object.keys(map as Record<string, string>)) {
     if (!out.has(name)) throw new Error(`${index}: '${name}' is listed but not found in its shard`);
   }
   return out;
+}
+
+function finite(tensors: Map<string, NamedArray>, file: string): Map<string, NamedArray> {
+  for (const [name, t] of tensors) requireFiniteWeights(t.data, name, file);
+  return tensors;
 }
 
 /** Named float32 arrays -> tensors, dropping buffers that are not parameters and a tied lm_head copy. */

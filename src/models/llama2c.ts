@@ -7,6 +7,7 @@
 import { readFileSync } from "node:fs";
 import * as tf from "@tensorflow/tfjs";
 import { makeConfig, type ModelConfig } from "./config.js";
+import { requireFiniteWeights } from "./finite.js";
 import { LlamaModel, toVariables } from "./llama.js";
 
 const MAGIC_V1 = 0x616b3432;
@@ -62,6 +63,7 @@ export function loadLlama2c(path: string): LlamaModel {
     if (at + n > floats.length) throw new Error(`${path}: file ends inside '${what}' (truncated or wrong header)`);
     const a = floats.subarray(at, at + n);
     at += n;
+    if (what !== "rope tables") requireFiniteWeights(a, what, path);
     return a;
   };
   const perLayer = (n: number, what: string) => { const all = take(L * n, what); return (i: number) => all.subarray(i * n, (i + 1) * n); };

@@ -6,16 +6,19 @@
 // process alive.
 import { Worker } from "node:worker_threads";
 import { fileURLToPath } from "node:url";
-import type { PrimeWorkerData, ScoreTask, WorkerReply } from "./prime_worker.js";
+import type { BatchScoreTask, PrimeWorkerData, ScoreTask, WorkerReply } from "./prime_worker.js";
 
-export type ScoreOutcome =
-  | { kind: "ok"; value: number | { score: number; [k: string]: unknown } }
+/** How a task ended: its value, a timeout, or an error (a throw, a crashed or exited thread). */
+export type TaskOutcome<T = unknown> =
+  | { kind: "ok"; value: T }
   | { kind: "timeout" }
   | { kind: "error"; message: string };
 
+export type ScoreOutcome = TaskOutcome<number | { score: number; [k: string]: unknown }>;
+
 interface Pending {
-  task: ScoreTask;
-  resolve: (o: ScoreOutcome) => void;
+  task: ScoreTask | BatchScoreTask;
+  resolve: (o: TaskOutcome) => void;
 }
 
 interface Slot {
@@ -69,9 +72,11 @@ export class ScoringPool {
     worker.unref();
     const slot: Slot = { worker, ready: false, current: null, timer: null };
     worker.on("message", (msg: WorkerReply) => this.onMessage(slot, msg));
-    worker.on("error", (e: Error) => this.replace(slot, { kind: "error", message: `scoring thread crashed: ${e.message}` }));
+    worker.on("error", (e: Error) => this.replace(slot, { kind: "error", message: `uncaught error in the scoring thread (a throw from a callback?): ${e.message}` }));
     worker.on("exit", (code) => {
-      if (!this.closed && this.slots.includes(slot)) this.replace(slot, { kind: "error", message: `scoring thread exited (code ${code})` });
+      if (!this.closed && this.slots.includes(slot)) {
+        this.replace(slot, { kind: "error", message: `the scoring thread exited (code ${code}): the reward code called process.exit or ended its thread` });
+      }
     });
     return slot;
   }
@@ -84,7 +89,7 @@ export class ScoringPool {
         this.dispatch();
       } else {
         this.initError = msg.message;
-        this.rejectFirstReady(new Error(`prime reward manager: a scoring thread could not load its scorers: ${msg.message}`));
+        this.rejectFirstReady(new Error(`reward manager: a scoring thread could not load its scorers: ${msg.message}`));
         this.dispatch(); // fails what waits
       }
       return;
@@ -112,7 +117,7 @@ export class ScoringPool {
   }
 
   /** Drop a thread (timeout, crash, exit), settle its sample, start a fresh thread. */
-  private replace(slot: Slot, outcome: ScoreOutcome): void {
+  private replace(slot: Slot, outcome: TaskOutcome): void {
     const idx = this.slots.indexOf(slot);
     if (idx < 0 || this.closed) return;
     const pending = slot.current;
@@ -152,10 +157,20 @@ export class ScoringPool {
     this.updateRefs();
   }
 
+  /** Scores one sample (the value is normalized to a number or {score, ...}). */
   score(task: Omit<ScoreTask, "id">): Promise<ScoreOutcome> {
+    return this.submit({ ...task, id: this.nextId++ }) as Promise<ScoreOutcome>;
+  }
+
+  /** Runs the custom reward module's function once on a whole batch (the batch manager's form). */
+  scoreBatch(batch: BatchScoreTask["batch"]): Promise<TaskOutcome> {
+    return this.submit({ batch, id: this.nextId++ });
+  }
+
+  private submit(task: ScoreTask | BatchScoreTask): Promise<TaskOutcome> {
     if (this.closed) return Promise.reject(new Error("scoring pool is closed"));
     return new Promise((resolve) => {
-      this.queue.push({ task: { ...task, id: this.nextId++ }, resolve });
+      this.queue.push({ task, resolve });
       this.dispatch();
     });
   }

@@ -5,6 +5,7 @@ import { DataProto } from "../protocol/data_proto.js";
 import { int32Values, tensor, type TensorData } from "../protocol/tensor.js";
 import type { LlamaModel } from "../models/llama.js";
 import type { Rng } from "../utils/rng.js";
+import { heartbeat } from "../single_controller/heartbeat.js";
 import { FullForwardDecoder, KvCacheDecoder, type StepDecoder } from "./decoder.js";
 import { TokenSampler, checkSamplingParams, type SamplingParams } from "./sampling.js";
 
@@ -54,6 +55,7 @@ export function generate(model: LlamaModel, batch: DataProto, params: SamplingPa
       let logits = dec.prefill(rowsOf(ids), rowsOf(pos), rowsOf(mask), P);
       let active = Int32Array.from({ length: nb }, (_, i) => i);
       for (let t = 0; t < R; t++) {
+        heartbeat();
         const next: number[] = [], tokens: number[] = [];
         for (let i = 0; i < active.length; i++) {
           const b = active[i]!, row = (b0 + b) * R + t;

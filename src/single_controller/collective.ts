@@ -16,6 +16,7 @@
 // throws CollectiveError with that reason, so no rank stays blocked. The driver
 // resets a broken collective once no call is in flight on the pool.
 import { CollectiveError } from "./errors.js";
+import { heartbeat } from "./heartbeat.js";
 
 export type ReduceOp = "sum" | "mean" | "max" | "min";
 
@@ -274,7 +275,9 @@ export class Collective {
         this.abort(msg);
         throw new CollectiveError(msg, "timeout");
       }
-      Atomics.wait(ctrl, BELL, bell, left);
+      // Waiting for a slower peer is progress: wake at least once a second to say so.
+      heartbeat();
+      Atomics.wait(ctrl, BELL, bell, Math.min(left, 1000));
     }
   }
 }

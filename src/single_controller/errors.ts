@@ -1,6 +1,7 @@
 // Errors a worker group raises on the driver. Each names the rank and the
-// method, and a method error carries the worker's own stack, so a failure deep
-// inside a worker thread reads like a local one.
+// method in a one-paragraph message; the worker's own stack is kept out of the
+// message (the CLI prints it only with VERL_DEBUG=1) but sits in `.stack`, above
+// the driver's, so a failure deep inside a worker thread still reads like a local one.
 
 /** What a failed call looked like inside the worker thread (crosses threads as plain data). */
 export interface RemoteErrorInfo {
@@ -21,11 +22,8 @@ export class WorkerError extends Error {
     /** Errors from the other ranks of the same call, if any failed too. */
     readonly otherRanks: { rank: number; error: Error }[] = [],
   ) {
-    super(
-      `${method} failed on rank ${rank}: ${remote.name}: ${remote.message}` +
-        otherRanks.map((o) => `\n  (also rank ${o.rank}: ${o.error.message.split("\n")[0]})`).join("") +
-        `\n--- worker stack (rank ${rank}) ---\n${remote.stack}`,
-    );
+    super(`${method} failed on rank ${rank}: ${remote.name}: ${remote.message}` + alsoRanks(otherRanks));
+    this.stack = withWorkerStack(this, rank, remote.stack);
   }
   get workerStack(): string {
     return this.remote.stack;
@@ -38,10 +36,36 @@ export class WorkerDiedError extends Error {
   constructor(readonly rank: number, readonly reason: string, readonly workerStack?: string, readonly method?: string) {
     super(
       `worker thread of rank ${rank} died${method ? ` during ${method}` : ""}: ${reason}; ` +
-        "the worker group is failed (its state is lost) and all its threads were stopped" +
-        (workerStack ? `\n--- worker stack (rank ${rank}) ---\n${workerStack}` : ""),
+        "the worker group is failed (its state is lost) and all its threads were stopped",
     );
+    if (workerStack) this.stack = withWorkerStack(this, rank, workerStack);
   }
+}
+
+/**
+ * A rank stopped making progress (no heartbeat) for longer than the pool's heartbeat timeout:
+ * a busy loop, a deadlock, an allocation loop. Its thread was terminated and the pool failed.
+ */
+export class WorkerUnresponsiveError extends WorkerDiedError {
+  override name = "WorkerUnresponsiveError";
+  constructor(rank: number, method: string, readonly silentMs: number) {
+    super(rank, `no progress for ${silentMs / 1000} s`, undefined, method);
+    this.message =
+      `rank ${rank} stopped responding during ${method}: no progress for ${silentMs / 1000} s ` +
+      `(trainer.heartbeat_timeout=${silentMs / 1000}); its thread was terminated and the worker group is failed`;
+    this.stack = `${this.name}: ${this.message}`;
+  }
+}
+
+/** "(also rank N: ...)" lines for the other ranks of a failed call. */
+export function alsoRanks(others: { rank: number; error: Error }[]): string {
+  return others.map((o) => `\n  (also rank ${o.rank}: ${o.error.message.split("\n")[0]})`).join("");
+}
+
+/** The error's own stack with the worker's stack spliced in after the message. */
+function withWorkerStack(e: Error, rank: number, workerStack: string): string {
+  const driverFrames = (e.stack ?? "").split("\n").filter((l) => /^\s+at /.test(l)).join("\n");
+  return `${e.name}: ${e.message}\n--- worker stack (rank ${rank}) ---\n${workerStack}\n--- driver stack ---\n${driverFrames}`;
 }
 
 /** A collective did not complete: a timeout (names the ranks that did not arrive) or an abort. */

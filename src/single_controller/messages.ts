@@ -8,6 +8,8 @@ export interface ThreadInit {
   worldSize: number;
   localRank: number;
   collective: CollectiveBuffers;
+  /** Progress counters (heartbeat.ts), one int32 per rank. */
+  heartbeat: SharedArrayBuffer;
 }
 
 export interface RoleSpec {

@@ -6,14 +6,17 @@
 // alive between tasks. A thread that dies fails the whole pool loudly: the
 // collective is aborted (peers blocked in it are released), every pending call
 // rejects, and all threads are stopped; piscina's silent replacement thread is
-// never used.
+// never used. A thread that stops making progress during a call (heartbeat.ts) for
+// longer than the heartbeat timeout fails the pool the same way: terminating the
+// threads stops even a synchronous busy loop.
 import os from "node:os";
 import { existsSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { Piscina } from "piscina";
 import type { ResourceLimits } from "node:worker_threads";
 import { Collective, createCollectiveBuffers, type CollectiveBuffers, type CollectiveOptions } from "./collective.js";
-import { WorkerDiedError, WorkerGroupClosedError } from "./errors.js";
+import { WorkerDiedError, WorkerGroupClosedError, WorkerUnresponsiveError } from "./errors.js";
+import { createHeartbeatBuffer } from "./heartbeat.js";
 import type { Task, TaskResult, ThreadInit } from "./messages.js";
 import { logger } from "../utils/logger.js";
 
@@ -27,9 +30,25 @@ export interface ResourcePoolOptions extends CollectiveOptions {
   /** Per-thread V8 heap limits (a thread over them dies with ERR_WORKER_OUT_OF_MEMORY). */
   resourceLimits?: ResourceLimits;
   execArgv?: string[];
+  /**
+   * How long a rank may go without progress (no heartbeat) during a call before the pool is
+   * failed and its threads terminated (default 300 s; 0 = never).
+   */
+  heartbeatTimeoutMs?: number;
 }
 
+export const DEFAULT_HEARTBEAT_TIMEOUT_MS = 300_000;
+
 const ENTRY = new URL("./worker_entry.js", import.meta.url);
+
+/** trainer.heartbeat_timeout (seconds; 0 or null = no watchdog) in ms, or undefined for the default. */
+export function heartbeatTimeoutFromConfig(config: unknown): number | undefined {
+  const v = ((config as { trainer?: Record<string, unknown> } | null)?.trainer ?? {}).heartbeat_timeout;
+  if (v === undefined) return undefined;
+  if (v === null) return 0;
+  if (typeof v !== "number" || !(v >= 0)) throw new Error(`trainer.heartbeat_timeout must be a number of seconds >= 0 (0 or null: no watchdog), got ${JSON.stringify(v)}`);
+  return v * 1000;
+}
 
 /** Reads trainer.n_gpus_per_node / trainer.nnodes (one node only) from a composed config. */
 export function poolSizeFromConfig(config: unknown): number {
@@ -60,6 +79,13 @@ export class ResourcePool {
   private groupCounter = 0;
   /** Calls are submitted in the order they were made, even when some wait for future arguments. */
   private submitChain: Promise<void> = Promise.resolve();
+  private readonly heartbeats: Int32Array;
+  private readonly heartbeatTimeoutMs: number;
+  /** Per rank: the methods of its calls in flight, oldest (running) first. */
+  private readonly outstanding: string[][];
+  /** Per rank: the counter value last seen and when it last moved. */
+  private readonly lastBeat: { count: number; at: number }[];
+  private watchdog: NodeJS.Timeout | undefined;
 
   constructor(opts: ResourcePoolOptions | number = {}) {
     const o: ResourcePoolOptions = typeof opts === "number" ? { worldSize: opts } : opts;
@@ -72,8 +98,18 @@ export class ResourcePool {
     this.name = o.name ?? "global_pool";
     this.collectiveBuffers = createCollectiveBuffers(worldSize, o);
     this.collective = new Collective(this.collectiveBuffers, worldSize);
+    const heartbeatBuffer = createHeartbeatBuffer(worldSize);
+    this.heartbeats = new Int32Array(heartbeatBuffer);
+    this.heartbeatTimeoutMs = o.heartbeatTimeoutMs ?? DEFAULT_HEARTBEAT_TIMEOUT_MS;
+    if (!(this.heartbeatTimeoutMs >= 0)) throw new Error(`ResourcePool: heartbeatTimeoutMs must be >= 0, got ${this.heartbeatTimeoutMs}`);
+    this.outstanding = Array.from({ length: worldSize }, () => []);
+    this.lastBeat = Array.from({ length: worldSize }, () => ({ count: 0, at: Date.now() }));
     this.rankPools = [];
-    for (let rank = 0; rank < worldSize; rank++) this.rankPools.push(this.startRank(rank, o));
+    for (let rank = 0; rank < worldSize; rank++) this.rankPools.push(this.startRank(rank, o, heartbeatBuffer));
+    if (this.heartbeatTimeoutMs > 0) {
+      this.watchdog = setInterval(() => this.checkHeartbeats(), Math.min(1000, Math.max(20, this.heartbeatTimeoutMs / 5)));
+      this.watchdog.unref();
+    }
   }
 
   /** One rank per `trainer.n_gpus_per_node` (a core each on a CPU host). */
@@ -83,11 +119,12 @@ export class ResourcePool {
     if (worldSize > cores) {
       logger().warn({ ranks: worldSize, cores }, "trainer.n_gpus_per_node asks for more ranks than this host has cores; ranks will share cores");
     }
-    return new ResourcePool({ ...opts, worldSize });
+    const heartbeatTimeoutMs = opts.heartbeatTimeoutMs ?? heartbeatTimeoutFromConfig(config);
+    return new ResourcePool({ ...opts, worldSize, ...(heartbeatTimeoutMs !== undefined ? { heartbeatTimeoutMs } : {}) });
   }
 
-  private startRank(rank: number, o: ResourcePoolOptions): Piscina {
-    const workerData: ThreadInit = { rank, worldSize: this.worldSize, localRank: rank, collective: this.collectiveBuffers };
+  private startRank(rank: number, o: ResourcePoolOptions, heartbeat: SharedArrayBuffer): Piscina {
+    const workerData: ThreadInit = { rank, worldSize: this.worldSize, localRank: rank, collective: this.collectiveBuffers, heartbeat };
     const env: Record<string, string> = {};
     for (const [k, v] of Object.entries(process.env)) if (v !== undefined) env[k] = v;
     Object.assign(env, o.env ?? {}, { RANK: String(rank), WORLD_SIZE: String(this.worldSize), LOCAL_RANK: String(rank), LOCAL_WORLD_SIZE: String(this.worldSize) });
@@ -164,10 +201,14 @@ export class ResourcePool {
     if (!pool) throw new Error(`ResourcePool '${this.name}': rank ${rank} is not in [0, ${this.worldSize})`);
     if (this.inFlight === 0 && this.collective.brokenReason() !== undefined) this.collective.reset();
     this.inFlight++;
+    const calls = this.outstanding[rank]!;
+    if (calls.length === 0) this.lastBeat[rank] = { count: Atomics.load(this.heartbeats, rank), at: Date.now() };
+    calls.push(method);
     try {
       return (await pool.run(task, { transferList })) as TaskResult;
     } catch (e) {
       const failure = this.failure as Error | undefined;
+      if (failure instanceof WorkerUnresponsiveError && failure.rank === rank) throw failure;
       if (failure instanceof WorkerDiedError && failure.rank === rank) {
         throw new WorkerDiedError(rank, failure.reason, failure.workerStack, method);
       }
@@ -175,15 +216,38 @@ export class ResourcePool {
       throw e;
     } finally {
       this.inFlight--;
+      // A rank runs its calls in order, so the one that settles is the oldest.
+      calls.shift();
+      this.lastBeat[rank] = { count: Atomics.load(this.heartbeats, rank), at: Date.now() };
+    }
+  }
+
+  /** The watchdog: a rank with a call in flight whose counter stood still too long is stuck. */
+  private checkHeartbeats(): void {
+    if (this.failure) return;
+    const now = Date.now();
+    for (let rank = 0; rank < this.worldSize; rank++) {
+      const count = Atomics.load(this.heartbeats, rank);
+      const last = this.lastBeat[rank]!;
+      if (count !== last.count || this.outstanding[rank]!.length === 0) {
+        this.lastBeat[rank] = { count, at: now };
+      } else if (now - last.at >= this.heartbeatTimeoutMs) {
+        const method = this.outstanding[rank]![0]!;
+        this.failWith(new WorkerUnresponsiveError(rank, method, this.heartbeatTimeoutMs), `rank ${rank} stopped responding during ${method}`);
+        return;
+      }
     }
   }
 
   private fail(rank: number, reason: string, stack?: string): void {
+    this.failWith(new WorkerDiedError(rank, reason, stack), `rank ${rank} died: ${reason}`);
+  }
+
+  private failWith(err: WorkerDiedError, abortReason: string): void {
     if (this.failure || this.destroying) return;
-    const err = new WorkerDiedError(rank, reason, stack);
     this.failure = err;
-    logger().error({ pool: this.name, rank, reason }, "worker thread died; failing the resource pool");
-    this.collective.abort(`rank ${rank} died: ${reason}`);
+    logger().error({ pool: this.name, rank: err.rank, reason: err.reason }, err instanceof WorkerUnresponsiveError ? "a rank stopped responding; failing the resource pool" : "worker thread died; failing the resource pool");
+    this.collective.abort(abortReason);
     void this.stopThreads();
   }
 
@@ -227,6 +291,7 @@ export class ResourcePool {
 
   private stopThreads(): Promise<void> {
     this.destroying ??= (async () => {
+      clearInterval(this.watchdog);
       this.collective.abort(`resource pool '${this.name}' is shutting down`);
       // One thread after the other: two WebGPU rank threads tearing their Dawn devices down at
       // the same time crashed the process about every other run on the H200 (docs/gpu.md).

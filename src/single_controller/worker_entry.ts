@@ -5,6 +5,7 @@ import { workerData } from "node:worker_threads";
 import { Piscina } from "piscina";
 import { Collective } from "./collective.js";
 import { toRemoteError, CollectiveError } from "./errors.js";
+import { attachHeartbeat, heartbeat } from "./heartbeat.js";
 import { decodeValue, encodeValue, importModule, transferable } from "./transport.js";
 import { instanceKey, type CallTask, type InitTask, type Task, type TaskResult, type ThreadInit } from "./messages.js";
 import { Worker, runThreadClosers, setThreadContext } from "./worker.js";
@@ -12,6 +13,10 @@ import { Worker, runThreadClosers, setThreadContext } from "./worker.js";
 const init = workerData as ThreadInit;
 const collective = new Collective(init.collective, init.rank, { requireCall: true });
 setThreadContext({ rank: init.rank, worldSize: init.worldSize, localRank: init.localRank, collective, shared: new Map() });
+
+attachHeartbeat(init.heartbeat, init.rank);
+// The event loop turning is progress: a call awaiting I/O or a timer is alive; a busy loop stops this.
+setInterval(heartbeat, 200).unref();
 
 const instances = new Map<string, Worker>();
 

@@ -7,7 +7,7 @@ import { DataProto, unpadDataProto } from "../protocol/index.js";
 import { ClassWithInitArgs, ColocatedWorkerClass } from "./class_with_init_args.js";
 import { executeModeOf, registeredMethods, type MethodAttrs } from "./decorator.js";
 import { Execute, getDispatchMode, normalizeDispatch, type WorkerGroupInfo } from "./dispatch.js";
-import { CollectiveError, WorkerDiedError, WorkerError, WorkerGroupClosedError } from "./errors.js";
+import { alsoRanks, CollectiveError, WorkerDiedError, WorkerError, WorkerGroupClosedError } from "./errors.js";
 import { DataProtoFuture, isThenable } from "./future.js";
 import { instanceKey, type TaskResult } from "./messages.js";
 import type { ResourcePool } from "./resource_pool.js";
@@ -84,9 +84,11 @@ export class WorkerGroup implements WorkerGroupInfo {
         return settleAll(what, calls).then(() => undefined);
       });
     } catch (e) {
-      // Drop the instances the ranks that succeeded built.
+      // Drop the instances the ranks that succeeded built (without waiting: a rank may still be busy in its init).
       if (pool.alive) {
-        await pool.enqueueSubmission(() => Promise.allSettled(Array.from({ length: pool.worldSize }, (_, rank) => pool.run(rank, { kind: "dispose", groupId }))).then(() => undefined));
+        await pool.enqueueSubmission(() => {
+          for (let rank = 0; rank < pool.worldSize; rank++) pool.run(rank, { kind: "dispose", groupId }).catch(() => undefined);
+        });
       }
       throw e;
     }
@@ -177,17 +179,48 @@ function severity(e: Error): number {
   if (e instanceof WorkerError) return e.remote.collective === "timeout" ? 2 : e.remote.collective === "aborted" ? 3 : 1;
   if (e instanceof CollectiveError) return 3;
   if (e instanceof WorkerGroupClosedError) return 4;
+  if (e instanceof StillRunning) return 5;
   return 1;
 }
 
-/** Waits for every rank, decodes results, and throws the root-cause error (naming the others) if any rank failed. */
+/**
+ * How long a failed call waits for its other ranks before reporting: long enough for the echoes of
+ * one root cause (a collective abort, a stopped thread) to arrive, short enough that a stuck peer
+ * never hides a failure that has already happened.
+ */
+const FAILURE_GRACE_MS = 2000;
+
+/**
+ * Collects every rank's result and throws the root-cause error (naming the others) if any rank
+ * failed. The first failure is reported after FAILURE_GRACE_MS at most, even while other ranks
+ * are still running (those are named as not having answered).
+ */
 async function settleAll(method: string, calls: Promise<TaskResult>[], ranks?: number[]): Promise<unknown[]> {
-  const settled = await Promise.allSettled(calls);
+  const settled: (PromiseSettledResult<TaskResult> | undefined)[] = calls.map(() => undefined);
+  await new Promise<void>((resolve) => {
+    let left = calls.length;
+    let grace: NodeJS.Timeout | undefined;
+    const failed = () => { grace ??= setTimeout(resolve, FAILURE_GRACE_MS); };
+    const done = () => {
+      if (--left > 0) return;
+      clearTimeout(grace);
+      resolve();
+    };
+    if (left === 0) resolve();
+    calls.forEach((call, i) => {
+      call.then(
+        (value) => { settled[i] = { status: "fulfilled", value }; if (!value.ok) failed(); done(); },
+        (reason: unknown) => { settled[i] = { status: "rejected", reason }; failed(); done(); },
+      );
+    });
+  });
   const errors: { rank: number; error: Error }[] = [];
   const outputs: unknown[] = [];
   settled.forEach((s, i) => {
     const rank = ranks ? ranks[i]! : i;
-    if (s.status === "rejected") {
+    if (s === undefined) {
+      errors.push({ rank, error: new StillRunning(`has not answered ${method} yet (it may be stuck; trainer.heartbeat_timeout bounds how long before it is stopped)`) });
+    } else if (s.status === "rejected") {
       errors.push({ rank, error: s.reason instanceof Error ? s.reason : new Error(String(s.reason)) });
     } else if (!s.value.ok) {
       errors.push({ rank, error: new WorkerError(rank, method, s.value.error) });
@@ -202,6 +235,9 @@ async function settleAll(method: string, calls: Promise<TaskResult>[], ranks?: n
     const w = root!.error;
     throw new WorkerError(w.rank, w.method, w.remote, others);
   }
-  if (others.length > 0) root!.error.message += others.map((o) => `\n  (also rank ${o.rank}: ${o.error.message.split("\n")[0]})`).join("");
+  if (others.length > 0) root!.error.message += alsoRanks(others);
   throw root!.error;
 }
+
+/** A rank whose part of a failed call had not settled when the failure was reported. */
+class StillRunning extends Error {}

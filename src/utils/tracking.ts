@@ -5,8 +5,8 @@
 // terminal), `file` (JSONL `{"step", "data"}` lines, verl's FileLogger) and
 // `tensorboard` (event files). verl's service-backed loggers (wandb, mlflow, ...)
 // are replaced by `file` with one warning, so verl's scripts run as they are.
-import { appendFileSync, existsSync, mkdirSync, readFileSync } from "node:fs";
-import { dirname, join, resolve } from "node:path";
+import { appendFileSync, existsSync, mkdirSync, readFileSync, renameSync, statSync } from "node:fs";
+import { basename, dirname, extname, join, resolve } from "node:path";
 import { writeFileAtomic } from "./fs.js";
 import { logger } from "./logger.js";
 import { TensorboardBackend } from "./tensorboard/backend.js";
@@ -15,8 +15,11 @@ export interface TrackingBackend {
   /** True for backends that only display (console): they log after the ones that persist. */
   readonly displayOnly?: boolean;
   log(data: Record<string, unknown>, step: number): void;
-  /** Called once before the first log, with the step training resumes from (0 = fresh run). */
-  begin?(resumedStep: number): void;
+  /**
+   * Called once before the first log, with the step training resumes from (0 = fresh run) and,
+   * when the checkpoint kept them, that step's metrics (for backends with history to replay).
+   */
+  begin?(resumedStep: number, resumedStepMetrics?: Record<string, unknown>): void;
   finish?(): void;
 }
 
@@ -91,11 +94,14 @@ export class Tracking {
     return [...this.backends.keys()];
   }
 
-  /** Declare where the run starts: backends with history (file) drop entries after `resumedStep`. */
-  begin(resumedStep: number): void {
+  /**
+   * Declare where the run starts: backends with history (file) drop entries after `resumedStep`,
+   * and add that step's metrics (from its checkpoint) when they never got them.
+   */
+  begin(resumedStep: number, resumedStepMetrics?: Record<string, unknown>): void {
     if (this.begun) return;
     this.begun = true;
-    for (const b of this.backends.values()) b.begin?.(resumedStep);
+    for (const b of this.backends.values()) b.begin?.(resumedStep, resumedStepMetrics);
   }
 
   log(data: Record<string, unknown>, step: number, backend?: string): void {
@@ -175,30 +181,45 @@ class FileBackend implements TrackingBackend {
     this.path = fileLoggerPath(opts.projectName, opts.experimentName);
   }
 
-  /** A fresh run starts an empty file; a resumed run keeps the lines up to the resumed step. */
-  begin(resumedStep: number): void {
+  /**
+   * A resumed run keeps the lines up to the resumed step. A fresh run starts an empty file; an
+   * earlier run's lines are kept, moved to `<name>.<n>.jsonl` (the next free n), so that each file
+   * stays one run in verl's format.
+   */
+  begin(resumedStep: number, resumedStepMetrics?: Record<string, unknown>): void {
     mkdirSync(dirname(this.path), { recursive: true });
-    let kept = "";
+    if (resumedStep === 0) this.keepEarlierRun();
+    const kept: { step: number; line: string }[] = [];
     if (resumedStep > 0 && existsSync(this.path)) {
-      kept = readFileSync(this.path, "utf8")
-        .split("\n")
-        .filter((line) => {
-          if (!line.trim()) return false;
-          try {
-            const rec = JSON.parse(line) as { step?: unknown };
-            return typeof rec.step === "number" && rec.step <= resumedStep;
-          } catch {
-            return false;
-          }
-        })
-        .map((l) => l + "\n")
-        .join("");
+      for (const line of readFileSync(this.path, "utf8").split("\n")) {
+        if (!line.trim()) continue;
+        try {
+          const rec = JSON.parse(line) as { step?: unknown };
+          if (typeof rec.step === "number" && rec.step <= resumedStep) kept.push({ step: rec.step, line });
+        } catch {
+          // a line cut short by a kill: dropped
+        }
+      }
     }
-    writeFileAtomic(this.path, kept);
+    if (resumedStep > 0 && resumedStepMetrics && !kept.some((k) => k.step === resumedStep)) {
+      kept.push({ step: resumedStep, line: JSON.stringify({ step: resumedStep, data: resumedStepMetrics }) });
+      logger().info({ step: resumedStep, metrics: this.path }, "the resumed step's metrics line was missing (a kill after its checkpoint); replayed it from the checkpoint");
+    }
+    writeFileAtomic(this.path, kept.map((k) => k.line + "\n").join(""));
   }
 
   log(data: Record<string, unknown>, step: number): void {
     appendFileSync(this.path, JSON.stringify({ step, data }) + "\n");
+  }
+
+  private keepEarlierRun(): void {
+    if (!existsSync(this.path) || statSync(this.path).size === 0) return;
+    const ext = extname(this.path), stem = join(dirname(this.path), basename(this.path, ext));
+    let n = 1;
+    while (existsSync(`${stem}.${n}${ext}`)) n++;
+    const moved = `${stem}.${n}${ext}`;
+    renameSync(this.path, moved);
+    logger().warn({ metrics: this.path, earlierRun: moved }, "a fresh run with the same project and experiment names: the earlier run's metrics were moved aside");
   }
 }
 

@@ -7,7 +7,9 @@
 import { existsSync, mkdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import * as tf from "@tensorflow/tfjs";
+import { requireFiniteWeights } from "../models/finite.js";
 import { readSafetensors, saveHfModel, serializeSafetensors, type LlamaModel, type NamedArray, type Tokenizer } from "../models/index.js";
+import { heartbeat } from "../single_controller/heartbeat.js";
 import { logger } from "../utils/logger.js";
 import { writeFileAtomic } from "../utils/fs.js";
 import type { Rng, RngState } from "../utils/rng.js";
@@ -40,7 +42,10 @@ const extraName = (world: number, rank: number) => `extra_state_world_size_${wor
 /** Parameters read back asynchronously (a GPU backend has no synchronous read under Node). */
 async function toHost(params: Map<string, tf.Variable>): Promise<Map<string, NamedArray>> {
   const out = new Map<string, NamedArray>();
-  for (const [name, v] of params) out.set(name, { data: Float32Array.from(await v.data() as Float32Array), shape: [...v.shape] });
+  for (const [name, v] of params) {
+    heartbeat();
+    out.set(name, { data: Float32Array.from(await v.data() as Float32Array), shape: [...v.shape] });
+  }
   return out;
 }
 
@@ -81,8 +86,10 @@ export async function loadRoleCheckpoint(dir: string, parts: Omit<RoleCheckpoint
   if (meta.format !== CHECKPOINT_FORMAT) throw new Error(`checkpoint: ${dir} has format '${String(meta.format)}', expected '${CHECKPOINT_FORMAT}'`);
   const { tensors } = readSafetensors(join(dir, "model.safetensors"));
   for (const [name, v] of parts.params) {
+    heartbeat();
     const t = tensors.get(name);
     if (!t) throw new Error(`checkpoint: ${join(dir, "model.safetensors")} has no tensor '${name}'`);
+    requireFiniteWeights(t.data, name, join(dir, "model.safetensors"));
     if (t.shape.join(",") !== v.shape.join(",")) {
       throw new Error(`checkpoint: '${name}' has shape [${t.shape}] in ${dir} but the model has [${v.shape}]`);
     }

@@ -6,6 +6,7 @@
 import * as tf from "@tensorflow/tfjs";
 import type { DataProto } from "../protocol/index.js";
 import { tensor, type TensorData } from "../protocol/tensor.js";
+import { heartbeat } from "../single_controller/heartbeat.js";
 import { column, microBatches, toTf, type MicroBatchSpec } from "./batching.js";
 
 export interface ForwardInputs {
@@ -47,6 +48,7 @@ export async function inferInMicroBatches(
   let outs: Float32Array[] | undefined;
   let widths: number[] = [];
   for (const [k, micro] of batches.entries()) {
+    heartbeat();
     const results = tf.tidy(() => fn(micro));
     // async reads: the only kind a GPU backend offers under Node (and as cheap on wasm)
     const host = (await Promise.all(results.map((t) => t.data()))) as Float32Array[];

@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import {
-  ClassWithInitArgs, WorkerDiedError, WorkerError, WorkerGroup, WorkerGroupClosedError,
+  ClassWithInitArgs, WorkerDiedError, WorkerError, WorkerGroup, WorkerGroupClosedError, WorkerUnresponsiveError,
 } from "../../src/single_controller/index.js";
 import type { EchoWorker } from "./fixtures/workers.js";
 import { fixture, waitFor, withPool } from "./helpers.js";
@@ -125,4 +125,60 @@ test("shutdown stops calls in flight, refuses new ones, and lets the process exi
   });
   assert.equal(code, 0);
   assert.equal(stdout.trim(), "[1,1]");
+});
+
+test("a rank that stops answering (a busy loop) fails the call within the heartbeat timeout, naming the rank and the call; the pool is torn down", async () => {
+  await withPool({ worldSize: 2, heartbeatTimeoutMs: 1500 }, async (pool) => {
+    const wg = await WorkerGroup.create<EchoWorker>(pool, echo());
+    const t0 = Date.now();
+    await assert.rejects(wg.spinOn(1).get(), (e: Error) => {
+      assert.ok(e instanceof WorkerUnresponsiveError, `${e.name}: ${e.message}`);
+      assert.equal(e.rank, 1);
+      assert.match(e.message, /^rank 1 stopped responding during spinOn: no progress for 1\.5 s/);
+      assert.match(e.message, /trainer\.heartbeat_timeout/);
+      return true;
+    });
+    const took = Date.now() - t0;
+    assert.ok(took < 6000, `failed after ${took} ms`);
+    assert.equal(pool.alive, false);
+    await assert.rejects(wg.inc(1).get(), /is not usable: rank 1 stopped responding/);
+  }, 20_000);
+});
+
+test("a long call that reports progress is not mistaken for a stuck one", async () => {
+  // 2.5 s calls under a 1 s timeout: the thread's 200 ms event-loop beat leaves room for a loaded machine.
+  await withPool({ worldSize: 2, heartbeatTimeoutMs: 1000 }, async (pool) => {
+    const wg = await WorkerGroup.create<EchoWorker>(pool, echo());
+    assert.deepEqual(await wg.busyWithHeartbeats(2500), [0, 1]);
+    // A call awaiting a timer is alive too: the thread's event loop turns.
+    assert.deepEqual(await wg.slowRank(2500), [0, 1]);
+    assert.ok(pool.alive);
+  });
+});
+
+test("the first failure is reported at once: a healthy rank's collective timeout does not wait for a stuck peer", async () => {
+  // No heartbeat watchdog: only the collective timeout can see the stuck rank.
+  await withPool({ worldSize: 2, timeoutMs: 400, heartbeatTimeoutMs: 0 }, async (pool) => {
+    const wg = await WorkerGroup.create<EchoWorker>(pool, echo());
+    const t0 = Date.now();
+    await assert.rejects(wg.spinOn(1).get(), (e: Error) => {
+      assert.ok(e instanceof WorkerError, `${e.name}: ${e.message}`);
+      assert.match(e.message, /spinOn failed on rank 0: CollectiveError: collective allReduce timed out after 0\.4 s .*ranks \[1\] did not arrive/);
+      assert.match(e.message, /\(also rank 1: has not answered spinOn yet/);
+      return true;
+    });
+    assert.ok(Date.now() - t0 < 5000, "reported without waiting for rank 1");
+  }, 15_000);
+});
+
+test("error messages are one summary; the worker's stack is kept in .stack and .workerStack", async () => {
+  await withPool(2, async (pool) => {
+    const wg = await WorkerGroup.create<EchoWorker>(pool, echo());
+    await assert.rejects(wg.failOn(1).get(), (e: Error) => {
+      assert.ok(e instanceof WorkerError);
+      assert.equal(e.message, "failOn failed on rank 1: Error: boom on rank 1");
+      assert.match(e.stack!, /--- worker stack \(rank 1\) ---\nError: boom on rank 1\n\s+at throwDeep/);
+      return true;
+    });
+  });
 });

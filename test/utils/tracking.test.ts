@@ -1,6 +1,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import {
@@ -47,11 +47,40 @@ test("file backend writes {step, data} lines, and a resumed run drops the steps 
     r.log({ x: 1 }, 3);
     const after = readFileSync(path, "utf8").trim().split("\n").map((l) => (JSON.parse(l) as { step: number }).step);
     assert.deepEqual(after, [1, 2, 3]);
-    // A fresh run starts empty.
-    new Tracking({ projectName: "proj", experimentName: "exp", backends: ["file"] }).log({ y: 2 }, 1);
-    assert.equal(readFileSync(path, "utf8").trim().split("\n").length, 1);
     process.env.VERL_FILE_LOGGER_PATH = join(dir, "direct.jsonl");
     assert.equal(fileLoggerPath("a", "b"), join(dir, "direct.jsonl"));
+  } finally {
+    process.env = prev;
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test("a fresh run with the same names keeps the earlier run's metrics: the old file moves to <experiment>.<n>.jsonl", () => {
+  const dir = mkdtempSync(join(tmpdir(), "verl-track-"));
+  const prev = { ...process.env };
+  const steps = (p: string) => readFileSync(p, "utf8").trim().split("\n").map((l) => (JSON.parse(l) as { step: number; data: { run: number } }));
+  try {
+    process.env.VERL_FILE_LOGGER_ROOT = dir;
+    delete process.env.VERL_FILE_LOGGER_PATH;
+    const path = fileLoggerPath("proj", "exp");
+    const run = (n: number, stepsRun: number) => {
+      const t = new Tracking({ projectName: "proj", experimentName: "exp", backends: ["file"] });
+      t.begin(0);
+      for (let s = 1; s <= stepsRun; s++) t.log({ run: n }, s);
+      t.finish();
+    };
+    run(1, 3);
+    run(2, 2);
+    assert.deepEqual(steps(path).map((l) => [l.step, l.data.run]), [[1, 2], [2, 2]]);
+    assert.deepEqual(steps(join(dir, "proj", "exp.1.jsonl")).map((l) => [l.step, l.data.run]), [[1, 1], [2, 1], [3, 1]]);
+    run(3, 1);
+    assert.deepEqual(steps(join(dir, "proj", "exp.2.jsonl")).map((l) => l.data.run), [2, 2]);
+    assert.deepEqual(steps(join(dir, "proj", "exp.1.jsonl")).map((l) => l.data.run), [1, 1, 1]);
+    assert.deepEqual(readdirSync(join(dir, "proj")).sort(), ["exp.1.jsonl", "exp.2.jsonl", "exp.jsonl"]);
+    // An empty file from a run that logged nothing is simply reused.
+    writeFileSync(path, "");
+    run(4, 1);
+    assert.deepEqual(readdirSync(join(dir, "proj")).sort(), ["exp.1.jsonl", "exp.2.jsonl", "exp.jsonl"]);
   } finally {
     process.env = prev;
     rmSync(dir, { recursive: true, force: true });

@@ -1,9 +1,12 @@
 // batch: one compute_score call for the whole batch, in batch form
 // (dataSources, solutionStrs, groundTruths, extraInfos, kwargs) with
 // reward_model.reward_kwargs as kwargs. Without a custom function the
-// built-in scorers run per sample (verl issue #1317's fix). The scores are
+// built-in scorers run per sample (verl issue #1317's fix). A user's reward
+// module runs contained in a scoring thread (contained.ts). The scores are
 // also stored as batch.acc.
 import type { DataProto } from "../../protocol/data_proto.js";
+import { ContainedRewardFunction, containmentOptions } from "../contained.js";
+import { isPythonModule } from "../python_reward.js";
 import { defaultComputeScore, normalizeScore } from "../scorers/registry.js";
 import type { BatchComputeScoreFn, RewardManager, RewardManagerOptions, RewardResult } from "../types.js";
 import { ExtraInfo, SampleExaminer, float32Column, placeScore, readDecodedRows, rewardFromRmScores, zeroRewards } from "./common.js";
@@ -13,9 +16,20 @@ const defaultBatch: BatchComputeScoreFn = (dss, sols, gts, extras) =>
 
 export class BatchRewardManager implements RewardManager {
   private readonly computeBatch: BatchComputeScoreFn;
+  private readonly contained: ContainedRewardFunction | null;
 
   constructor(private readonly opts: RewardManagerOptions) {
-    this.computeBatch = opts.computeBatch ?? (opts.computeScore as BatchComputeScoreFn | undefined) ?? defaultBatch;
+    const source = opts.computeScoreSource;
+    // A Python function already runs contained in its own python3 process (python_reward.ts).
+    this.contained = source && !isPythonModule(source.path) ? new ContainedRewardFunction(source, containmentOptions(opts.rewardKwargs)) : null;
+    this.computeBatch = this.contained
+      ? (dataSources, solutionStrs, groundTruths, extraInfos, kwargs) =>
+        this.contained!.scoreBatch({ dataSources, solutionStrs, groundTruths, extraInfos, kwargs: kwargs ?? {} })
+      : opts.computeBatch ?? (opts.computeScore as BatchComputeScoreFn | undefined) ?? defaultBatch;
+  }
+
+  async close(): Promise<void> {
+    await this.contained?.close();
   }
 
   async compute(data: DataProto): Promise<RewardResult> {

@@ -3,21 +3,14 @@
 // logged and counted (reward/timeout_count, reward/error_count) and training
 // goes on; a hung synchronous scorer is cut off by terminating its thread.
 // Options from reward_model.reward_kwargs: num_workers, timeout_s.
-import { availableParallelism } from "node:os";
 import type { DataProto } from "../../protocol/data_proto.js";
 import { logger } from "../../utils/logger.js";
-import { scorerModules } from "../scorers/registry.js";
-import { ScoringPool } from "../scoring_pool.js";
+import { containmentOptions, LazyScoringPool } from "../contained.js";
 import { PythonScoringPool } from "../python_pool.js";
 import { isPythonModule } from "../python_reward.js";
+import type { ScoringPool } from "../scoring_pool.js";
 import type { RewardManager, RewardManagerOptions, RewardResult } from "../types.js";
 import { SampleExaminer, float32Column, placeScore, readDecodedRows, rewardFromRmScores, zeroRewards } from "./common.js";
-
-function positiveNumber(v: unknown, key: string, fallback: number): number {
-  if (v === undefined || v === null) return fallback;
-  if (typeof v !== "number" || !(v > 0)) throw new Error(`reward_model.reward_kwargs.${key} must be a positive number, got ${JSON.stringify(v)}`);
-  return v;
-}
 
 /** Dict fields per row, kept aligned with the batch: a failed row gets score 0 and null elsewhere. */
 function alignedExtraInfo(dicts: (Record<string, unknown> | null)[]): Record<string, unknown[]> {
@@ -31,43 +24,21 @@ function alignedExtraInfo(dicts: (Record<string, unknown> | null)[]): Record<str
 export class PrimeRewardManager implements RewardManager {
   readonly numWorkers: number;
   readonly timeoutS: number;
-  private pool: ScoringPool | PythonScoringPool | null = null;
+  private readonly threads: LazyScoringPool;
+  /** A Python reward function runs in python3 processes, one sample each, instead of threads. */
+  private python: PythonScoringPool | null = null;
 
   constructor(private readonly opts: RewardManagerOptions) {
-    this.numWorkers = Math.floor(positiveNumber(opts.rewardKwargs.num_workers, "num_workers", Math.min(64, availableParallelism())));
-    this.timeoutS = positiveNumber(opts.rewardKwargs.timeout_s, "timeout_s", 300);
+    const contain = containmentOptions(opts.rewardKwargs);
+    this.numWorkers = contain.numWorkers;
+    this.timeoutS = contain.timeoutS;
     if (opts.computeScore && !opts.computeScoreSource) {
       throw new Error(
         "the prime reward manager scores in worker threads, which cannot receive a function object: " +
           "give the reward function as a module (custom_reward_function.path / .name), or register scorers with registerScorer(name, fn, { module: import.meta.url })",
       );
     }
-    const { unreachable } = scorerModules();
-    if (!opts.computeScoreSource && unreachable.length > 0) {
-      logger().warn({ data_sources: unreachable }, "prime reward manager: these scorers were registered without { module: import.meta.url } and are unknown to its worker threads");
-    }
-  }
-
-  private async getPool(): Promise<ScoringPool | PythonScoringPool> {
-    const source = this.opts.computeScoreSource;
-    if (!this.pool && source && isPythonModule(source.path)) {
-      // A Python function runs in python3 processes, one sample each, instead of threads.
-      this.pool = new PythonScoringPool({ size: this.numWorkers, timeoutMs: this.timeoutS * 1000, source });
-    }
-    if (!this.pool) {
-      this.pool = new ScoringPool({
-        size: this.numWorkers,
-        timeoutMs: this.timeoutS * 1000,
-        workerData: { scorerModules: scorerModules().modules, custom: this.opts.computeScoreSource ?? null },
-      });
-    }
-    try {
-      await this.pool.ready();
-    } catch (e) {
-      await this.close();
-      throw e;
-    }
-    return this.pool;
+    this.threads = new LazyScoringPool(opts.computeScoreSource ?? null, contain);
   }
 
   async compute(data: DataProto): Promise<RewardResult> {
@@ -107,9 +78,22 @@ export class PrimeRewardManager implements RewardManager {
     return { rewardTensor: rewards, rewardExtraInfo: alignedExtraInfo(dicts), metrics: { "reward/timeout_count": timeouts, "reward/error_count": errors } };
   }
 
+  private async getPool(): Promise<ScoringPool | PythonScoringPool> {
+    const source = this.opts.computeScoreSource;
+    if (!source || !isPythonModule(source.path)) return this.threads.get();
+    this.python ??= new PythonScoringPool({ size: this.numWorkers, timeoutMs: this.timeoutS * 1000, source });
+    try {
+      await this.python.ready();
+    } catch (e) {
+      await this.close();
+      throw e;
+    }
+    return this.python;
+  }
+
   async close(): Promise<void> {
-    const p = this.pool;
-    this.pool = null;
-    if (p) await p.close();
+    const p = this.python;
+    this.python = null;
+    await Promise.all([this.threads.close(), p?.close()]);
   }
 }

@@ -2,6 +2,7 @@
 // uid per prompt, repeat by n, generate, reward, old log-prob, ref log-prob,
 // values, in-reward KL, advantage, critic update, actor update (after
 // critic_warmup), rollout dump, validation, checkpoint, metrics. Steps are 1-based.
+import { performance } from "node:perf_hooks";
 import * as tf from "@tensorflow/tfjs";
 import type { PpoBatchPlan } from "../../config/index.js";
 import type { DataLoaderState } from "../../data/index.js";
@@ -17,6 +18,7 @@ import type { CheckpointManager } from "../checkpoint/checkpoint_manager.js";
 import {
   aggLoss, applyKlPenalty, computeAdvantage, getKlController, type AlgoConfig, type KlController, type KlCtrlConfig,
 } from "./core_algos/index.js";
+import { nonFiniteRewardMetrics, perOptimizerStep, SkippedStepGuard } from "./fault_guards.js";
 import { computeDataMetrics, computeThroughputMetrics, computeTimingMetrics, reduceMetrics } from "./metric_utils.js";
 import { callProto, type PpoWorkers } from "./resources.js";
 import { balanceBatchOrder } from "./seqlen_balancing.js";
@@ -58,11 +60,15 @@ export class PPOTrainer {
   readonly rng: Rng;
   readonly klCtrl: KlController | null;
   private readonly history: FitResult["history"] = [];
+  private readonly skipGuard: SkippedStepGuard;
+  /** Grad norms per optimizer step of the last training step, per role (for skipGuard). */
+  private stepGradNorms: Record<string, number[]> = {};
 
   constructor(readonly d: PpoTrainerDeps) {
     this.rng = new Rng(d.cfg.int("trainer.seed", 42) ^ 0x7a11);
     const useKlInReward = d.cfg.bool("algorithm.use_kl_in_reward", false);
     this.klCtrl = useKlInReward ? getKlController(d.cfg.section("algorithm.kl_ctrl") as KlCtrlConfig) : null;
+    this.skipGuard = new SkippedStepGuard(d.cfg.optInt("trainer.max_consecutive_skipped_steps"));
   }
 
   private get seedPerSample(): boolean {
@@ -84,8 +90,9 @@ export class PPOTrainer {
   async fit(): Promise<FitResult> {
     const { cfg, trainLoader } = this.d;
     const resumable = { workers: this.d.workers, trainLoader, rng: this.rng, klCtrl: this.klCtrl };
-    this.globalSteps = await loadTrainerCheckpoint(this.d.checkpoints, cfg, resumable);
-    this.d.tracking.begin(this.globalSteps);
+    const resumed = await loadTrainerCheckpoint(this.d.checkpoints, cfg, resumable);
+    this.globalSteps = resumed.step;
+    this.d.tracking.begin(resumed.step, resumed.metrics ?? undefined);
     const total = this.d.totalTrainingSteps;
     if (cfg.bool("trainer.val_before_train", true)) {
       const val = await this.validate();
@@ -106,6 +113,7 @@ export class PPOTrainer {
         const isLastStep = this.globalSteps >= total;
         const metrics = await this.step(batch, epoch, isLastStep, resumable);
         this.log(metrics, this.globalSteps);
+        for (const [role, norms] of Object.entries(this.stepGradNorms)) this.skipGuard.observe(role, norms, this.globalSteps);
         if (isLastStep) return { globalStep: this.globalSteps, history: this.history };
         this.globalSteps += 1;
       }
@@ -120,8 +128,11 @@ export class PPOTrainer {
     const timing: TimingRaw = {};
     const metrics: Record<string, number> = {};
     const workerMetrics: Record<string, number[]> = {};
+    this.stepGradNorms = {};
     const n = plan.rolloutN;
     let batch: DataProto = prompts;
+    const t0 = performance.now();
+    const collect = (t: TimingRaw) => this.stepMetrics(metrics, workerMetrics, batch, t, step, epoch);
     await timed(timing, "step", async () => {
       batch.metaInfo.temperature = cfg.num("actor_rollout_ref.rollout.temperature", 1.0);
       assignUids(batch, this.rng);
@@ -141,6 +152,7 @@ export class PPOTrainer {
         return this.d.rewardFn.compute(batch);
       });
       Object.assign(metrics, reward.metrics ?? {});
+      Object.assign(metrics, nonFiniteRewardMetrics(reward.rewardTensor, batch.nonTensorBatch[cfg.str("data.reward_fn_key", "data_source")], step));
       Object.assign(workerMetrics, flattenMetricLists(genOut.metaInfo.metrics));
 
       await timed(timing, "old_log_prob", async () => {
@@ -169,10 +181,12 @@ export class PPOTrainer {
       if (workers.critic) {
         const out = await timed(timing, "update_critic", () => callProto(workers.critic!, "updateCritic", batch));
         Object.assign(workerMetrics, flattenMetricLists(out.metaInfo.metrics));
+        this.stepGradNorms.critic = perOptimizerStep(out.metaInfo.metrics, "critic/grad_norm");
       }
       if (cfg.int("trainer.critic_warmup", 0) <= step) {
         const out = await timed(timing, "update_actor", () => callProto(workers.actorRollout, "updateActor", batch));
         Object.assign(workerMetrics, flattenMetricLists(out.metaInfo.metrics));
+        this.stepGradNorms.actor = perOptimizerStep(out.metaInfo.metrics, "actor/grad_norm");
       }
 
       const rolloutDir = cfg.optStr("trainer.rollout_data_dir");
@@ -186,15 +200,25 @@ export class PPOTrainer {
       }
       const saveFreq = cfg.int("trainer.save_freq", -1);
       if (saveFreq > 0 && (isLastStep || step % saveFreq === 0)) {
-        await timed(timing, "save_checkpoint", () => saveTrainerCheckpoint(this.d.checkpoints, step, resumable));
+        // The step's metrics so far go into the checkpoint: a kill after its commit but before the
+        // metrics line is written loses nothing (the resumed run replays them).
+        const soFar = collect({ ...timing, step: (performance.now() - t0) / 1000 });
+        await timed(timing, "save_checkpoint", () => saveTrainerCheckpoint(this.d.checkpoints, step, resumable, soFar));
       }
     });
-    Object.assign(metrics, reduceMetrics(workerMetrics));
+    return collect(timing);
+  }
+
+  /** The step's logged metrics: the driver's, the workers' (reduced), data, timing and throughput. */
+  private stepMetrics(
+    driver: Record<string, number>, workerMetrics: Record<string, number[]>, batch: DataProto, timing: TimingRaw, step: number, epoch: number,
+  ): Record<string, number> {
+    const metrics = { ...driver, ...reduceMetrics(workerMetrics) };
     metrics["training/global_step"] = step;
     metrics["training/epoch"] = epoch;
-    Object.assign(metrics, computeDataMetrics(batch, Boolean(workers.critic)));
+    Object.assign(metrics, computeDataMetrics(batch, Boolean(this.d.workers.critic)));
     Object.assign(metrics, computeTimingMetrics(batch, timing));
-    Object.assign(metrics, computeThroughputMetrics(batch, timing, workers.worldSize));
+    Object.assign(metrics, computeThroughputMetrics(batch, timing, this.d.workers.worldSize));
     return metrics;
   }
 

@@ -1,8 +1,10 @@
 // Saving and resuming a PPO run (verl's _save_checkpoint / _load_checkpoint): the
 // workers write actor/ and critic/ into the step folder, the driver adds the
 // dataloader position (data.json) and its own state (trainer_state.json: step,
-// RNG, KL controller); the checkpoint manager makes the whole folder appear
-// atomically and prunes old ones.
+// RNG, KL controller) and the step's metrics (metrics.json: replayed into the
+// metrics file on resume when a kill came between the commit and the metrics
+// line); the checkpoint manager makes the whole folder appear atomically and
+// prunes old ones.
 import { existsSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import type { DataLoaderState } from "../../data/index.js";
@@ -34,23 +36,34 @@ export function checkpointManagerFor(cfg: ConfigView): CheckpointManager {
   });
 }
 
-export async function saveTrainerCheckpoint(cm: CheckpointManager, step: number, r: Resumable): Promise<string> {
+/** What a resume restores besides the workers' and the dataloader's state. */
+export interface ResumedRun {
+  /** The step training resumes after (0 = fresh start). */
+  step: number;
+  /** That step's metrics as saved with its checkpoint (without the checkpoint's own save time), if any. */
+  metrics: Record<string, number> | null;
+}
+
+const METRICS_FILE = "metrics.json";
+
+export async function saveTrainerCheckpoint(cm: CheckpointManager, step: number, r: Resumable, metrics?: Record<string, number>): Promise<string> {
   return cm.save(step, async (tmp) => {
     await r.workers.actorRollout.call("saveCheckpoint", join(tmp, "actor"));
     if (r.workers.critic) await r.workers.critic.call("saveCheckpoint", join(tmp, "critic"));
     writeFileAtomic(join(tmp, "data.json"), JSON.stringify(r.trainLoader.stateDict()));
     const state: DriverState = { global_step: step, rng: r.rng.getState(), kl_coef: r.klCtrl ? r.klCtrl.value : null };
     writeFileAtomic(join(tmp, "trainer_state.json"), JSON.stringify(state));
+    if (metrics) writeFileAtomic(join(tmp, METRICS_FILE), JSON.stringify(metrics));
   });
 }
 
-/** Restores the run named by trainer.resume_mode; returns the step it resumes after (0 = fresh start). */
-export async function loadTrainerCheckpoint(cm: CheckpointManager, cfg: ConfigView, r: Resumable): Promise<number> {
+/** Restores the run named by trainer.resume_mode; returns the step it resumes after (0 = fresh start) and that step's metrics. */
+export async function loadTrainerCheckpoint(cm: CheckpointManager, cfg: ConfigView, r: Resumable): Promise<ResumedRun> {
   cm.removeStaleTemporaries();
   const point = cm.resolveResume(cfg.str("trainer.resume_mode", "auto"), cfg.optStr("trainer.resume_from_path"));
   if (!point) {
     logger().info("training from scratch (no checkpoint to resume)");
-    return 0;
+    return { step: 0, metrics: null };
   }
   logger().info({ dir: point.dir, step: point.step }, "resuming from checkpoint");
   await r.workers.actorRollout.call("loadCheckpoint", join(point.dir, "actor"));
@@ -68,6 +81,8 @@ export async function loadTrainerCheckpoint(cm: CheckpointManager, cfg: ConfigVi
     r.rng.setState(s.rng);
     if (r.klCtrl && typeof s.kl_coef === "number") r.klCtrl.value = s.kl_coef;
   }
+  const metricsPath = join(point.dir, METRICS_FILE);
+  const metrics = existsSync(metricsPath) ? (JSON.parse(readFileSync(metricsPath, "utf8")) as Record<string, number>) : null;
   if (cfg.bool("trainer.del_local_ckpt_after_load", false)) rmSync(point.dir, { recursive: true, force: true });
-  return point.step;
+  return { step: point.step, metrics };
 }

@@ -11,6 +11,7 @@ import {
   aggLoss, getPolicyLoss, keepMetrics, klPenalty, stopGradient,
   type ActorLossConfig, type LossMetrics,
 } from "../../trainer/ppo/core_algos/index.js";
+import { heartbeat } from "../../single_controller/heartbeat.js";
 import { Rng } from "../../utils/rng.js";
 import { column, miniBatches, microBatches, toTf, tokenAndSequenceCounts, TokenWeightedMeans, type MicroBatchSpec } from "../batching.js";
 import type { ConfigView } from "../config_view.js";
@@ -112,6 +113,7 @@ export class DataParallelPPOActor {
         let pgSum = 0, klSum = 0, entSum = 0;
         const means = new TokenWeightedMeans();
         for (const micro of microBatches(mini, spec).batches) {
+          heartbeat();
           let kept: LossMetrics = {};
           let parts: tf.Scalar[] = [];
           const { value, grads } = tf.variableGrads(() => {

@@ -5,6 +5,7 @@ import * as tf from "@tensorflow/tfjs";
 import type { DataProto } from "../../protocol/index.js";
 import type { TensorData } from "../../protocol/tensor.js";
 import { computeValueLoss, maskedMean } from "../../trainer/ppo/core_algos/index.js";
+import { heartbeat } from "../../single_controller/heartbeat.js";
 import { Rng } from "../../utils/rng.js";
 import { column, miniBatches, microBatches, toTf, tokenAndSequenceCounts, TokenWeightedMeans, type MicroBatchSpec } from "../batching.js";
 import type { ConfigView } from "../config_view.js";
@@ -59,6 +60,7 @@ export class DataParallelPPOCritic {
         let lossSum = 0;
         const means = new TokenWeightedMeans();
         for (const micro of microBatches(mini, spec).batches) {
+          heartbeat();
           let kept: tf.Scalar[] = [];
           const { value, grads } = tf.variableGrads(() => {
             const responseMask = toTf(column(micro, "response_mask"), "float32");

@@ -6,7 +6,7 @@ import * as tf from "@tensorflow/tfjs";
 import type { Config } from "../../config/index.js";
 import type { LlamaModel, Tokenizer } from "../../models/index.js";
 import type { DataProto } from "../../protocol/index.js";
-import { Dispatch, register, Worker } from "../../single_controller/index.js";
+import { Dispatch, heartbeat, register, Worker } from "../../single_controller/index.js";
 import { countLossTokens, sftLossSum } from "../../trainer/sft/sft_loss.js";
 import { loadSftModel, loadSftTokenizer } from "../../trainer/sft/sft_model.js";
 import { microBatches } from "../batching.js";
@@ -100,6 +100,7 @@ export class SFTWorker extends Worker {
     const norm = counts[0]! + 1e-8;
     let lossSum = 0;
     for (const micro of microBatches(data, { microBatchSize, maxTokenLen: null }).batches) {
+      heartbeat();
       const { value, grads } = tf.variableGrads(() => tf.div(sftLossSum(model, micro), norm) as tf.Scalar, optimizer.vars);
       optimizer.accumulate(grads);
       lossSum += (await value.data())[0]!;
@@ -117,6 +118,7 @@ export class SFTWorker extends Worker {
     const { model, microBatchSize } = this.state;
     let lossSum = 0;
     for (const micro of microBatches(data, { microBatchSize, maxTokenLen: null }).batches) {
+      heartbeat();
       const t = tf.tidy(() => sftLossSum(model, micro));
       lossSum += (await t.data())[0]!;
       t.dispose();

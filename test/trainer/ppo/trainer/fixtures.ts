@@ -76,10 +76,15 @@ export interface CliRun {
   stderr: string;
 }
 
-/** Runs `verl train` in a child process; `onOutput` sees stdout as it arrives (and may kill the child). */
-export function runTrain(overrides: string[], env: Record<string, string>, onOutput?: (text: string, kill: () => void) => void): Promise<CliRun> {
+/**
+ * Runs `verl train` in a child process; `onOutput` sees stdout as it arrives (and may kill the child).
+ * A child still running after `limitMs` is killed (the run then ends with signal SIGKILL).
+ */
+export function runTrain(overrides: string[], env: Record<string, string>, onOutput?: (text: string, kill: () => void) => void, limitMs?: number): Promise<CliRun> {
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, [CLI, "train", ...overrides], { env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
+    const limit = limitMs === undefined ? undefined : setTimeout(() => child.kill("SIGKILL"), limitMs);
+    child.on("close", () => clearTimeout(limit));
     let stdout = "", stderr = "";
     child.stdout.on("data", (b: Buffer) => {
       stdout += b.toString();

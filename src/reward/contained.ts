@@ -1,0 +1,120 @@
+// User reward code (custom_reward_function.path) runs contained in scoring threads
+// under every manager: a synchronous endless loop or a promise that never settles is
+// cut off after reward_model.reward_kwargs.timeout_s (default 300 s) by terminating the
+// thread; process.exit() or a throw from a callback ends only that thread. Under
+// naive, dapo and batch each of these fails the step with one error naming the reward
+// file and the sample (prime instead scores such a sample 0 and goes on).
+import { availableParallelism } from "node:os";
+import { logger } from "../utils/logger.js";
+import { scorerModules } from "./scorers/registry.js";
+import { ScoringPool, type TaskOutcome } from "./scoring_pool.js";
+import type { RewardFnSource } from "./types.js";
+
+export interface ContainmentOptions {
+  /** Scoring threads (reward_model.reward_kwargs.num_workers; default the number of cores, at most 64). */
+  numWorkers: number;
+  /** Seconds one sample (or one batch call) may take (reward_model.reward_kwargs.timeout_s; default 300). */
+  timeoutS: number;
+}
+
+function positiveNumber(v: unknown, key: string, fallback: number): number {
+  if (v === undefined || v === null) return fallback;
+  if (typeof v !== "number" || !(v > 0)) throw new Error(`reward_model.reward_kwargs.${key} must be a positive number, got ${JSON.stringify(v)}`);
+  return v;
+}
+
+/** num_workers and timeout_s from reward_model.reward_kwargs (verl's prime defaults: 64 workers, 300 s). */
+export function containmentOptions(rewardKwargs: Record<string, unknown>): ContainmentOptions {
+  return {
+    numWorkers: Math.floor(positiveNumber(rewardKwargs.num_workers, "num_workers", Math.min(64, availableParallelism()))),
+    timeoutS: positiveNumber(rewardKwargs.timeout_s, "timeout_s", 300),
+  };
+}
+
+/** A pool of scoring threads, started on first use; `custom` null = the registered scorers only. */
+export class LazyScoringPool {
+  private pool: ScoringPool | null = null;
+
+  constructor(private readonly custom: RewardFnSource | null, readonly opts: ContainmentOptions) {
+    if (!custom) {
+      const { unreachable } = scorerModules();
+      if (unreachable.length > 0) {
+        logger().warn({ data_sources: unreachable }, "these scorers were registered without { module: import.meta.url } and are unknown to the scoring threads");
+      }
+    }
+  }
+
+  async get(): Promise<ScoringPool> {
+    this.pool ??= new ScoringPool({
+      size: this.opts.numWorkers,
+      timeoutMs: this.opts.timeoutS * 1000,
+      workerData: { scorerModules: scorerModules().modules, custom: this.custom },
+    });
+    try {
+      await this.pool.ready();
+    } catch (e) {
+      await this.close();
+      throw e;
+    }
+    return this.pool;
+  }
+
+  async close(): Promise<void> {
+    const p = this.pool;
+    this.pool = null;
+    if (p) await p.close();
+  }
+}
+
+export interface SampleToScore {
+  /** The row in the batch. */
+  index: number;
+  dataSource: string;
+  solutionStr: string;
+  groundTruth: unknown;
+  extraInfo: Record<string, unknown> | null;
+}
+
+/** The user's reward function, called in scoring threads; any fault is an error naming the file and the sample. */
+export class ContainedRewardFunction {
+  private readonly threads: LazyScoringPool;
+
+  constructor(private readonly source: RewardFnSource, opts: ContainmentOptions) {
+    this.threads = new LazyScoringPool(source, opts);
+  }
+
+  private failure(what: string, o: Exclude<TaskOutcome, { kind: "ok" }>): Error {
+    const reason = o.kind === "timeout" ? `timed out after ${this.threads.opts.timeoutS} s (reward_model.reward_kwargs.timeout_s)` : o.message;
+    return new Error(`reward function ${this.source.name} (${this.source.path}) failed on ${what}: ${reason}`);
+  }
+
+  /** Per-sample scores (numbers or {score, ...}), in order. */
+  async scoreSamples(samples: SampleToScore[]): Promise<(number | { score: number; [k: string]: unknown })[]> {
+    const pool = await this.threads.get();
+    const outcomes = await Promise.all(samples.map((s) => pool.score({
+      dataSource: s.dataSource, solutionStr: s.solutionStr, groundTruth: s.groundTruth, extraInfo: s.extraInfo,
+    })));
+    return outcomes.map((o, i) => {
+      if (o.kind === "ok") return o.value;
+      const s = samples[i]!;
+      throw this.failure(`sample ${s.index} (data_source "${s.dataSource}", response ${JSON.stringify(snippet(s.solutionStr))})`, o);
+    });
+  }
+
+  /** One call of the batch form with the whole batch's lists. */
+  async scoreBatch(batch: { dataSources: string[]; solutionStrs: string[]; groundTruths: unknown[]; extraInfos: (Record<string, unknown> | null)[]; kwargs: Record<string, unknown> }): Promise<unknown> {
+    const pool = await this.threads.get();
+    const o = await pool.scoreBatch(batch);
+    if (o.kind === "ok") return o.value;
+    const sources = [...new Set(batch.dataSources)].map((d) => JSON.stringify(d)).join(", ");
+    throw this.failure(`the batch of ${batch.dataSources.length} samples (data_source ${sources})`, o);
+  }
+
+  close(): Promise<void> {
+    return this.threads.close();
+  }
+}
+
+function snippet(s: string): string {
+  return s.length > 60 ? `${s.slice(0, 60)}…` : s;
+}
