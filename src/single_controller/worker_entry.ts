@@ -3,14 +3,16 @@
 // turns every failure into a result naming the rank and the method.
 import { workerData } from "node:worker_threads";
 import { Piscina } from "piscina";
-import { Collective } from "./collective.js";
+import { Collective, type RankCollective } from "./collective.js";
+import { HierarchicalCollective } from "./distributed/host_collective.js";
 import { toRemoteError, CollectiveError } from "./errors.js";
 import { decodeValue, encodeValue, importModule, transferable } from "./transport.js";
 import { instanceKey, type CallTask, type InitTask, type Task, type TaskResult, type ThreadInit } from "./messages.js";
 import { Worker, runThreadClosers, setThreadContext } from "./worker.js";
 
 const init = workerData as ThreadInit;
-const collective = new Collective(init.collective, init.rank, { requireCall: true });
+const localCollective = new Collective(init.collective, init.localRank, { requireCall: true });
+const collective: RankCollective = init.host ? new HierarchicalCollective(localCollective, init.host) : localCollective;
 setThreadContext({ rank: init.rank, worldSize: init.worldSize, localRank: init.localRank, collective, shared: new Map() });
 
 const instances = new Map<string, Worker>();
