@@ -229,6 +229,8 @@ export async function joinCluster(opts: JoinOptions): Promise<RemoteRanks> {
       };
       stream.on("error", (e: unknown) => gone(streamEndReason(e)));
       stream.on("end", () => gone("the connection closed"));
+      // A client that vanishes (process killed, connection reset) shows on the server side as a cancel.
+      stream.on("cancelled", () => gone("the connection dropped (the agent process died or its host is unreachable)"));
       if (slots.every(Boolean)) complete?.();
     });
   };

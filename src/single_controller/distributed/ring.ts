@@ -118,6 +118,7 @@ export class Ring {
       this.deliver(head, frame.value as ArrayBufferView);
     });
     stream.on("error", (e: unknown) => from && this.lose(from, streamEndReason(e)));
+    stream.on("cancelled", () => from && this.lose(from, "the connection dropped (the agent process died or its host is unreachable)"));
     stream.on("end", () => {
       if (from) this.lose(from, "the connection closed");
       stream.end();
