@@ -13,7 +13,7 @@ import { loadConfig } from "../../../src/config/index.js";
 import { runPpo } from "../../../src/trainer/main_ppo.js";
 import { makeWorkspace, metricsByStep, stories, type Workspace } from "../../trainer/ppo/trainer/fixtures.js";
 import { freePort, runVerl, startAgent, type Agent } from "./cluster_helpers.js";
-import { createNetnsPair } from "./netns.js";
+import { createNetnsPair } from "../../../bench/netns.js";
 
 const VOLATILE = /^(timing_s\/|timing_per_token_ms\/|perf\/|global_seqlen\/)/;
 const STEPS = 3;

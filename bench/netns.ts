@@ -1,7 +1,7 @@
-// Two "hosts" for the tests: Linux network namespaces joined by a veth pair,
+// Two "hosts" for the tests and benchmarks: Linux network namespaces joined by a veth pair,
 // 10.231.0.1 and 10.231.0.2 (addresses that exist only inside these two
 // namespaces; nothing leaves them). Needs root and iproute2; `available()`
-// says why not otherwise, and the tests skip with that reason.
+// says why not otherwise, and the tests and benchmarks skip with that reason.
 import { spawnSync } from "node:child_process";
 
 export interface NetnsPair {
