@@ -125,14 +125,10 @@ class HostLink {
     });
   }
 
-  /** Tells the agent to stop and waits (at most waitMs) until it has closed its side. */
-  async shutdown(waitMs = 10_000): Promise<void> {
+  /** Tells the agent to stop (once). */
+  sendShutdown(): void {
     if (this.shutdownSent) return;
-    const closed = this.lostReason === undefined ? new Promise<void>((resolve) => {
-      this.stream.once("end", resolve);
-      this.stream.once("error", () => resolve());
-      this.stream.once("close", resolve);
-    }) : Promise.resolve();
+    this.shutdownSent = true;
     if (this.lostReason === undefined) {
       try {
         this.send({ t: "shutdown" });
@@ -140,9 +136,19 @@ class HostLink {
         // already gone
       }
     }
-    this.shutdownSent = true;
     for (const p of this.pending.values()) p.reject(new Error(`${describePeer(this.peer)} was shut down`));
     this.pending.clear();
+  }
+
+  /** Tells the agent to stop and waits (at most waitMs) until it has closed its side. */
+  async shutdown(waitMs = 10_000): Promise<void> {
+    const open = this.lostReason === undefined && !this.stream.closed;
+    const closed = open ? new Promise<void>((resolve) => {
+      this.stream.once("end", resolve);
+      this.stream.once("error", () => resolve());
+      this.stream.once("close", resolve);
+    }) : Promise.resolve();
+    this.sendShutdown();
     let timer: NodeJS.Timeout | undefined;
     await Promise.race([closed, new Promise<void>((resolve) => (timer = setTimeout(resolve, waitMs)))]);
     clearTimeout(timer);
@@ -300,6 +306,8 @@ function remoteRanks(hosts: HostLink[], perNode: number, server: ClusterServer):
         },
         destroy: async () => {
           if (i !== 0) return;
+          // Every host hears the shutdown first, so none takes a neighbour's exit for a lost host.
+          for (const other of hosts) other.sendShutdown();
           await h.shutdown();
           if (++stopped === hosts.length) server.close();
         },

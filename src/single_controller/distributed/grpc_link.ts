@@ -24,6 +24,8 @@ const CHANNEL_OPTIONS: grpc.ChannelOptions = {
   "grpc.keepalive_permit_without_calls": 1,
   "grpc.http2.min_time_between_pings_ms": KEEPALIVE_MS / 2,
   "grpc.http2.max_pings_without_data": 0,
+  // The client's HTTP/2 receive window (grpc-js's default 64 KiB stalls a megabyte frame on round trips).
+  "grpc-node.flow_control_window": 32 << 20,
 };
 const SERVER_OPTIONS: grpc.ChannelOptions = {
   ...CHANNEL_OPTIONS,

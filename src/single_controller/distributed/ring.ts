@@ -48,14 +48,15 @@ export class Ring {
   /** A lost host never comes back: every later op fails with this. */
   private lost: string | undefined;
   private client: ClusterClient | undefined;
-  private succ: grpc.ClientDuplexStream<Buffer, Buffer> | undefined;
+  /** The stream the successor opened to this host's server: this host writes to it. */
+  private succ: grpc.ServerDuplexStream<Buffer, Buffer> | undefined;
   private readonly inbox = new Map<string, { head: RingHead; value: ArrayBufferView }>();
   private readonly waiters = new Map<string, Waiter>();
-  private predReady: (() => void) | undefined;
-  private readonly predConnected: Promise<void>;
+  private succReady: (() => void) | undefined;
+  private readonly succConnected: Promise<void>;
 
   constructor(private readonly me: number, private readonly peers: PeerInfo[], private readonly token: string, private readonly timeoutMs: number) {
-    this.predConnected = new Promise((resolve) => (this.predReady = resolve));
+    this.succConnected = new Promise((resolve) => (this.succReady = resolve));
   }
 
   private get size(): number {
@@ -71,58 +72,69 @@ export class Ring {
     return this.peers[this.mod(this.me + 1)]!;
   }
 
-  /** Connects to the successor and waits until the predecessor has connected to us. */
+  /**
+   * Connects to the predecessor's ring server and waits until the successor has connected to ours.
+   * Data flows from server to client (a host writes to the stream its successor opened), because
+   * grpc-js widens the HTTP/2 receive window on the client side only (64 KiB otherwise).
+   */
   async open(): Promise<void> {
     if (this.size === 1) return;
-    this.client = connect(this.next.addr, this.token);
+    this.client = connect(this.pred.addr, this.token);
     await this.client.ready(this.timeoutMs);
     const stream = this.client.ring();
-    stream.on("data", () => undefined);
-    stream.on("error", (e: unknown) => this.lose(this.next, streamEndReason(e)));
-    stream.on("end", () => this.lose(this.next, "the connection closed"));
+    stream.on("data", (buf: Buffer) => this.receive(buf));
+    stream.on("error", (e: unknown) => this.lose(this.pred, streamEndReason(e)));
+    stream.on("end", () => this.lose(this.pred, "the connection closed"));
     stream.write(encodeFrame({ t: "hello", from: this.me, e: 0, s: 0, k: 0, op: "", n: 0 } satisfies RingHead));
-    this.succ = stream;
     let timer: NodeJS.Timeout | undefined;
     const timeout = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`${describePeer(this.pred)} did not open its ring connection to this host within ${this.timeoutMs / 1000} s`)), this.timeoutMs);
+      timer = setTimeout(() => reject(new Error(`${describePeer(this.next)} did not open its ring connection to this host within ${this.timeoutMs / 1000} s`)), this.timeoutMs);
     });
     try {
-      await Promise.race([this.predConnected, timeout]);
+      await Promise.race([this.succConnected, timeout]);
     } finally {
       clearTimeout(timer);
     }
   }
 
-  /** A stream opened to this host's ring server (by the predecessor). */
+  /** A stream opened to this host's ring server (by the successor, which this host sends to). */
   attach(stream: grpc.ServerDuplexStream<Buffer, Buffer>): void {
-    let from: PeerInfo | undefined;
+    let hello = false;
     stream.on("data", (buf: Buffer) => {
-      let frame;
+      let head: RingHead;
       try {
-        frame = decodeFrame<RingHead>(buf);
+        head = decodeFrame<RingHead>(buf).head;
       } catch (e) {
-        this.lose(from ?? this.pred, `a malformed frame: ${(e as Error).message}`);
+        this.lose(this.next, `a malformed frame: ${(e as Error).message}`);
         return;
       }
-      const head = frame.head;
-      if (head.t === "hello") {
-        if (head.from !== this.pred.nodeRank) {
-          stream.emit("error", { code: 9, details: `node ${head.from} is not this host's ring predecessor (node ${this.pred.nodeRank})` });
-          return;
-        }
-        from = this.pred;
-        this.predReady?.();
+      if (hello || head.t !== "hello") return;
+      if (head.from !== this.next.nodeRank) {
+        stream.emit("error", { code: 9, details: `node ${head.from} is not this host's ring successor (node ${this.next.nodeRank})` });
         return;
       }
-      if (!from) return;
-      this.deliver(head, frame.value as ArrayBufferView);
+      hello = true;
+      this.succ = stream;
+      this.succReady?.();
     });
-    stream.on("error", (e: unknown) => from && this.lose(from, streamEndReason(e)));
-    stream.on("cancelled", () => from && this.lose(from, "the connection dropped (the agent process died or its host is unreachable)"));
+    const lost = (reason: string) => hello && this.lose(this.next, reason);
+    stream.on("error", (e: unknown) => lost(streamEndReason(e)));
+    stream.on("cancelled", () => lost("the connection dropped (the agent process died or its host is unreachable)"));
     stream.on("end", () => {
-      if (from) this.lose(from, "the connection closed");
+      lost("the connection closed");
       stream.end();
     });
+  }
+
+  private receive(buf: Buffer): void {
+    let frame;
+    try {
+      frame = decodeFrame<RingHead>(buf);
+    } catch (e) {
+      this.lose(this.pred, `a malformed frame: ${(e as Error).message}`);
+      return;
+    }
+    if (frame.head.t === "data") this.deliver(frame.head, frame.value as ArrayBufferView);
   }
 
   /** A new epoch (the driver's first call after a failed one): forget the failed state. */
