@@ -156,11 +156,21 @@ export async function runAgent(opts: AgentOptions): Promise<number> {
       resolve(code);
     };
     stream.on("data", (buf: Buffer) => {
-      const frame = decodeFrame<Record<string, unknown>>(buf);
+      let frame;
+      try {
+        frame = decodeFrame<Record<string, unknown>>(buf);
+      } catch (e) {
+        void finish(1, `a malformed frame from the driver: ${(e as Error).message}`);
+        return;
+      }
       const head = frame.head;
       if (head.t === "welcome") {
         start(head as unknown as WelcomeHead).catch((e: unknown) => void finish(1, `could not start: ${(e as Error).message}`));
       } else if (head.t === "task") {
+        if (!pool) {
+          send({ t: "died", id: head.id, rank: head.rank, reason: "a task arrived before this host's rank threads were started" });
+          return;
+        }
         void runTask(head as { id: number; rank: number; epoch: number }, frame.value as Task, frame.buffers);
       } else if (head.t === "abort") {
         pool?.abortCollective(head.reason as string);
