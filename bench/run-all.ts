@@ -43,6 +43,8 @@ const BENCHES: Record<string, BenchSpec> = {
     script: "controller.js", full: [], quick: [], wrap: true, timeoutS: 300,
     env: {}, // its own defaults; VERL_BENCH_CALLS etc. pass through the environment
   },
+  // The same all-reduce in one process, across two host agents on loopback, and across two network namespaces.
+  allreduce_hosts: { script: "allreduce_hosts.js", full: ["--iters", "8"], quick: ["--iters", "3", "--mib", "4"], timeoutS: 300 },
   single_thread: {
     script: "generation.js", full: [], quick: [], wrap: true, timeoutS: 300,
     env: { VERL_BENCH_QUICK: "0" },

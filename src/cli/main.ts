@@ -130,6 +130,21 @@ export function buildProgram(): Command {
     });
 
   program
+    .command("worker")
+    .description("join a run spanning hosts as this host's agent (trainer.nnodes > 1; docs/distributed.md)")
+    .option("--join <host:port>", "the driver's address (default MASTER_ADDR:MASTER_PORT)")
+    .option("--name <name>", "this host's name in logs and errors (default: its host name)")
+    .option("--bind <addr>", "address for this host's ring endpoint (default: the one it reaches the driver from)")
+    .option("--ring-port <port>", "port for this host's ring endpoint (default: any free one)")
+    .option("--token-file <file>", "the run's join token (default VERL_JOIN_TOKEN, else VERL_JOIN_TOKEN_FILE or ~/.verl-ts/join_token)")
+    .option("--node-rank <n>", "this host's node rank (default NODE_RANK, else the driver picks)")
+    .option("--wait-s <s>", "how long to wait for the token file and the driver (default 600)")
+    .action(async (opts: Record<string, unknown>) => {
+      const run = await loadRunner("worker");
+      await run({ config: {}, overrides: [], options: { ...opts } });
+    });
+
+  program
     .command("plot")
     .description("draw the curves of a metrics JSONL file (the `file` logger's output)")
     .argument("<metrics>", "metrics.jsonl")

@@ -65,7 +65,19 @@ export interface CallInfo {
   participants: number;
 }
 
-export class Collective {
+/** What a worker sees as `this.collective`: one pool's ranks, in one process or across hosts. */
+export interface RankCollective {
+  readonly rank: number;
+  readonly worldSize: number;
+  readonly timeoutMs: number;
+  barrier(): void;
+  allReduce(buf: Float32Array | Float64Array, op?: ReduceOp): void;
+  broadcast(buf: ArrayBufferView, root?: number): void;
+  setCall(call: CallInfo | undefined): void;
+  abort(reason: string): void;
+}
+
+export class Collective implements RankCollective {
   readonly worldSize: number;
   readonly rank: number;
   timeoutMs: number;

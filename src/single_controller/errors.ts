@@ -34,8 +34,10 @@ export class WorkerError extends Error {
 export class WorkerDiedError extends Error {
   override name = "WorkerDiedError";
   constructor(readonly rank: number, readonly reason: string, readonly workerStack?: string, readonly method?: string) {
+    // A rank on another host is lost with its host (the reason names the host), not as a thread.
+    const what = reason.startsWith("host '") ? `rank ${rank} was lost` : `worker thread of rank ${rank} died`;
     super(
-      `worker thread of rank ${rank} died${method ? ` during ${method}` : ""}: ${reason}; ` +
+      `${what}${method ? ` during ${method}` : ""}: ${reason}; ` +
         "the worker group is failed (its state is lost) and all its threads were stopped",
     );
     if (workerStack) this.stack = withWorkerStack(this, rank, workerStack);

@@ -1,15 +1,19 @@
 // What the driver posts to a rank's thread and what comes back.
 import type { CollectiveBuffers } from "./collective.js";
 import type { RemoteErrorInfo } from "./errors.js";
+import type { HostLayout } from "./distributed/host_collective.js";
 
 /** workerData of every pool thread. */
 export interface ThreadInit {
   rank: number;
   worldSize: number;
   localRank: number;
+  /** This host's ranks' shared memory (indexed by localRank). */
   collective: CollectiveBuffers;
   /** Progress counters (heartbeat.ts), one int32 per rank. */
   heartbeat: SharedArrayBuffer;
+  /** Set when the pool spans hosts: the layout and the bridge to this host's network side. */
+  host?: HostLayout;
 }
 
 export interface RoleSpec {

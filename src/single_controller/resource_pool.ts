@@ -17,6 +17,7 @@ import type { ResourceLimits } from "node:worker_threads";
 import { Collective, createCollectiveBuffers, type CollectiveBuffers, type CollectiveOptions } from "./collective.js";
 import { WorkerDiedError, WorkerGroupClosedError, WorkerUnresponsiveError } from "./errors.js";
 import { createHeartbeatBuffer } from "./heartbeat.js";
+import type { HostLayout } from "./distributed/host_collective.js";
 import type { Task, TaskResult, ThreadInit } from "./messages.js";
 import { logger } from "../utils/logger.js";
 
@@ -35,6 +36,42 @@ export interface ResourcePoolOptions extends CollectiveOptions {
    * failed and its threads terminated (default 300 s; 0 = never).
    */
   heartbeatTimeoutMs?: number;
+  /** This pool is one host's share of a pool spanning hosts (the host agent): ranks get global numbers. */
+  host?: HostLayout;
+  /** The ranks live on other hosts (the driver of a multi-host run): tasks go through this. */
+  remote?: RemoteRanks;
+}
+
+/** Where one rank's tasks run: its own piscina thread, or a thread on another host. */
+export interface RankBackend {
+  run(task: Task, transferList: ArrayBuffer[]): Promise<TaskResult>;
+  destroy(): Promise<void>;
+}
+
+/** The driver's handle on the collectives of its ranks: abort when one fails, reset when idle. */
+export interface CollectiveControl {
+  abort(reason: string): void;
+  brokenReason(): string | undefined;
+  reset(): void;
+}
+
+/** Ranks on other hosts, seen from the driver (distributed/cluster.ts). */
+export interface RemoteRanks {
+  worldSize: number;
+  backends: RankBackend[];
+  control: CollectiveControl;
+  /** Called once with the pool's fail(rank, reason) so a lost host fails the pool. */
+  onRankLost(fail: (rank: number, reason: string) => void): void;
+}
+
+class ThreadRank implements RankBackend {
+  constructor(readonly pool: Piscina) {}
+  run(task: Task, transferList: ArrayBuffer[]): Promise<TaskResult> {
+    return this.pool.run(task, { transferList }) as Promise<TaskResult>;
+  }
+  destroy(): Promise<void> {
+    return this.pool.destroy();
+  }
 }
 
 export const DEFAULT_HEARTBEAT_TIMEOUT_MS = 300_000;
@@ -50,27 +87,38 @@ export function heartbeatTimeoutFromConfig(config: unknown): number | undefined 
   return v * 1000;
 }
 
-/** Reads trainer.n_gpus_per_node / trainer.nnodes (one node only) from a composed config. */
-export function poolSizeFromConfig(config: unknown): number {
+/** Reads trainer.nnodes (hosts) and trainer.n_gpus_per_node (ranks per host) from a composed config. */
+export function poolShapeFromConfig(config: unknown): { nnodes: number; perNode: number } {
   const trainer = (config as { trainer?: unknown } | null)?.trainer;
   if (trainer === null || typeof trainer !== "object") throw new Error("ResourcePool.fromConfig: config has no 'trainer' section");
   const t = trainer as Record<string, unknown>;
   const nnodes = t.nnodes ?? 1;
-  if (nnodes !== 1) throw new Error(`trainer.nnodes=${String(nnodes)}: verl-ts runs on one host; set trainer.nnodes=1`);
+  if (typeof nnodes !== "number" || !Number.isInteger(nnodes) || nnodes < 1) {
+    throw new Error(`trainer.nnodes must be a positive integer (hosts), got ${JSON.stringify(nnodes)}`);
+  }
   const n = t.n_gpus_per_node;
   if (typeof n !== "number" || !Number.isInteger(n) || n < 1) {
-    throw new Error(`trainer.n_gpus_per_node must be a positive integer (ranks on this host), got ${JSON.stringify(n)}`);
+    throw new Error(`trainer.n_gpus_per_node must be a positive integer (ranks on each host), got ${JSON.stringify(n)}`);
   }
-  return n;
+  return { nnodes, perNode: n };
+}
+
+/** Ranks of a one-host pool (trainer.nnodes=1). */
+export function poolSizeFromConfig(config: unknown): number {
+  const { nnodes, perNode } = poolShapeFromConfig(config);
+  if (nnodes !== 1) {
+    throw new Error(`trainer.nnodes=${nnodes}: a pool over several hosts is made by ResourcePool.launch(config), which waits for the hosts' agents (verl worker --join; docs/distributed.md)`);
+  }
+  return perNode;
 }
 
 export class ResourcePool {
   readonly worldSize: number;
   readonly name: string;
   readonly collectiveBuffers: CollectiveBuffers;
-  private readonly rankPools: Piscina[];
+  private readonly rankPools: RankBackend[];
   /** The driver's handle on the collective: abort on death, reset when idle. */
-  private readonly collective: Collective;
+  private readonly collective: CollectiveControl;
   private failure: Error | undefined;
   private destroying: Promise<void> | undefined;
   private closing: Promise<void> | undefined;
@@ -89,13 +137,26 @@ export class ResourcePool {
 
   constructor(opts: ResourcePoolOptions | number = {}) {
     const o: ResourcePoolOptions = typeof opts === "number" ? { worldSize: opts } : opts;
+    this.name = o.name ?? "global_pool";
+    if (o.remote) {
+      this.worldSize = o.remote.worldSize;
+      this.collectiveBuffers = createCollectiveBuffers(1);
+      this.collective = o.remote.control;
+      this.rankPools = o.remote.backends;
+      // Each host agent's own pool watches its threads' heartbeats; a stuck rank there fails that host.
+      this.heartbeats = new Int32Array(createHeartbeatBuffer(this.worldSize));
+      this.heartbeatTimeoutMs = 0;
+      this.outstanding = Array.from({ length: this.worldSize }, () => []);
+      this.lastBeat = Array.from({ length: this.worldSize }, () => ({ count: 0, at: Date.now() }));
+      o.remote.onRankLost((rank, reason) => this.fail(rank, reason));
+      return;
+    }
     const worldSize = o.worldSize ?? os.availableParallelism();
     if (!Number.isInteger(worldSize) || worldSize < 1) throw new Error(`ResourcePool: worldSize must be a positive integer, got ${worldSize}`);
     if (!existsSync(fileURLToPath(ENTRY))) {
       throw new Error(`ResourcePool: the compiled worker script ${fileURLToPath(ENTRY)} is missing; build with tsc and run from the compiled output (dist/), not from .ts sources`);
     }
     this.worldSize = worldSize;
-    this.name = o.name ?? "global_pool";
     this.collectiveBuffers = createCollectiveBuffers(worldSize, o);
     this.collective = new Collective(this.collectiveBuffers, worldSize);
     const heartbeatBuffer = createHeartbeatBuffer(worldSize);
@@ -123,11 +184,28 @@ export class ResourcePool {
     return new ResourcePool({ ...opts, worldSize, ...(heartbeatTimeoutMs !== undefined ? { heartbeatTimeoutMs } : {}) });
   }
 
-  private startRank(rank: number, o: ResourcePoolOptions, heartbeat: SharedArrayBuffer): Piscina {
-    const workerData: ThreadInit = { rank, worldSize: this.worldSize, localRank: rank, collective: this.collectiveBuffers, heartbeat };
+  /**
+   * A pool of trainer.nnodes x trainer.n_gpus_per_node ranks: on this host when nnodes is 1, else on
+   * the hosts whose agents join this driver (it listens on MASTER_ADDR:MASTER_PORT and waits for them).
+   */
+  static async launch(config: unknown, opts: Omit<ResourcePoolOptions, "worldSize" | "remote" | "host"> = {}): Promise<ResourcePool> {
+    const { nnodes, perNode } = poolShapeFromConfig(config);
+    if (nnodes === 1) return ResourcePool.fromConfig(config, opts);
+    const { joinCluster } = await import("./distributed/cluster.js");
+    const remote = await joinCluster({ nnodes, perNode, name: opts.name ?? "global_pool", env: opts.env, timeoutMs: opts.timeoutMs, chunkElems: opts.chunkElems });
+    return new ResourcePool({ ...opts, remote });
+  }
+
+  private startRank(localRank: number, o: ResourcePoolOptions, heartbeat: SharedArrayBuffer): ThreadRank {
+    const L = this.collectiveBuffers.worldSize;
+    const host = o.host;
+    const rank = host ? host.hostIndex * L + localRank : localRank;
+    const worldSize = host ? host.nnodes * L : L;
+    const workerData: ThreadInit = { rank, worldSize, localRank, collective: this.collectiveBuffers, heartbeat, ...(host ? { host } : {}) };
     const env: Record<string, string> = {};
     for (const [k, v] of Object.entries(process.env)) if (v !== undefined) env[k] = v;
-    Object.assign(env, o.env ?? {}, { RANK: String(rank), WORLD_SIZE: String(this.worldSize), LOCAL_RANK: String(rank), LOCAL_WORLD_SIZE: String(this.worldSize) });
+    Object.assign(env, o.env ?? {}, { RANK: String(rank), WORLD_SIZE: String(worldSize), LOCAL_RANK: String(localRank), LOCAL_WORLD_SIZE: String(L) });
+    if (host) Object.assign(env, { NODE_RANK: String(host.hostIndex), NNODES: String(host.nnodes) });
     const pool = new Piscina({
       filename: ENTRY.href,
       minThreads: 1,
@@ -146,15 +224,20 @@ export class ResourcePool {
     let created = 0;
     pool.on("workerCreate", () => {
       created += 1;
-      if (created > 1) this.fail(rank, "piscina replaced the thread after it died");
+      if (created > 1) this.fail(localRank, "piscina replaced the thread after it died");
     });
     // Without an 'error' listener piscina's error event would crash the driver.
-    pool.on("error", (err: unknown) => this.fail(rank, describe(err), err instanceof Error ? err.stack : undefined));
+    pool.on("error", (err: unknown) => this.fail(localRank, describe(err), err instanceof Error ? err.stack : undefined));
     const thread = pool.threads[0];
     if (!thread) throw new Error(`ResourcePool: piscina started no thread for rank ${rank}`);
-    thread.on("error", (err: unknown) => this.fail(rank, describe(err), err instanceof Error ? err.stack : undefined));
-    thread.on("exit", (code: number) => this.fail(rank, `thread exited with code ${code}`));
-    return pool;
+    thread.on("error", (err: unknown) => this.fail(localRank, describe(err), err instanceof Error ? err.stack : undefined));
+    thread.on("exit", (code: number) => this.fail(localRank, `thread exited with code ${code}`));
+    return new ThreadRank(pool);
+  }
+
+  /** Releases every rank blocked in a collective with `reason` (a host agent, told that another host failed). */
+  abortCollective(reason: string): void {
+    this.collective.abort(reason);
   }
 
   /** Undefined while the pool works; the error that failed it otherwise. */
@@ -205,7 +288,7 @@ export class ResourcePool {
     if (calls.length === 0) this.lastBeat[rank] = { count: Atomics.load(this.heartbeats, rank), at: Date.now() };
     calls.push(method);
     try {
-      return (await pool.run(task, { transferList })) as TaskResult;
+      return await pool.run(task, transferList);
     } catch (e) {
       const failure = this.failure as Error | undefined;
       if (failure instanceof WorkerUnresponsiveError && failure.rank === rank) throw failure;
@@ -275,7 +358,7 @@ export class ResourcePool {
       timer = setTimeout(() => resolve("timeout"), timeoutMs);
       timer.unref();
     });
-    const closes = this.rankPools.map((p) => p.run({ kind: "close" } satisfies Task) as Promise<TaskResult>);
+    const closes = this.rankPools.map((p) => p.run({ kind: "close" } satisfies Task, []));
     const settled = await Promise.race([Promise.allSettled(closes), timeout]);
     clearTimeout(timer);
     logger().debug({ pool: this.name, settled: settled === "timeout" ? settled : settled.map((x) => x.status) }, "thread closers done");

@@ -3,13 +3,13 @@
 // share it). Inside a pool thread the runtime sets the thread context before
 // constructing instances; a worker built anywhere else (a test, a single-process
 // run) is rank 0 of a world of one, or follows RANK/WORLD_SIZE/LOCAL_RANK.
-import { Collective } from "./collective.js";
+import { Collective, type RankCollective } from "./collective.js";
 
 export interface ThreadContext {
   rank: number;
   worldSize: number;
   localRank: number;
-  collective: Collective;
+  collective: RankCollective;
   /** One map per thread, shared by every worker instance in it (colocated roles). */
   shared: Map<string, unknown>;
 }
@@ -76,7 +76,7 @@ export class Worker {
   /** This thread's environment (RANK, WORLD_SIZE, LOCAL_RANK are set per rank). */
   readonly env: NodeJS.ProcessEnv;
   /** barrier / allReduce / broadcast among the ranks of this worker's pool (blocking). */
-  readonly collective: Collective;
+  readonly collective: RankCollective;
   /** State shared with the other worker instances in the same thread (colocated roles). */
   readonly threadShared: Map<string, unknown>;
 

@@ -3,7 +3,8 @@
 // turns every failure into a result naming the rank and the method.
 import { workerData } from "node:worker_threads";
 import { Piscina } from "piscina";
-import { Collective } from "./collective.js";
+import { Collective, type RankCollective } from "./collective.js";
+import { HierarchicalCollective } from "./distributed/host_collective.js";
 import { toRemoteError, CollectiveError } from "./errors.js";
 import { attachHeartbeat, heartbeat } from "./heartbeat.js";
 import { decodeValue, encodeValue, importModule, transferable } from "./transport.js";
@@ -11,10 +12,11 @@ import { instanceKey, type CallTask, type InitTask, type Task, type TaskResult, 
 import { Worker, runThreadClosers, setThreadContext } from "./worker.js";
 
 const init = workerData as ThreadInit;
-const collective = new Collective(init.collective, init.rank, { requireCall: true });
+const localCollective = new Collective(init.collective, init.localRank, { requireCall: true });
+const collective: RankCollective = init.host ? new HierarchicalCollective(localCollective, init.host) : localCollective;
 setThreadContext({ rank: init.rank, worldSize: init.worldSize, localRank: init.localRank, collective, shared: new Map() });
 
-attachHeartbeat(init.heartbeat, init.rank);
+attachHeartbeat(init.heartbeat, init.localRank);
 // The event loop turning is progress: a call awaiting I/O or a timer is alive; a busy loop stops this.
 setInterval(heartbeat, 200).unref();
 

@@ -27,7 +27,7 @@ export interface PpoWorkers {
 
 /** Creates the pool and the role groups and runs initModel on each (critic first, as verl). */
 export async function initWorkers(config: Config, plan: PpoBatchPlan): Promise<PpoWorkers> {
-  const pool = ResourcePool.fromConfig(config, { name: "global_pool" });
+  const pool = await ResourcePool.launch(config, { name: "global_pool" });
   try {
     const actorRole = plan.needReference ? "actor_rollout_ref" : "actor_rollout";
     const roles: Record<string, ClassWithInitArgs> = {

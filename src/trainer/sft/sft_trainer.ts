@@ -49,8 +49,6 @@ function checkUnsupported(cfg: ConfigView): void {
   }
   const lora = cfg.raw("model.lora_rank");
   if (typeof lora === "number" && lora > 0) throw new Error(`model.lora_rank=${lora}: LoRA is not implemented in verl-ts; SFT trains all weights`);
-  const nnodes = cfg.int("trainer.nnodes", 1);
-  if (nnodes !== 1) throw new Error(`trainer.nnodes=${nnodes}: verl-ts runs on one host; set trainer.nnodes=1`);
 }
 
 export class SFTTrainer {
@@ -103,7 +101,7 @@ export class SFTTrainer {
     await this.loadData();
     const { runSteps: totalSteps, scheduleSteps } = this.plan();
     const cm = new CheckpointManager(cfg.str("trainer.default_local_dir"), { maxActorCkptToKeep: cfg.optInt("trainer.max_ckpt_to_keep") });
-    const pool = ResourcePool.fromConfig(this.config, { name: "sft_pool" });
+    const pool = await ResourcePool.launch(this.config, { name: "sft_pool" });
     const tracking = new Tracking({
       projectName: cfg.str("trainer.project_name"), experimentName: cfg.str("trainer.experiment_name"),
       config: this.config, totalSteps, backends: cfg.raw("trainer.logger"),

@@ -1,0 +1,113 @@
+// Collectives for a rank whose pool spans hosts, hierarchical: the ranks of one
+// host reduce over shared memory (collective.ts), local rank 0 takes the host's
+// partial result across hosts (bridge -> the host's main thread -> ring.ts), and
+// shares the answer with its host's ranks. "mean" is summed everywhere and then
+// divided by the world size, the same on every rank, so all ranks hold the same bits.
+import { Collective, type CallInfo, type RankCollective, type ReduceOp } from "../collective.js";
+import { CollectiveError } from "../errors.js";
+import { BridgeClient, type BridgeBuffers, type BridgeDtype, type BridgeOp } from "./bridge.js";
+
+export interface HostLayout {
+  /** This host's index (NODE_RANK) and the number of hosts. */
+  hostIndex: number;
+  nnodes: number;
+  /** Ranks per host; global rank = hostIndex * localWorldSize + localRank. */
+  localWorldSize: number;
+  bridge: BridgeBuffers;
+}
+
+export class HierarchicalCollective implements RankCollective {
+  readonly rank: number;
+  readonly worldSize: number;
+  private readonly bridge: BridgeClient | undefined;
+  private call: CallInfo | undefined;
+
+  constructor(private readonly local: Collective, private readonly layout: HostLayout) {
+    this.worldSize = layout.nnodes * layout.localWorldSize;
+    this.rank = layout.hostIndex * layout.localWorldSize + local.rank;
+    // Waits a little longer than the ring so the ring's own timeout, which names the host, comes first.
+    this.bridge = local.rank === 0 ? new BridgeClient(layout.bridge, local.timeoutMs + 5000) : undefined;
+  }
+
+  get timeoutMs(): number {
+    return this.local.timeoutMs;
+  }
+
+  setCall(call: CallInfo | undefined): void {
+    this.call = call;
+    const participants = call && call.participants === this.worldSize ? this.layout.localWorldSize : call?.participants;
+    this.local.setCall(call ? { method: call.method, participants: participants! } : undefined);
+  }
+
+  abort(reason: string): void {
+    this.local.abort(reason);
+  }
+
+  barrier(): void {
+    this.enter("barrier");
+    this.local.barrier();
+    this.acrossHosts("barrier", () => this.bridge!.request("barrier", "bytes", new Uint8Array(0), 0));
+    this.local.barrier();
+  }
+
+  allReduce(buf: Float32Array | Float64Array, op: ReduceOp = "sum"): void {
+    const is64 = buf instanceof Float64Array;
+    if (!is64 && !(buf instanceof Float32Array)) throw new TypeError("allReduce: buf must be a Float32Array or a Float64Array");
+    if (!["sum", "mean", "max", "min"].includes(op)) throw new Error(`allReduce: op must be one of sum, mean, max, min, got '${String(op)}'`);
+    this.enter("allReduce");
+    const partial: BridgeOp = op === "mean" ? "sum" : op;
+    this.local.allReduce(buf, partial);
+    this.acrossHosts("allReduce", () => this.chunked(buf, (chunk, n) => this.bridge!.request(partial, is64 ? "float64" : "float32", chunk, n)));
+    this.local.broadcast(buf, 0);
+    if (op === "mean") for (let i = 0; i < buf.length; i++) buf[i] = buf[i]! / this.worldSize;
+  }
+
+  broadcast(buf: ArrayBufferView, root = 0): void {
+    if (!ArrayBuffer.isView(buf)) throw new TypeError("broadcast: buf must be a typed array");
+    if (!Number.isInteger(root) || root < 0 || root >= this.worldSize) throw new Error(`broadcast: root ${root} is not a rank in [0, ${this.worldSize})`);
+    this.enter("broadcast");
+    const L = this.layout.localWorldSize;
+    const rootHost = Math.floor(root / L);
+    const home = rootHost === this.layout.hostIndex;
+    if (home) this.local.broadcast(buf, root % L);
+    const bytes = new Uint8Array(buf.buffer, buf.byteOffset, buf.byteLength);
+    this.acrossHosts("broadcast", () => this.chunked(bytes, (chunk, n) => this.bridge!.request("broadcast", "bytes", chunk, n, rootHost)));
+    if (!home) this.local.broadcast(buf, 0);
+  }
+
+  private enter(op: string): void {
+    if (this.call && this.call.participants !== this.worldSize) {
+      throw new CollectiveError(
+        `collective ${op} on rank ${this.rank} in '${this.call.method}': this call runs on ${this.call.participants} of ${this.worldSize} ranks ` +
+          "(execute mode RANK_ZERO); collectives need every rank of the group",
+        "aborted",
+      );
+    }
+  }
+
+  /** The leader's cross-host step; a failure also releases this host's other ranks. */
+  private acrossHosts(op: string, fn: () => void): void {
+    if (!this.bridge || this.layout.nnodes === 1) return;
+    try {
+      fn();
+    } catch (e) {
+      const msg = e instanceof Error ? e.message : String(e);
+      this.local.abort(`rank ${this.rank} (host ${this.layout.hostIndex}) failed ${op} across hosts: ${msg}`);
+      throw e instanceof CollectiveError ? e : new CollectiveError(msg, "aborted");
+    }
+  }
+
+  /** Feeds `buf` to `fn` in pieces that fit the bridge, as bytes; `n` is the piece's element count. */
+  private chunked(buf: ArrayBufferView, fn: (chunk: Uint8Array, n: number) => void): void {
+    const bpe = (buf as { BYTES_PER_ELEMENT?: number }).BYTES_PER_ELEMENT ?? 1;
+    const bytes = new Uint8Array(buf.buffer, buf.byteOffset, buf.byteLength);
+    const step = Math.floor(this.bridge!.capacityBytes / bpe) * bpe;
+    let off = 0;
+    do {
+      const len = Math.min(step, bytes.length - off);
+      const chunk = bytes.subarray(off, off + len);
+      fn(chunk, len / bpe);
+      off += len;
+    } while (off < bytes.length);
+  }
+}
