@@ -71,7 +71,9 @@ export class RLHFDataset {
 
   constructor(files: string | string[], readonly tokenizer: Tokenizer | null, dataConfig: Record<string, unknown> = {}, readonly opts: RLHFDatasetOptions = {}) {
     this.config = readDataConfig(dataConfig);
-    let rows = (typeof files === "string" ? [files] : files).flatMap(readRows);
+    const fileList = typeof files === "string" ? [files] : files;
+    let rows = fileList.flatMap(readRows);
+    if (rows.length === 0) throw new Error(`${fileList.join(", ")}: no rows (the file holds a schema but 0 rows); give a file with at least one prompt`);
     rows.forEach((r) => checkMessages(r.row[this.config.promptKey], this.config.promptKey, r.where));
     const max = opts.maxSamples ?? -1;
     if (max > 0 && max < rows.length) {
