@@ -1,6 +1,6 @@
 // Atomic writes: write to a temporary file beside the target, then rename, so a
 // crash never leaves a half-written file behind.
-import { mkdirSync, renameSync, rmSync, writeFileSync, existsSync } from "node:fs";
+import { mkdirSync, readFileSync, renameSync, rmSync, writeFileSync, existsSync } from "node:fs";
 import { dirname, basename, join } from "node:path";
 
 export function writeFileAtomic(path: string, data: string | Uint8Array): void {
@@ -28,5 +28,17 @@ export async function writeDirAtomic(path: string, fill: (tmpDir: string) => Pro
   } catch (e) {
     rmSync(tmp, { recursive: true, force: true });
     throw e;
+  }
+}
+
+/** A checkpoint's JSON file; damage (a cut-off write, a hand edit) is reported naming the file and the way out. */
+export function readCheckpointJson<T>(path: string): T {
+  let text: string;
+  try { text = readFileSync(path, "utf8"); } catch (e) { throw new Error(`checkpoint: cannot read ${path}: ${(e as Error).message}`); }
+  try {
+    return JSON.parse(text) as T;
+  } catch (e) {
+    throw new Error(`checkpoint: ${path} is not valid JSON (${(e as Error).message}); the checkpoint is damaged: `
+      + "resume from another step (trainer.resume_mode=resume_path trainer.resume_from_path=<.../global_step_N>) or remove this step's folder");
   }
 }
