@@ -3,6 +3,13 @@
 import { mkdirSync, readFileSync, renameSync, rmSync, writeFileSync, existsSync } from "node:fs";
 import { dirname, basename, join } from "node:path";
 
+/** An error from writing `path` that names it (node's write errors name no file) and says what to do about a full disk. */
+export function writeErrorAt(path: string, e: unknown, what = ""): Error {
+  const err = e as NodeJS.ErrnoException;
+  const hint = err.code === "ENOSPC" || err.code === "EDQUOT" ? "; the disk is full: free space there or point this output elsewhere" : "";
+  return Object.assign(new Error(`cannot write ${what ? `${what} ` : ""}${path}: ${err.message ?? String(e)}${hint}`, { cause: e }), { code: err.code });
+}
+
 export function writeFileAtomic(path: string, data: string | Uint8Array): void {
   mkdirSync(dirname(path), { recursive: true });
   const tmp = join(dirname(path), `.${basename(path)}.tmp-${process.pid}-${Date.now()}`);
@@ -11,7 +18,7 @@ export function writeFileAtomic(path: string, data: string | Uint8Array): void {
     renameSync(tmp, path);
   } catch (e) {
     if (existsSync(tmp)) rmSync(tmp, { force: true });
-    throw e;
+    throw writeErrorAt(path, e);
   }
 }
 

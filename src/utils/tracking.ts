@@ -5,7 +5,7 @@
 // terminal) and `file` (JSONL `{"step", "data"}` lines, verl's FileLogger).
 import { appendFileSync, existsSync, mkdirSync, readFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
-import { writeFileAtomic } from "./fs.js";
+import { writeErrorAt, writeFileAtomic } from "./fs.js";
 
 export interface TrackingBackend {
   /** True for backends that only display (console): they log after the ones that persist. */
@@ -183,7 +183,11 @@ class FileBackend implements TrackingBackend {
   }
 
   log(data: Record<string, unknown>, step: number): void {
-    appendFileSync(this.path, JSON.stringify({ step, data }) + "\n");
+    try {
+      appendFileSync(this.path, JSON.stringify({ step, data }) + "\n");
+    } catch (e) {
+      throw writeErrorAt(this.path, e, "the metrics file");
+    }
   }
 }
 
