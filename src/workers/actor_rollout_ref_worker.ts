@@ -16,6 +16,7 @@ import { loadRoleCheckpoint, saveRoleCheckpoint, type SaveOptions } from "./chec
 import type { ConfigView } from "./config_view.js";
 import { DataParallelOptimizer } from "./dp_optimizer.js";
 import { loadModelTokenizer, loadPolicy } from "./model_source.js";
+import { checkRolloutFitsModel } from "./rollout_length.js";
 import { inferenceSpec, setupWorker } from "./worker_setup.js";
 
 /** actor_rollout_ref (all three), actor_rollout (no reference), ref (reference only). */
@@ -79,6 +80,7 @@ export class ActorRolloutRefWorker extends Worker {
     }
     const world = this.worldSize;
     const rolloutCfg = cfg.at("actor_rollout_ref.rollout");
+    if (this.hasActor) checkRolloutFitsModel(rolloutCfg, model.config);
     const state: ActorState = {
       cfg, tokenizer,
       rolloutRng: new Rng(seed + 7919 * (this.rank + 1)), seed,
