@@ -123,7 +123,7 @@ export class ActorRolloutRefWorker extends Worker {
       topP: src.num("top_p", 1.0),
       doSample: src.bool("do_sample", true),
       responseLength: r.int("response_length"),
-      eosTokenIds: [...new Set([tok.eosTokenId, ...tok.eosTokenIds])],
+      eosTokenIds: [...tok.eosTokenIds],
       padTokenId: tok.padTokenId,
       calculateLogProbs: r.bool("calculate_log_probs", false),
       ignoreEos: r.bool("ignore_eos", false),
@@ -183,7 +183,7 @@ export class ActorRolloutRefWorker extends Worker {
       const server = new ContinuousBatchingServer(model, {
         maxNumSeqs: r.int("max_num_seqs", 256),
         maxModelLen: r.int("prompt_length") + r.int("response_length"),
-        eosTokenIds: [...new Set([s.tokenizer.eosTokenId, ...s.tokenizer.eosTokenIds])],
+        eosTokenIds: [...s.tokenizer.eosTokenIds],
         rng,
       });
       return new AgentLoopManager({ config: this.config, tokenizer: s.tokenizer, server });

@@ -83,7 +83,7 @@ export async function run(ctx: CommandContext): Promise<void> {
   await readParamsForDecode(model); // the host decoder's weight copy, read asynchronously (WebGPU has no sync read)
   const tokPath = get(config, "model.tokenizer_path");
   const tok = await loadTokenizer(typeof tokPath === "string" ? expandHome(tokPath) : statSync(modelPath).isFile() ? dirname(modelPath) : modelPath);
-  params.eosTokenIds = [...new Set([tok.eosTokenId, ...tok.eosTokenIds])];
+  params.eosTokenIds = [...tok.eosTokenIds];
   params.padTokenId = tok.padTokenId;
   const rng = new Rng(num(config, "trainer.seed", 42, { int: true }));
 
