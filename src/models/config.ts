@@ -26,6 +26,7 @@ export interface ModelConfig {
   modelType?: "llama" | "qwen2";
   bosTokenId?: number | null;
   eosTokenId?: number | number[] | null;
+  padTokenId?: number | null;
 }
 
 /** A config with defaults filled in and the invariants checked. */
@@ -111,6 +112,7 @@ export function fromHfConfig(j: Json, file = "config.json"): ModelConfig {
     modelType: isQwen2 ? "qwen2" : "llama",
     bosTokenId: typeof j["bos_token_id"] === "number" ? (j["bos_token_id"] as number) : null,
     eosTokenId: typeof j["eos_token_id"] === "number" || Array.isArray(j["eos_token_id"]) ? (j["eos_token_id"] as number | number[]) : null,
+    padTokenId: typeof j["pad_token_id"] === "number" ? (j["pad_token_id"] as number) : null,
   });
 }
 
@@ -139,6 +141,7 @@ export function toHfConfig(c: ModelConfig, opts: { valueHead?: boolean } = {}): 
     use_cache: true,
     bos_token_id: c.bosTokenId ?? null,
     eos_token_id: c.eosTokenId ?? null,
+    pad_token_id: c.padTokenId ?? null,
   };
   if (!qwen) { j["attention_bias"] = c.attentionBias; j["mlp_bias"] = false; j["pretraining_tp"] = 1; }
   if (opts.valueHead) { j["num_labels"] = 1; j["id2label"] = { "0": "LABEL_0" }; j["label2id"] = { LABEL_0: 0 }; }
