@@ -61,12 +61,10 @@ export class AgentLoopManager {
    */
   static fromModel(opts: { config: Record<string, unknown>; model: LlamaModel; tokenizer: Tokenizer; rng: Rng }): AgentLoopManager {
     const s = resolveAgentLoopSettings(opts.config);
-    const modelEos = opts.model.config.eosTokenId;
-    const eos = new Set([...opts.tokenizer.eosTokenIds, ...(modelEos === null || modelEos === undefined ? [] : [modelEos].flat())]);
     const server = new ContinuousBatchingServer(opts.model, {
       maxNumSeqs: Math.min(s.maxNumSeqs, s.agent.maxConcurrentLoops),
       maxModelLen: s.promptLength + s.responseLength,
-      eosTokenIds: [...eos],
+      eosTokenIds: [...opts.tokenizer.eosTokenIds],
       rng: opts.rng,
     });
     return new AgentLoopManager({ config: opts.config, tokenizer: opts.tokenizer, server });

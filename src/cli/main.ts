@@ -18,11 +18,12 @@ const NOT_BUILT_CONFIGS: Record<string, string> = {
 const LOG_LEVELS = ["trace", "debug", "info", "warn", "error", "fatal", "silent"];
 
 /** Each config-driven subcommand, its root config and what it does. */
+// `example`: overrides that exist in that command's own config (the help text shows them with --cfg job).
 const CONFIG_COMMANDS = [
-  { name: "train", config: "ppo_trainer", summary: "RL training (PPO, GRPO, RLOO, ...) of a policy" },
-  { name: "sft", config: "sft_trainer", summary: "supervised fine-tuning on prompt/response pairs" },
-  { name: "generate", config: "generation", summary: "offline generation: add a `responses` column to a parquet of prompts" },
-  { name: "eval", config: "evaluation", summary: "offline scoring of a generated parquet" },
+  { name: "train", config: "ppo_trainer", summary: "RL training (PPO, GRPO, RLOO, ...) of a policy", example: "algorithm.adv_estimator=grpo trainer.log_level=debug" },
+  { name: "sft", config: "sft_trainer", summary: "supervised fine-tuning on prompt/response pairs", example: "data.train_files=train.parquet trainer.log_level=debug" },
+  { name: "generate", config: "generation", summary: "offline generation: add a `responses` column to a parquet of prompts", example: "data.path=prompts.parquet data.output_path=gen.parquet" },
+  { name: "eval", config: "evaluation", summary: "offline scoring of a generated parquet", example: "data.path=gen.parquet custom_reward_function.path=my_reward.mjs" },
 ] as const;
 
 async function loadRunner(name: string): Promise<Runner> {
@@ -83,7 +84,7 @@ export function buildProgram(): Command {
       .option("--config-path <dir>", "a folder of configs searched before the package's conf/ (Hydra -cp)")
       .option("--config-name <name>", "the root config (Hydra -cn)", c.config)
       .allowUnknownOption()
-      .addHelpText("after", `\nExamples:\n  verl ${c.name} --cfg job\n  verl ${c.name} trainer.log_level=debug --cfg job\nSee docs/configuration.md for the override grammar.`)
+      .addHelpText("after", `\nExamples:\n  verl ${c.name} --cfg job\n  verl ${c.name} ${c.example} --cfg job\nSee docs/configuration.md for the override grammar.`)
       .action(async (overrides: string[], opts: { cfg?: string; configPath?: string; configName: string }) => {
         rejectStrayOptions(overrides);
         if (opts.cfg !== undefined && opts.cfg !== "job" && opts.cfg !== "all") {

@@ -33,6 +33,28 @@ export function parseOverrideValue(text: string): ConfigValue {
   return v as ConfigValue;
 }
 
+/**
+ * Hydra refuses a value whose quotes do not pair up; kept as a literal, a quote the shell half-ate
+ * would end up inside a path or a name. Apostrophes inside a word (don't) stay literal.
+ */
+function checkQuotes(raw: string, valueText: string): void {
+  const t = valueText.trim();
+  let why = "";
+  try {
+    parse(t);
+  } catch (e) {
+    const m = /Missing closing (['"])quote/.exec((e as Error).message);
+    if (m) why = `the ${m[1]} opened in the value is never closed`;
+  }
+  const last = t.at(-1);
+  if (!why && (last === "'" || last === '"') && t.indexOf(last) === t.length - 1) {
+    why = `the ${last} that ends the value was never opened`;
+  }
+  if (why) {
+    throw new ConfigError(`override '${raw}': unbalanced quote: ${why}; pair the quotes, or drop them (for the shell, wrap the whole override: "key='a b'")`);
+  }
+}
+
 export interface ParsedOverride {
   override: Override;
   /** True when the key has the shape of a config group (no dots, or a '/' or '@'): compose.ts may claim it. */
@@ -52,6 +74,7 @@ export function parseOverride(raw: string): ParsedOverride {
     return { override: { kind: "set", key, value: valueText.trim(), raw }, groupCandidate: true };
   }
   if (!KEY_RE.test(key)) throw new ConfigError(`override '${raw}': '${key}' is not a valid dotted key`);
+  if (valueText !== undefined) checkQuotes(raw, valueText);
   if (prefix === "~") {
     const override: Override = valueText === undefined ? { kind: "delete", key, raw } : { kind: "delete", key, value: parseOverrideValue(valueText), raw };
     return { override, groupCandidate: false };

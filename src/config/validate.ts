@@ -133,6 +133,16 @@ export function validatePpoConfig(cfg: Config): PpoBatchPlan {
   }
   const c = num(cfg, `${A}.clip_ratio_c`, errors);
   if (c !== null && !(c > 1)) errors.push(`${A}.clip_ratio_c must be greater than 1.0 (it bounds the dual clip for negative advantages), got ${c}`);
+  // A negative clip range turns [1 - eps, 1 + eps] inside out: every ratio would be clipped (or none), silently.
+  for (const key of [`${A}.clip_ratio`, `${A}.clip_ratio_low`, `${A}.clip_ratio_high`, ...(needCritic ? ["critic.cliprange_value"] : [])]) {
+    const eps = num(cfg, key, errors);
+    if (eps !== null && eps < 0) errors.push(`${key} must be >= 0 (the clip range is [1 - eps, 1 + eps]), got ${eps}`);
+  }
+  const temperature = num(cfg, `${R}.temperature`, errors);
+  if (temperature !== null && !(temperature > 0)) {
+    errors.push(`${R}.temperature must be > 0 for training (the actor scores the sampled responses at logits / temperature), got ${temperature}; `
+      + `greedy decoding is for validation: ${R}.val_kwargs.do_sample=false or ${R}.val_kwargs.temperature=0`);
+  }
 
   if (errors.length > 0) throw new ConfigError(`invalid PPO config:\n  - ${errors.join("\n  - ")}`);
   return {

@@ -22,7 +22,7 @@ function toArrowValue(v: unknown, type: arrow.DataType, where: string): unknown 
       if (typeof v !== "number" || !Number.isInteger(v)) return fail("an integer");
       return t.bitWidth === 64 ? BigInt(v) : v;
     }
-    case T.List: case T.FixedSizeList: {
+    case T.List: case T.LargeList: case T.FixedSizeList: {
       if (!Array.isArray(v)) return fail("an array");
       const child = (type as arrow.List).children[0]!.type;
       return v.map((x, i) => toArrowValue(x, child, `${where}[${i}]`));
@@ -68,6 +68,12 @@ function fromScalar(v: unknown): unknown {
 
 /** Convert a whole Arrow vector to plain JS values, recursing column-wise into structs. */
 export function vectorToJs(vec: arrow.Vector, type: arrow.DataType = vec.type): unknown[] {
+  // An empty chunk (a 0-row file, an empty row group) may carry no child data at all: drop such chunks.
+  if (vec.data.some((d) => d.length === 0)) {
+    const kept = vec.data.filter((d) => d.length > 0);
+    if (kept.length === 0) return [];
+    vec = new arrow.Vector(kept);
+  }
   const n = vec.length;
   switch (type.typeId) {
     case T.Struct: {
@@ -82,17 +88,17 @@ export function vectorToJs(vec: arrow.Vector, type: arrow.DataType = vec.type): 
       }
       return out;
     }
-    case T.List: {
+    case T.List: case T.LargeList: {
       // Convert each chunk's child column once, then cut it at the offsets (far cheaper than a sub-vector per row).
-      const child = (type as arrow.List).children[0]!.type;
+      // large_list (what polars writes) differs only in 64-bit offsets.
+      const child = (type as arrow.List | arrow.LargeList).children[0]!.type;
       const out: unknown[] = [];
       for (const data of vec.data) {
-        const offsets = data.valueOffsets;
+        const offsets = data.valueOffsets as Int32Array | BigInt64Array;
+        const at = (i: number): number => Number(offsets[data.offset + i]!);
         const items = vectorToJs(new arrow.Vector([data.children[0]!]), child);
         const chunk = new arrow.Vector([data]);
-        for (let i = 0; i < data.length; i++) {
-          out.push(chunk.isValid(i) ? items.slice(offsets[data.offset + i], offsets[data.offset + i + 1]) : null);
-        }
+        for (let i = 0; i < data.length; i++) out.push(chunk.isValid(i) ? items.slice(at(i), at(i + 1)) : null);
       }
       return out;
     }

@@ -28,8 +28,17 @@ function maxSamples(v: unknown, key: string): number {
  *  Val loader: val_batch_size (null = the whole set), validation_shuffle, keeps the last batch. */
 export function createRLDataloaders(data: Record<string, unknown>, tokenizer: Tokenizer | null, opts: Pick<RLHFDatasetOptions, "tools"> = {}): RLDataloaders {
   const cfg = readDataConfig(data);
-  const trainDataset = new RLHFDataset(dataFiles(data.train_files, "train_files"), tokenizer, data, { ...opts, maxSamples: maxSamples(data.train_max_samples, "train_max_samples") });
-  const valDataset = new RLHFDataset(dataFiles(data.val_files, "val_files"), tokenizer, data, { ...opts, maxSamples: maxSamples(data.val_max_samples, "val_max_samples") });
+  const dataset = (split: "train" | "val"): RLHFDataset => {
+    const files = dataFiles(data[`${split}_files`], `${split}_files`);
+    const max = maxSamples(data[`${split}_max_samples`], `${split}_max_samples`);
+    try {
+      return new RLHFDataset(files, tokenizer, data, { ...opts, maxSamples: max });
+    } catch (e) {
+      throw new Error(`data.${split}_files: ${(e as Error).message}`);
+    }
+  };
+  const trainDataset = dataset("train");
+  const valDataset = dataset("val");
   const trainBatch = positiveOr(data.gen_batch_size, "gen_batch_size", positiveOr(data.train_batch_size, "train_batch_size", 1024));
   const train = new StatefulDataLoader<RLRow>(trainDataset, { batchSize: trainBatch, shuffle: cfg.shuffle, seed: cfg.seed, dropLast: true });
   if (train.length < 1) {

@@ -4,6 +4,8 @@ import { logger } from "../utils/logger.js";
 
 export interface Progress {
   tick(n?: number): void;
+  /** Work inside the current item (e.g. the token being decoded): shown on a terminal only. */
+  status(detail: string): void;
   done(extra?: string): void;
 }
 
@@ -13,13 +15,24 @@ export function createProgress(label: string, total: number, stream: NodeJS.Writ
   let count = 0;
   let nextLog = 0.25;
   let lastDraw = 0;
+  let detail = "";
+  // \x1b[K clears what a longer earlier line left behind.
   const draw = () => {
     const pct = total > 0 ? Math.floor((100 * count) / total) : 100;
-    stream.write(`\r${label}: ${count}/${total} (${pct}%)`);
+    stream.write(`\r${label}: ${count}/${total} (${pct}%)${detail ? ` ${detail}` : ""}\x1b[K`);
   };
+  // The line shows at once, not only after the first item: one item may take minutes.
+  if (tty) draw();
   return {
+    status(text: string) {
+      if (!tty) return;
+      detail = text;
+      const now = Date.now();
+      if (now - lastDraw > 100) { lastDraw = now; draw(); }
+    },
     tick(n = 1) {
       count += n;
+      detail = "";
       if (tty) {
         const now = Date.now();
         if (now - lastDraw > 100 || count >= total) { lastDraw = now; draw(); }

@@ -61,6 +61,18 @@ function checkMessages(v: unknown, key: string, where: string): ChatMessage[] {
   });
 }
 
+/** Rows whose reward_model holds a null ground truth: the built-in scorers refuse them at scoring time, so say so at load. */
+function warnNullGroundTruth(rows: SourcedRow[]): void {
+  const nulls = rows.filter(({ row }) => {
+    const rm = row.reward_model;
+    return rm !== null && typeof rm === "object" && !Array.isArray(rm) && (rm as Record<string, unknown>).ground_truth == null;
+  });
+  if (nulls.length === 0) return;
+  const shown = nulls.slice(0, 5).map((r) => r.where).join("; ");
+  logger().warn(`${nulls.length} row(s) have a null reward_model.ground_truth (${shown}${nulls.length > 5 ? "; ..." : ""}): `
+    + "the built-in scorers refuse such rows; only a custom_reward_function or a reward model can score them");
+}
+
 const asObject = (v: unknown): Record<string, unknown> =>
   v !== null && typeof v === "object" && !Array.isArray(v) ? (v as Record<string, unknown>) : {};
 
@@ -71,8 +83,11 @@ export class RLHFDataset {
 
   constructor(files: string | string[], readonly tokenizer: Tokenizer | null, dataConfig: Record<string, unknown> = {}, readonly opts: RLHFDatasetOptions = {}) {
     this.config = readDataConfig(dataConfig);
-    let rows = (typeof files === "string" ? [files] : files).flatMap(readRows);
+    const fileList = typeof files === "string" ? [files] : files;
+    let rows = fileList.flatMap(readRows);
+    if (rows.length === 0) throw new Error(`${fileList.join(", ")}: no rows (the file holds a schema but 0 rows); give a file with at least one prompt`);
     rows.forEach((r) => checkMessages(r.row[this.config.promptKey], this.config.promptKey, r.where));
+    warnNullGroundTruth(rows);
     const max = opts.maxSamples ?? -1;
     if (max > 0 && max < rows.length) {
       const pick = this.config.shuffle ? new Rng(this.config.seed).permutation(rows.length).slice(0, max) : [...Array(max).keys()];

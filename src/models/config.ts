@@ -1,5 +1,6 @@
 // The architecture hyper-parameters of a Llama-family decoder, and their mapping
 // to and from a Hugging Face config.json (LlamaForCausalLM / Qwen2ForCausalLM).
+import { readRopeConfig, ropeToHf, type RopeScaling } from "./rope.js";
 
 export interface ModelConfig {
   vocabSize: number;
@@ -13,6 +14,8 @@ export interface ModelConfig {
   nKvHeads: number;
   maxSeqLen: number;
   ropeTheta: number;
+  /** rope scaling (linear, dynamic, llama3); null or absent = plain RoPE */
+  ropeScaling?: RopeScaling | null;
   normEps: number;
   /** output projection shares the token embedding */
   tieWordEmbeddings: boolean;
@@ -23,6 +26,7 @@ export interface ModelConfig {
   modelType?: "llama" | "qwen2";
   bosTokenId?: number | null;
   eosTokenId?: number | number[] | null;
+  padTokenId?: number | null;
 }
 
 /** A config with defaults filled in and the invariants checked. */
@@ -86,9 +90,10 @@ export function fromHfConfig(j: Json, file = "config.json"): ModelConfig {
     throw new Error(`${file}: unsupported model (architectures ${JSON.stringify(archs)}, model_type ${String(modelType)}); supported: ${SUPPORTED_ARCHITECTURES.join(", ")}`);
   }
   const isQwen2 = modelType === "qwen2" || archs.some((a) => a.startsWith("Qwen2"));
-  if (j["rope_scaling"] != null) throw new Error(`${file}: rope_scaling is not supported`);
   const dim = num(j, "hidden_size", file);
   const nHeads = num(j, "num_attention_heads", file);
+  const maxSeqLen = num(j, "max_position_embeddings", file, 2048);
+  const rope = readRopeConfig(j, file, maxSeqLen);
   return makeConfig({
     vocabSize: num(j, "vocab_size", file),
     dim,
@@ -96,8 +101,9 @@ export function fromHfConfig(j: Json, file = "config.json"): ModelConfig {
     nLayers: num(j, "num_hidden_layers", file),
     nHeads,
     nKvHeads: num(j, "num_key_value_heads", file, nHeads),
-    maxSeqLen: num(j, "max_position_embeddings", file, 2048),
-    ropeTheta: num(j, "rope_theta", file, 10000),
+    maxSeqLen,
+    ropeTheta: rope.theta,
+    ropeScaling: rope.scaling,
     normEps: num(j, "rms_norm_eps", file, 1e-6),
     // LlamaConfig and Qwen2Config both default to untied when the key is absent.
     tieWordEmbeddings: Boolean(j["tie_word_embeddings"] ?? false),
@@ -106,6 +112,7 @@ export function fromHfConfig(j: Json, file = "config.json"): ModelConfig {
     modelType: isQwen2 ? "qwen2" : "llama",
     bosTokenId: typeof j["bos_token_id"] === "number" ? (j["bos_token_id"] as number) : null,
     eosTokenId: typeof j["eos_token_id"] === "number" || Array.isArray(j["eos_token_id"]) ? (j["eos_token_id"] as number | number[]) : null,
+    padTokenId: typeof j["pad_token_id"] === "number" ? (j["pad_token_id"] as number) : null,
   });
 }
 
@@ -125,7 +132,7 @@ export function toHfConfig(c: ModelConfig, opts: { valueHead?: boolean } = {}): 
     num_key_value_heads: c.nKvHeads,
     head_dim: c.headDim,
     max_position_embeddings: c.maxSeqLen,
-    rope_theta: c.ropeTheta,
+    ...ropeToHf(c.ropeTheta, c.ropeScaling ?? null),
     rms_norm_eps: c.normEps,
     tie_word_embeddings: c.tieWordEmbeddings,
     hidden_act: "silu",
@@ -134,6 +141,7 @@ export function toHfConfig(c: ModelConfig, opts: { valueHead?: boolean } = {}): 
     use_cache: true,
     bos_token_id: c.bosTokenId ?? null,
     eos_token_id: c.eosTokenId ?? null,
+    pad_token_id: c.padTokenId ?? null,
   };
   if (!qwen) { j["attention_bias"] = c.attentionBias; j["mlp_bias"] = false; j["pretraining_tp"] = 1; }
   if (opts.valueHead) { j["num_labels"] = 1; j["id2label"] = { "0": "LABEL_0" }; j["label2id"] = { LABEL_0: 0 }; }

@@ -120,7 +120,12 @@ export async function saveHfModel(model: LlamaModel | ValueHeadModel, dir: strin
   await writeDirAtomic(dir, (tmp) => {
     writeFileSync(join(tmp, "config.json"), JSON.stringify(cfg, null, 2) + "\n");
     if (!valueHead) {
-      const gen = { _from_model_config: true, bos_token_id: cfg["bos_token_id"], eos_token_id: cfg["eos_token_id"] };
+      // The stop ids go to generation_config.json, where generation reads them back (tokenizers/hf.ts).
+      const stops = tokenizer ? (tokenizer.eosTokenIds.length === 1 ? tokenizer.eosTokenIds[0] : [...tokenizer.eosTokenIds]) : cfg["eos_token_id"];
+      const gen = {
+        _from_model_config: true, bos_token_id: cfg["bos_token_id"], eos_token_id: stops,
+        ...(cfg["pad_token_id"] === null ? {} : { pad_token_id: cfg["pad_token_id"] }),
+      };
       writeFileSync(join(tmp, "generation_config.json"), JSON.stringify(gen, null, 2) + "\n");
     }
     writeFileSync(join(tmp, "model.safetensors"), serializeSafetensors(arrays));

@@ -9,6 +9,7 @@ import { linear, matmul } from "../engine/matmul.js";
 import { groupedAttention } from "./attention.js";
 import { rmsNorm, swiGlu } from "./layers.js";
 import type { ModelConfig } from "./config.js";
+import { ropeInvFreq, type RopeScaling } from "./rope.js";
 
 /**
  * Mask and positions are used on the host only (attention bias, rotary tables), so
@@ -82,16 +83,13 @@ export function positionsFromMask(mask: ArrayLike<number> | undefined, B: number
   return pos;
 }
 
-/** The rotary inverse frequencies theta^(-2i/d), in float32 as PyTorch and llama.c compute them. */
-export function ropeInvFreq(headDim: number, theta: number): Float32Array {
-  const f = new Float32Array(headDim / 2);
-  for (let i = 0; i < f.length; i++) f[i] = 1 / Math.fround(Math.pow(theta, Math.fround((2 * i) / headDim)));
-  return f;
-}
+export { ropeInvFreq };
 
 /** cos and sin of position * invFreq, laid out as HF does: the half-table repeated twice. */
-export function ropeTables(positions: ArrayLike<number>, headDim: number, theta: number): { cos: Float32Array; sin: Float32Array } {
-  const inv = ropeInvFreq(headDim, theta), h = headDim / 2;
+export function ropeTables(positions: ArrayLike<number>, headDim: number, theta: number, scaling: RopeScaling | null = null): { cos: Float32Array; sin: Float32Array } {
+  let maxPos = 0;
+  for (let n = 0; n < positions.length; n++) maxPos = Math.max(maxPos, positions[n]!);
+  const inv = ropeInvFreq(headDim, theta, scaling, maxPos + 1), h = headDim / 2;
   const cos = new Float32Array(positions.length * headDim), sin = new Float32Array(positions.length * headDim);
   for (let n = 0; n < positions.length; n++) {
     for (let i = 0; i < h; i++) {
@@ -165,7 +163,7 @@ export class LlamaModel {
     return tf.tidy(() => {
       const mask = hostInts(opts.attentionMask, B, T, "attentionMask");
       const pos = hostInts(opts.positionIds, B, T, "positionIds") ?? positionsFromMask(mask, B, T);
-      const rope = ropeTables(pos, hd, c.ropeTheta);
+      const rope = ropeTables(pos, hd, c.ropeTheta, c.ropeScaling ?? null);
       const cos = tf.tensor(rope.cos, [B * T, 1, hd]), sin = tf.tensor(rope.sin, [B * T, 1, hd]);
       const rot = rotateHalfMatrix(hd);
       const bias = attentionBias(mask, B, T);

@@ -28,9 +28,15 @@ export function permuteInterleavedToHalves(w: Float32Array, nHeads: number, head
 
 interface Header { config: ModelConfig; shared: boolean; dataOffset: number; version: 0 | 1 }
 
+const HEADER_BYTES = { 0: 28, 1: 256 } as const;
+
 function readHeader(view: DataView, path: string): Header {
   let off = 0, version: 0 | 1 = 0;
+  if (view.byteLength < HEADER_BYTES[0]) {
+    throw new Error(`${path}: ${view.byteLength} bytes is too short for a llama2.c checkpoint (its header alone is ${HEADER_BYTES[0]} bytes); the file is empty or cut off: export it again`);
+  }
   if (view.getUint32(0, true) === MAGIC_V1) {
+    if (view.byteLength < HEADER_BYTES[1]) throw new Error(`${path}: ${view.byteLength} bytes is too short for a llama2.c version-1 checkpoint (its header alone is ${HEADER_BYTES[1]} bytes); export it again`);
     const v = view.getInt32(4, true);
     if (v !== 1) throw new Error(`${path}: llama2.c checkpoint version ${v} is not supported (only float32 versions 0 and 1)`);
     version = 1;
@@ -47,7 +53,16 @@ function readHeader(view: DataView, path: string): Header {
     ropeTheta: 10000, normEps: 1e-5, tieWordEmbeddings: shared, attentionBias: false, headDim: dim / nHeads,
     modelType: "llama", bosTokenId: 1, eosTokenId: 2,
   });
-  return { config, shared, dataOffset: version === 1 ? 256 : 28, version };
+  return { config, shared, dataOffset: HEADER_BYTES[version], version };
+}
+
+/** Bytes the header's shapes call for: a shorter or longer file is cut off or not this model. */
+function expectedBytes(hdr: Header): number {
+  const c = hdr.config, D = c.dim, q = c.nHeads * c.headDim, kv = c.nKvHeads * c.headDim, F = c.hiddenDim;
+  const perLayer = 2 * D + q * D + 2 * kv * D + D * q + 3 * F * D;
+  const ropeTables = hdr.version === 0 ? c.maxSeqLen * c.headDim : 0; // legacy freq_cis_real + freq_cis_imag
+  const floats = c.vocabSize * D * (hdr.shared ? 1 : 2) + c.nLayers * perLayer + D + ropeTables;
+  return hdr.dataOffset + 4 * floats;
 }
 
 /** Load a llama2.c checkpoint as a LlamaModel with HF parameter names and RoPE convention. */
@@ -56,6 +71,12 @@ export function loadLlama2c(path: string): LlamaModel {
   const bytes = new Uint8Array(file.byteLength);
   bytes.set(file); // own, aligned buffer
   const hdr = readHeader(new DataView(bytes.buffer), path);
+  const want = expectedBytes(hdr);
+  if (bytes.byteLength !== want) {
+    const c = hdr.config;
+    throw new Error(`${path}: ${bytes.byteLength} bytes, but its header (dim ${c.dim}, ${c.nLayers} layers, vocab ${c.vocabSize}, seq_len ${c.maxSeqLen}) `
+      + `calls for ${want} bytes: the file is ${bytes.byteLength < want ? "cut off" : "longer than the model"} or not a llama2.c checkpoint; export it again`);
+  }
   const c = hdr.config, hd = c.headDim, L = c.nLayers;
   const floats = new Float32Array(bytes.buffer, hdr.dataOffset, Math.floor((bytes.byteLength - hdr.dataOffset) / 4));
   let at = 0;

@@ -20,7 +20,7 @@ export interface Tokenizer {
   readonly vocabSize: number;
   readonly bosTokenId: number | null;
   readonly eosTokenId: number;
-  /** Extra ids that also end generation (e.g. <|im_end|> and <|endoftext|>). */
+  /** The ids that end generation: generation_config.json's eos_token_id (int or list), else [eosTokenId]. */
   readonly eosTokenIds: number[];
   readonly padTokenId: number;
   /** Encode text. `addSpecialTokens` adds BOS where the tokenizer uses one. */

@@ -67,7 +67,8 @@ export class KvCacheDecoder implements StepDecoder {
     this.gu = this.kernels.alloc(N * 2 * F);
     this.h = this.kernels.alloc(N * F);
     this.logits = this.kernels.alloc(batch * c.vocabSize);
-    this.invFreq = ropeInvFreq(c.headDim, c.ropeTheta);
+    // Dynamic scaling changes nothing within max_position_embeddings; ensureRope refuses positions past it.
+    this.invFreq = ropeInvFreq(c.headDim, c.ropeTheta, c.ropeScaling ?? null);
   }
 
   prefill(ids: Int32Array, positions: Int32Array, mask: ArrayLike<number>, P: number): Float32Array {
@@ -181,6 +182,11 @@ export class KvCacheDecoder implements StepDecoder {
     for (const p of positions) maxPos = Math.max(maxPos, p);
     const h = this.c.headDim / 2;
     if (this.ropeCos.length >= (maxPos + 1) * h) return;
+    const scaling = this.c.ropeScaling;
+    if (scaling?.type === "dynamic" && maxPos + 1 > scaling.maxPositionEmbeddings) {
+      // transformers re-derives the base at every length past it, re-rotating nothing already cached: not done here.
+      throw new Error(`decoder: position ${maxPos} is past max_position_embeddings ${scaling.maxPositionEmbeddings}, where dynamic rope scaling would change the frequencies; keep prompt + response within it`);
+    }
     const n = Math.max(maxPos + 1, 2 * (this.ropeCos.length / h));
     this.ropeCos = new Float32Array(n * h);
     this.ropeSin = new Float32Array(n * h);

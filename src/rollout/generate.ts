@@ -14,6 +14,8 @@ export interface GenerateOptions {
   engine?: "kv-cache" | "no-cache";
   /** Bound on the KV cache; larger batches are generated in sub-batches (default 512 MiB). */
   maxCacheBytes?: number;
+  /** Called after each decoding step (`step` of `responseLength`), synchronously: a progress line can advance. */
+  onStep?: (step: number, responseLength: number) => void;
 }
 
 function int32(t: TensorData | undefined, key: string): Int32Array {
@@ -65,6 +67,7 @@ export function generate(model: LlamaModel, batch: DataProto, params: SamplingPa
           logProbs[row] = logProb;
           if (!eos.has(token)) { next.push(b); tokens.push(token); }
         }
+        opts.onStep?.(t + 1, R);
         if (t === R - 1 || next.length === 0) break;
         active = Int32Array.from(next);
         const positions = Int32Array.from(active, (b) => pos[(b0 + b) * P + P - 1]! + 1 + t);

@@ -7,7 +7,7 @@
 // are replaced by `file` with one warning, so verl's scripts run as they are.
 import { appendFileSync, existsSync, mkdirSync, readFileSync, renameSync, statSync } from "node:fs";
 import { basename, dirname, extname, join, resolve } from "node:path";
-import { writeFileAtomic } from "./fs.js";
+import { writeErrorAt, writeFileAtomic } from "./fs.js";
 import { logger } from "./logger.js";
 import { TensorboardBackend } from "./tensorboard/backend.js";
 
@@ -209,7 +209,11 @@ class FileBackend implements TrackingBackend {
   }
 
   log(data: Record<string, unknown>, step: number): void {
-    appendFileSync(this.path, JSON.stringify({ step, data }) + "\n");
+    try {
+      appendFileSync(this.path, JSON.stringify({ step, data }) + "\n");
+    } catch (e) {
+      throw writeErrorAt(this.path, e, "the metrics file");
+    }
   }
 
   private keepEarlierRun(): void {

@@ -16,6 +16,7 @@ import { loadRoleCheckpoint, saveRoleCheckpoint, type SaveOptions } from "./chec
 import type { ConfigView } from "./config_view.js";
 import { DataParallelOptimizer } from "./dp_optimizer.js";
 import { loadModelTokenizer, loadPolicy } from "./model_source.js";
+import { checkRolloutFitsModel } from "./rollout_length.js";
 import { inferenceSpec, setupWorker } from "./worker_setup.js";
 
 /** actor_rollout_ref (all three), actor_rollout (no reference), ref (reference only). */
@@ -79,6 +80,7 @@ export class ActorRolloutRefWorker extends Worker {
     }
     const world = this.worldSize;
     const rolloutCfg = cfg.at("actor_rollout_ref.rollout");
+    if (this.hasActor) checkRolloutFitsModel(rolloutCfg, model.config);
     const state: ActorState = {
       cfg, tokenizer,
       rolloutRng: new Rng(seed + 7919 * (this.rank + 1)), seed,
@@ -121,7 +123,7 @@ export class ActorRolloutRefWorker extends Worker {
       topP: src.num("top_p", 1.0),
       doSample: src.bool("do_sample", true),
       responseLength: r.int("response_length"),
-      eosTokenIds: [...new Set([tok.eosTokenId, ...tok.eosTokenIds])],
+      eosTokenIds: [...tok.eosTokenIds],
       padTokenId: tok.padTokenId,
       calculateLogProbs: r.bool("calculate_log_probs", false),
       ignoreEos: r.bool("ignore_eos", false),
@@ -181,7 +183,7 @@ export class ActorRolloutRefWorker extends Worker {
       const server = new ContinuousBatchingServer(model, {
         maxNumSeqs: r.int("max_num_seqs", 256),
         maxModelLen: r.int("prompt_length") + r.int("response_length"),
-        eosTokenIds: [...new Set([s.tokenizer.eosTokenId, ...s.tokenizer.eosTokenIds])],
+        eosTokenIds: [...s.tokenizer.eosTokenIds],
         rng,
       });
       return new AgentLoopManager({ config: this.config, tokenizer: s.tokenizer, server });

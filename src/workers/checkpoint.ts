@@ -4,14 +4,14 @@
 //   extra_state_world_size_W_rank_R.json    LR scheduler step and this rank's RNG states
 //   checkpoint_meta.json                    world size and format
 //   huggingface/                            a transformers-loadable export (actor only, rank 0)
-import { existsSync, mkdirSync, readFileSync } from "node:fs";
+import { existsSync, mkdirSync } from "node:fs";
 import { join } from "node:path";
 import * as tf from "@tensorflow/tfjs";
 import { requireFiniteWeights } from "../models/finite.js";
 import { readSafetensors, saveHfModel, serializeSafetensors, type LlamaModel, type NamedArray, type Tokenizer } from "../models/index.js";
 import { heartbeat } from "../single_controller/heartbeat.js";
 import { logger } from "../utils/logger.js";
-import { writeFileAtomic } from "../utils/fs.js";
+import { readCheckpointJson, writeFileAtomic } from "../utils/fs.js";
 import type { Rng, RngState } from "../utils/rng.js";
 import type { DataParallelOptimizer } from "./dp_optimizer.js";
 
@@ -72,17 +72,9 @@ export async function saveRoleCheckpoint(dir: string, parts: RoleCheckpointParts
   writeFileAtomic(join(dir, extraName(parts.worldSize, parts.rank)), JSON.stringify(extra));
 }
 
-function readJson<T>(path: string): T {
-  try {
-    return JSON.parse(readFileSync(path, "utf8")) as T;
-  } catch (e) {
-    throw new Error(`checkpoint: cannot read ${path}: ${(e as Error).message}`);
-  }
-}
-
 export async function loadRoleCheckpoint(dir: string, parts: Omit<RoleCheckpointParts, "hf">): Promise<void> {
   if (!existsSync(dir)) throw new Error(`checkpoint: ${dir} does not exist`);
-  const meta = readJson<{ format?: string; world_size?: number }>(join(dir, "checkpoint_meta.json"));
+  const meta = readCheckpointJson<{ format?: string; world_size?: number }>(join(dir, "checkpoint_meta.json"));
   if (meta.format !== CHECKPOINT_FORMAT) throw new Error(`checkpoint: ${dir} has format '${String(meta.format)}', expected '${CHECKPOINT_FORMAT}'`);
   const { tensors } = readSafetensors(join(dir, "model.safetensors"));
   for (const [name, v] of parts.params) {
@@ -110,10 +102,10 @@ export async function loadRoleCheckpoint(dir: string, parts: Omit<RoleCheckpoint
     // Weights and optimizer are replicated, so they load at any world size; per-rank RNG streams cannot.
     logger().warn({ dir, saved: meta.world_size, now: parts.worldSize }, "checkpoint saved with another world size: RNG states not restored");
     const any = join(dir, extraName(meta.world_size ?? 1, 0));
-    if (existsSync(any)) parts.optimizer.scheduler.loadStateDict(readJson<ExtraState>(any).lr_scheduler);
+    if (existsSync(any)) parts.optimizer.scheduler.loadStateDict(readCheckpointJson<ExtraState>(any).lr_scheduler);
     return;
   }
-  const extra = readJson<ExtraState>(extraPath);
+  const extra = readCheckpointJson<ExtraState>(extraPath);
   parts.optimizer.scheduler.loadStateDict(extra.lr_scheduler);
   for (const [k, r] of Object.entries(parts.rngs)) {
     const st = extra.rng[k];

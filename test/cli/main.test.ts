@@ -65,6 +65,25 @@ describe("verl CLI", { concurrency: 4 }, () => {
     assert.match(cfgWhat.stderr, /--cfg hydra: only 'job'/);
   });
 
+  test("every example in a command's --help runs and exits 0", async () => {
+    for (const cmd of ["train", "sft", "generate", "eval"]) {
+      const help = await verl(cmd, "--help");
+      assert.equal(help.code, 0, help.stderr);
+      const examples = help.stdout.split("\n").filter((l) => l.startsWith(`  verl ${cmd} `)).map((l) => l.trim().split(/\s+/).slice(1));
+      assert.equal(examples.length, 2, help.stdout);
+      for (const args of examples) {
+        const r = await verl(...args);
+        assert.equal(r.code, 0, `verl ${args.join(" ")}: ${r.stderr}`);
+      }
+    }
+  });
+
+  test("an override with an unbalanced quote exits 2 naming it", async () => {
+    const r = await verl("train", "trainer.experiment_name='my run", "--cfg", "job");
+    assert.equal(r.code, 2);
+    assert.match(r.stderr, /^error: override 'trainer\.experiment_name='my run': unbalanced quote/);
+  });
+
   test("train checks the batch arithmetic before running anything", async () => {
     const r = await verl("train", "data.train_batch_size=2", "actor_rollout_ref.actor.ppo_mini_batch_size=4");
     assert.equal(r.code, 2);

@@ -52,6 +52,25 @@ test("malformed overrides are rejected with the override quoted", () => {
   assert.throws(() => parseOverride("+actor/x=y"), /not supported/);
 });
 
+test("an unbalanced quote in a value is refused (exit 2) naming the override; paired quotes and apostrophes pass", () => {
+  const refused = (raw: string, why: RegExp) => assert.throws(() => parseOverride(raw), (e: unknown) => {
+    assert.ok(e instanceof ConfigError, String(e));
+    assert.equal(e.exitCode, 2);
+    assert.ok(e.message.startsWith(`override '${raw}': unbalanced quote: `), e.message);
+    assert.match(e.message, why);
+    return true;
+  });
+  refused("trainer.experiment_name='my run", /the ' opened in the value is never closed/);
+  refused('trainer.experiment_name="my run', /the " opened in the value is never closed/);
+  refused("trainer.logger=[console, 'file]", /the ' opened in the value is never closed/);
+  refused("trainer.experiment_name=my_run'", /the ' that ends the value was never opened/);
+  refused("+data.note=x\"", /the " that ends the value was never opened/);
+  refused("~trainer.experiment_name='a", /never closed/);
+  assert.equal((parseOverride("trainer.experiment_name='my run'").override as { value: unknown }).value, "my run");
+  assert.equal((parseOverride("data.note=don't").override as { value: unknown }).value, "don't");
+  assert.equal((parseOverride("data.note='it''s'").override as { value: unknown }).value, "it's");
+});
+
 test("set changes an existing key and refuses a missing one, naming the closest keys", () => {
   const cfg = apply(base(), "trainer.total_epochs=2", "actor.optim.lr=1e-5");
   assert.equal((cfg.trainer as ConfigNode).total_epochs, 2);

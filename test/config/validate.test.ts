@@ -78,6 +78,21 @@ test("loss_agg_mode and clip_ratio_c are checked", () => {
   rejects(["actor_rollout_ref.actor.clip_ratio_c=1.0"], /clip_ratio_c must be greater than 1\.0 .*got 1$/m);
 });
 
+test("negative clip ratios are refused naming the key", () => {
+  for (const key of ["actor_rollout_ref.actor.clip_ratio", "actor_rollout_ref.actor.clip_ratio_low", "actor_rollout_ref.actor.clip_ratio_high"]) {
+    rejects([`${key}=-0.2`], new RegExp(`${key.replace(/\./g, "\\.")} must be >= 0 \\(the clip range is \\[1 - eps, 1 \\+ eps\\]\\), got -0\\.2$`, "m"));
+  }
+  rejects(["algorithm.adv_estimator=gae", "critic.ppo_micro_batch_size_per_gpu=2", "critic.cliprange_value=-1"], /critic\.cliprange_value must be >= 0 .*got -1$/m);
+  assert.doesNotThrow(() => validatePpoConfig(ppo("critic.cliprange_value=-1")), "the critic's range is not checked when there is no critic");
+  assert.doesNotThrow(() => validatePpoConfig(ppo("actor_rollout_ref.actor.clip_ratio_low=0", "actor_rollout_ref.actor.clip_ratio_high=0.28")));
+});
+
+test("a training temperature of 0 is refused up front (greedy is for validation)", () => {
+  rejects(["actor_rollout_ref.rollout.temperature=0"], /actor_rollout_ref\.rollout\.temperature must be > 0 for training .*got 0; greedy decoding is for validation: actor_rollout_ref\.rollout\.val_kwargs\.do_sample=false/);
+  rejects(["actor_rollout_ref.rollout.temperature=-1"], /temperature must be > 0 for training .*got -1/);
+  assert.doesNotThrow(() => validatePpoConfig(ppo("actor_rollout_ref.rollout.val_kwargs.temperature=0", "actor_rollout_ref.rollout.val_kwargs.do_sample=false")));
+});
+
 test("all problems are reported at once", () => {
   assert.throws(
     () => validatePpoConfig(ppo("actor_rollout_ref.actor.clip_ratio_c=0.5", "actor_rollout_ref.actor.loss_agg_mode=x", "data.train_batch_size=2")),

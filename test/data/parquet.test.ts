@@ -8,7 +8,8 @@ import { fileURLToPath } from "node:url";
 import * as arrow from "apache-arrow";
 import { readParquet, readParquetSchema, writeParquet } from "../../src/data/parquet.js";
 
-const fixture = fileURLToPath(new URL("../../../test/data/fixtures/list_columns.parquet", import.meta.url));
+const fixtureAt = (name: string): string => fileURLToPath(new URL(`../../../test/data/fixtures/${name}`, import.meta.url));
+const fixture = fixtureAt("list_columns.parquet");
 const parquetModule = new URL("../../src/data/parquet.js", import.meta.url).href;
 
 function tmp(): string {
@@ -98,6 +99,31 @@ test("pandas index columns named in the metadata are dropped; large_utf8 reads",
     const p = join(dir, "pd.parquet");
     await writeParquet(p, [{ q: "a", __index_level_0__: 7 }, { q: "b", __index_level_0__: 9 }], schema);
     assert.deepEqual(await readParquet(p), [{ q: "a" }, { q: "b" }]);
+  } finally { rmSync(dir, { recursive: true, force: true }); }
+});
+
+test("a 0-row file pyarrow wrote (verl's schema, one empty row group) reads as no rows", async () => {
+  const p = fixtureAt("empty_rows.parquet");
+  assert.deepEqual(await readParquet(p), []);
+  assert.deepEqual((await readParquetSchema(p)).fields.map((f) => f.name), ["data_source", "prompt", "ability", "reward_model", "extra_info"]);
+});
+
+test("large_list columns polars writes read like list (prompt structs, int64 ids)", async () => {
+  const p = fixtureAt("large_list.parquet");
+  const schema = await readParquetSchema(p);
+  assert.equal(schema.fields.find((f) => f.name === "prompt")!.type.typeId, arrow.Type.LargeList, "the fixture really holds large_list");
+  const got = await readParquet(p);
+  assert.deepEqual(got.map((r) => r.prompt), [
+    [{ role: "user", content: "1+1=" }],
+    [{ role: "system", content: "be brief" }, { role: "user", content: "2+3=" }],
+  ]);
+  assert.deepEqual(got.map((r) => r.ids), [[1, 2, 3], [4]]);
+  assert.deepEqual(got[1]!.reward_model, { ground_truth: "5", style: "rule" });
+  const dir = tmp();
+  try {
+    const back = join(dir, "back.parquet");
+    await writeParquet(back, got, schema);
+    assert.deepEqual(await readParquet(back), got, "rows write back under the large_list schema");
   } finally { rmSync(dir, { recursive: true, force: true }); }
 });
 

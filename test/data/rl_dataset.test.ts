@@ -3,6 +3,7 @@ import assert from "node:assert/strict";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { fileURLToPath } from "node:url";
 import { writeParquet } from "../../src/data/parquet.js";
 import { RLHFDataset } from "../../src/data/rl_dataset.js";
 import { createRLDataloaders } from "../../src/data/factory.js";
@@ -91,6 +92,9 @@ test("bad inputs are reported with their file and row", async () => {
   assert.throws(() => new RLHFDataset(jl, null, cfg()), /p\.jsonl:2: not valid JSON/);
   writeFileSync(jl, `${JSON.stringify(row(0))}\n`);
   assert.equal(new RLHFDataset(jl, null, cfg()).get(0).index, 0);
+  const empty = fileURLToPath(new URL("../../../test/data/fixtures/empty_rows.parquet", import.meta.url));
+  assert.throws(() => createRLDataloaders({ ...cfg(), train_files: empty, val_files: fileA }, null),
+    /data\.train_files: .*empty_rows\.parquet: no rows \(the file holds a schema but 0 rows\); give a file with at least one prompt/);
 });
 
 test("createRLDataloaders builds verl's train and val loaders from the data config", () => {

@@ -142,3 +142,26 @@ test("an untied Qwen2-style model round-trips, also from sharded safetensors; va
   writeFileSync(join(empty, "config.json"), JSON.stringify({ architectures: ["LlamaForCausalLM"], hidden_size: 8, intermediate_size: 8, num_hidden_layers: 1, num_attention_heads: 2, vocab_size: 4 }));
   await assert.rejects(loadModel(empty), /no model.safetensors or model.safetensors.index.json/);
 });
+
+test("a re-export keeps config.json's pad_token_id (and writes it to generation_config.json)", async () => {
+  await initBackend("wasm");
+  const m = initModel(makeConfig({ vocabSize: 24, dim: 16, hiddenDim: 20, nLayers: 1, nHeads: 2, attentionBias: true }), new Rng(2));
+  const src = join(tmp("hf-pad-"), "src"), out = join(tmp("hf-pad-"), "out");
+  try {
+    await saveHfModel(m, src);
+    const cj = JSON.parse(readFileSync(join(src, "config.json"), "utf8")) as Record<string, unknown>;
+    writeFileSync(join(src, "config.json"), JSON.stringify({ ...cj, pad_token_id: 7, eos_token_id: 3 }));
+    const loaded = await loadHfModel(src);
+    assert.equal(loaded.config.padTokenId, 7);
+    await saveHfModel(loaded, out);
+    loaded.dispose();
+    const back = JSON.parse(readFileSync(join(out, "config.json"), "utf8")) as Record<string, unknown>;
+    assert.equal(back.pad_token_id, 7);
+    assert.equal(back.eos_token_id, 3);
+    const gen = JSON.parse(readFileSync(join(out, "generation_config.json"), "utf8")) as Record<string, unknown>;
+    assert.equal(gen.pad_token_id, 7);
+    assert.equal(gen.eos_token_id, 3);
+  } finally {
+    m.dispose();
+  }
+});

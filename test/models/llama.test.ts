@@ -1,6 +1,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { writeFileSync, mkdtempSync } from "node:fs";
+import { writeFileSync, readFileSync, mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import * as tf from "@tensorflow/tfjs";
@@ -107,7 +107,13 @@ test("llama2.c version 0 (untied, vocab < 0) and version 1 files of the same wei
     a.dispose(); b.dispose();
   }
   writeFileSync(join(dir, "bad.bin"), Buffer.from(new Int32Array([8, 12, 2, 2, 1, 10, 16, 0]).buffer));
-  assert.throws(() => loadLlama2c(join(dir, "bad.bin")), /bad\.bin: file ends inside 'token embedding'/);
+  assert.throws(() => loadLlama2c(join(dir, "bad.bin")), /bad\.bin: 32 bytes, but its header \(dim 8, 2 layers, vocab 10, seq_len 16\) calls for 4604 bytes: the file is cut off/);
+  writeFileSync(join(dir, "long.bin"), Buffer.concat([readFileSync(v0), Buffer.alloc(4)]));
+  assert.throws(() => loadLlama2c(join(dir, "long.bin")), /long\.bin: \d+ bytes, but its header .* calls for \d+ bytes: the file is longer than the model/);
+  for (const [name, size] of [["empty.bin", 0], ["ten.bin", 10]] as const) {
+    writeFileSync(join(dir, name), readFileSync(v0).subarray(0, size));
+    assert.throws(() => loadLlama2c(join(dir, name)), new RegExp(`${name.replace(".", "\\.")}: ${size} bytes is too short for a llama2.c checkpoint \\(its header alone is 28 bytes\\)`));
+  }
 });
 
 test("HF config.json round-trips and rejects unknown architectures", () => {

@@ -40,3 +40,26 @@ test("verl generate writes n_samples responses per row and keeps every column", 
   await assert.rejects(runGenerate([...base, "data.n_samples=2", "rollout.temperature=0"]), /set data.n_samples=1/);
   await assert.rejects(runGenerate([...base, "data.prompt_key=question"]), /in.parquet row 0: no column 'question'/);
 });
+
+test("on a terminal, verl generate's progress line advances while the tokens are decoded", async (t) => {
+  const bin = storiesBin();
+  if (!bin) return t.skip(STORIES_MISSING);
+  const dir = mkdtempSync(join(tmpdir(), "gen-tty-"));
+  const input = join(dir, "in.parquet"), output = join(dir, "out.parquet");
+  await writeParquet(input, [{ prompt: [{ role: "user", content: "Once upon a time" }] }, { prompt: [{ role: "user", content: "The sun" }] }]);
+  const stderr = process.stderr as NodeJS.WriteStream & { isTTY: boolean };
+  const { isTTY, write } = stderr;
+  const lines: string[] = [];
+  stderr.isTTY = true;
+  stderr.write = ((s: string | Uint8Array) => { lines.push(String(s)); return true; }) as typeof stderr.write;
+  try {
+    await runGenerate([`data.path=${input}`, `data.output_path=${output}`, `model.path=${bin}`, "trainer.device=wasm", "rollout.response_length=16", "data.batch_size=2", "data.n_samples=1", "rollout.temperature=0"]);
+  } finally {
+    stderr.isTTY = isTTY;
+    stderr.write = write;
+  }
+  const during = lines.findIndex((l) => /^\rgenerate: 0\/2 \(0%\) rows 1-2: token \d+\/16/.test(l));
+  const finished = lines.findIndex((l) => /^\rgenerate: 2\/2 \(100%\)/.test(l));
+  assert.ok(lines[0]!.startsWith("\rgenerate: 0/2 (0%)"), `the line shows before decoding starts: ${JSON.stringify(lines.slice(0, 3))}`);
+  assert.ok(during >= 0 && during < finished, `a token-level line before the rows are done: ${JSON.stringify(lines)}`);
+});

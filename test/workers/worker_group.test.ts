@@ -9,10 +9,10 @@ import { maxAbsDiff, syntheticBatch } from "./helpers.js";
 
 const WORKERS = new URL("../../src/workers/index.js", import.meta.url);
 
-function config(world: number): Config {
+function config(world: number, extra: string[] = []): Config {
   return loadConfig({
     configName: "ppo_trainer",
-    overrides: [
+    overrides: [...extra,
       "trainer.device=cpu", `trainer.n_gpus_per_node=${world}`, "trainer.seed=5",
       "actor_rollout_ref.model.path=scratch", "actor_rollout_ref.model.tokenizer_path=char:abcdefghijklmnop",
       "+actor_rollout_ref.model.override_config.hidden_size=16", "+actor_rollout_ref.model.override_config.num_hidden_layers=1",
@@ -75,4 +75,16 @@ test("one rank and two ranks sample, score and update identically (per-sample se
   const moved = maxAbsDiff(one.after, one.oldLogProbs);
   assert.ok(moved > 1e-4, "the update changed the policy");
   assert.ok(maxAbsDiff(one.after, two.after) < 1e-5, `after the update: ${maxAbsDiff(one.after, two.after)}`);
+});
+
+test("a single-turn rollout longer than the model's context is refused at start-up, as the agent loop refuses it", async () => {
+  const pool = new ResourcePool({ worldSize: 1, name: "test_context" });
+  try {
+    const tooLong = config(1, ["+actor_rollout_ref.model.override_config.max_position_embeddings=8"]);
+    const wg = await WorkerGroup.create(pool, new ClassWithInitArgs(WORKERS, "ActorRolloutRefWorker", tooLong, "actor_rollout"));
+    await assert.rejects(wg.call("initModel"),
+      /actor_rollout_ref\.rollout: prompt_length 4 \+ response_length 5 = 9 exceeds the model's max_position_embeddings 8; lower data\.max_prompt_length \/ data\.max_response_length/);
+  } finally {
+    await pool.destroy();
+  }
 });

@@ -83,7 +83,7 @@ export async function run(ctx: CommandContext): Promise<void> {
   await readParamsForDecode(model); // the host decoder's weight copy, read asynchronously (WebGPU has no sync read)
   const tokPath = get(config, "model.tokenizer_path");
   const tok = await loadTokenizer(typeof tokPath === "string" ? expandHome(tokPath) : statSync(modelPath).isFile() ? dirname(modelPath) : modelPath);
-  params.eosTokenIds = [...new Set([tok.eosTokenId, ...tok.eosTokenIds])];
+  params.eosTokenIds = [...tok.eosTokenIds];
   params.padTokenId = tok.padTokenId;
   const rng = new Rng(num(config, "trainer.seed", 42, { int: true }));
 
@@ -111,7 +111,8 @@ export async function run(ctx: CommandContext): Promise<void> {
       });
       const P = Math.max(...withIds.map((r) => r.input_ids.length));
       const batch = collateToDataProto(withIds, { maxPromptLength: P, padTokenId: tok.padTokenId });
-      const result = generate(model, batch, params, rng);
+      const rowsNow = `rows ${r0 + 1}-${r0 + chunk.length}`;
+      const result = generate(model, batch, params, rng, { onStep: (t, of) => progress.status(`${rowsNow}: token ${t}/${of}`) });
       const R = params.responseLength, resp = result.batch["responses"]!.data, mask = result.batch["response_mask"]!.data;
       chunk.forEach((row, i) => {
         const texts: string[] = [];

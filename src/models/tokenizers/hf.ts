@@ -106,12 +106,9 @@ export class HfTokenizer implements Tokenizer {
       throw new Error(`${this.origin}: no eos_token in tokenizer_config.json, no eos_token_id in generation_config.json, and none of ${TURN_END_TOKENS.join(", ")} in the vocabulary`);
     }
     this.eosTokenId = eos;
-    const stops = [eos, ...genEosList];
-    for (const t of TURN_END_TOKENS) {
-      const id = this.core.token_to_id(t);
-      if (id !== undefined && this.specialIds.has(id)) stops.push(id);
-    }
-    this.eosTokenIds = [...new Set(stops)];
+    // Generation stops where transformers' generate stops: generation_config.json's eos ids, else the
+    // tokenizer's eos; not on every special token (a chat model's <|endoftext|> is not its turn end).
+    this.eosTokenIds = genEosList.length > 0 ? [...new Set(genEosList)] : [eos];
     // verl's tokenizer helper pads with EOS when the tokenizer has no pad token.
     this.padTokenId = idOf("pad_token") ?? eos;
     this.specialStrings = {

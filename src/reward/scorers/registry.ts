@@ -69,12 +69,23 @@ export function normalizeScore(value: unknown, where: string): number | { score:
   throw new Error(`${where}: expected a number, boolean or {score, ...}, got ${value === undefined ? "undefined" : JSON.stringify(value)}`);
 }
 
+/** A built-in rule scorer compares against the ground truth: without one it would score 0 whatever the response. */
+function noGroundTruth(dataSource: string, extraInfo?: Record<string, unknown> | null): Error {
+  const index = extraInfo?.index, split = extraInfo?.split;
+  const row = index === undefined ? "" : ` (extra_info.index ${JSON.stringify(index)}${typeof split === "string" ? `, split ${split}` : ""})`;
+  return new Error(
+    `reward: a data_source "${dataSource}" row${row} has a null reward_model.ground_truth, and the built-in scorer cannot score without one `
+      + "(it would give 0 whatever the response): fill in the row's ground truth, drop the row, or score with custom_reward_function.path",
+  );
+}
+
 export function defaultComputeScore(
   dataSource: string,
   solutionStr: string,
   groundTruth: unknown,
   extraInfo?: Record<string, unknown> | null,
 ): MaybePromise<ScoreValue> {
+  if ((groundTruth === null || groundTruth === undefined) && scorers.get(dataSource)?.builtin) throw noGroundTruth(dataSource, extraInfo);
   const out = getScorer(dataSource)(solutionStr, groundTruth, extraInfo ?? null);
   const where = `scorer for data_source "${dataSource}"`;
   return out instanceof Promise ? out.then((v) => normalizeScore(v, where)) : normalizeScore(out, where);

@@ -5,14 +5,15 @@
 // metrics file on resume when a kill came between the commit and the metrics
 // line); the checkpoint manager makes the whole folder appear atomically and
 // prunes old ones.
-import { existsSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import type { DataLoaderState } from "../../data/index.js";
-import { writeFileAtomic } from "../../utils/fs.js";
+import { readCheckpointJson, writeFileAtomic } from "../../utils/fs.js";
 import { logger } from "../../utils/logger.js";
 import type { Rng, RngState } from "../../utils/rng.js";
 import type { ConfigView } from "../../workers/config_view.js";
 import { CheckpointManager } from "../checkpoint/checkpoint_manager.js";
+import { restoreLoaderState } from "../checkpoint/loader_state.js";
 import type { KlController } from "./core_algos/index.js";
 import type { PpoWorkers } from "./resources.js";
 
@@ -72,17 +73,15 @@ export async function loadTrainerCheckpoint(cm: CheckpointManager, cfg: ConfigVi
     if (!existsSync(criticDir)) throw new Error(`checkpoint ${point.dir} has no critic/ but this run trains a critic`);
     await r.workers.critic.call("loadCheckpoint", criticDir);
   }
-  const dataPath = join(point.dir, "data.json");
-  if (existsSync(dataPath)) r.trainLoader.loadStateDict(JSON.parse(readFileSync(dataPath, "utf8")) as DataLoaderState);
-  else logger().warn({ dir: point.dir }, "checkpoint has no data.json: the dataloader starts from the beginning");
+  restoreLoaderState(r.trainLoader, point.dir);
   const statePath = join(point.dir, "trainer_state.json");
   if (existsSync(statePath)) {
-    const s = JSON.parse(readFileSync(statePath, "utf8")) as DriverState;
+    const s = readCheckpointJson<DriverState>(statePath);
     r.rng.setState(s.rng);
     if (r.klCtrl && typeof s.kl_coef === "number") r.klCtrl.value = s.kl_coef;
   }
   const metricsPath = join(point.dir, METRICS_FILE);
-  const metrics = existsSync(metricsPath) ? (JSON.parse(readFileSync(metricsPath, "utf8")) as Record<string, number>) : null;
+  const metrics = existsSync(metricsPath) ? readCheckpointJson<Record<string, number>>(metricsPath) : null;
   if (cfg.bool("trainer.del_local_ckpt_after_load", false)) rmSync(point.dir, { recursive: true, force: true });
   return { step: point.step, metrics };
 }

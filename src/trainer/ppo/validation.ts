@@ -59,7 +59,7 @@ export async function validate(ctx: ValidationContext, globalStep: number): Prom
   for (const [k, v] of Object.entries(infos)) if (v.length !== dataSources.length) delete infos[k];
   logValidationSamples(samples, cfg.int("trainer.log_val_generations", 0));
   const dumpDir = cfg.optStr("trainer.validation_data_dir");
-  if (dumpDir) dumpGenerations(dumpDir, globalStep, samples.map((s, i) => ({ ...s, step: globalStep, ...extrasAt(infos, i) })));
+  if (dumpDir) dumpGenerations(dumpDir, globalStep, samples.map((s, i) => ({ ...s, step: globalStep, ...extrasAt(infos, i) })), "trainer.validation_data_dir");
   return validationMetricsToDict(processValidationMetrics(dataSources, uids, infos));
 }
 
@@ -74,7 +74,11 @@ function logValidationSamples(samples: { input: string; output: string; score: n
   for (const s of sorted.slice(0, count)) logger().info({ input: s.input, output: s.output, score: s.score }, "validation sample");
 }
 
-/** `{dir}/{step}.jsonl`, one generation per line (verl's _dump_generations). */
-export function dumpGenerations(dir: string, step: number, rows: Record<string, unknown>[]): void {
-  writeFileAtomic(join(dir, `${step}.jsonl`), rows.map((r) => JSON.stringify(r)).join("\n") + "\n");
+/** `{dir}/{step}.jsonl`, one generation per line (verl's _dump_generations). `key` is the setting that named dir. */
+export function dumpGenerations(dir: string, step: number, rows: Record<string, unknown>[], key = "trainer.rollout_data_dir"): void {
+  try {
+    writeFileAtomic(join(dir, `${step}.jsonl`), rows.map((r) => JSON.stringify(r)).join("\n") + "\n");
+  } catch (e) {
+    throw new Error(`${key}: ${(e as Error).message} (or unset ${key} to stop the dump)`, { cause: e });
+  }
 }

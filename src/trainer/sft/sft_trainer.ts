@@ -5,10 +5,9 @@
 // trainer.save_freq steps and at the end (global_step_N/ with the weights, the
 // optimizer, the dataloader position and a Hugging Face export that `verl train`
 // loads as actor_rollout_ref.model.path), resumable with trainer.resume_mode.
-import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Config } from "../../config/index.js";
-import { dataFiles, StatefulDataLoader, type DataLoaderState } from "../../data/index.js";
+import { dataFiles, StatefulDataLoader } from "../../data/index.js";
 import type { Tokenizer } from "../../models/index.js";
 import type { DataProto } from "../../protocol/index.js";
 import { ClassWithInitArgs, ResourcePool, WorkerGroup } from "../../single_controller/index.js";
@@ -18,6 +17,7 @@ import { Tracking } from "../../utils/tracking.js";
 import { ConfigView } from "../../workers/config_view.js";
 import type { SftEvalResult, SftStepResult } from "../../workers/sft/sft_worker.js";
 import { CheckpointManager } from "../checkpoint/checkpoint_manager.js";
+import { restoreLoaderState } from "../checkpoint/loader_state.js";
 import { SFTDataset, type SftExample } from "./sft_dataset.js";
 import { loadSftTokenizer } from "./sft_model.js";
 
@@ -158,9 +158,7 @@ export class SFTTrainer {
     if (!point) return 0;
     logger().info({ dir: point.dir, step: point.step }, "resuming SFT from checkpoint");
     await group.call("loadCheckpoint", point.dir);
-    const dataPath = join(point.dir, "data.json");
-    if (existsSync(dataPath)) this.trainLoader.loadStateDict(JSON.parse(readFileSync(dataPath, "utf8")) as DataLoaderState);
-    else logger().warn({ dir: point.dir }, "checkpoint has no data.json: the dataloader starts from the beginning");
+    restoreLoaderState(this.trainLoader, point.dir);
     return point.step;
   }
 

@@ -98,10 +98,18 @@ test("hf: special tokens and generation stops come from the config files", () =>
   assert.deepEqual([...tok.eosTokenIds].sort(), [265, 267]);
   const noPad = new HfTokenizer({ tokenizerJson: tinyQwenJson(), tokenizerConfig: { eos_token: "<|endoftext|>" } });
   assert.equal(noPad.padTokenId, 265); // pad falls back to eos, as verl does
-  assert.deepEqual([...noPad.eosTokenIds].sort(), [265, 267]); // <|im_end|> also stops generation
+  assert.deepEqual([...noPad.eosTokenIds], [265], "no generation_config: the tokenizer's eos alone stops");
   assert.equal(noPad.hasChatTemplate, false);
   assert.throws(() => noPad.applyChatTemplate([{ role: "user", content: "x" }]), /no chat_template/);
   assert.throws(() => new HfTokenizer({ tokenizerJson: tinyQwenJson(), tokenizerConfig: { eos_token: "<eos>" } }), /eos_token "<eos>" is not in the vocabulary/);
+});
+
+test("hf: a chat model stops on its eos (<|im_end|>), not on every special token such as <|endoftext|>", () => {
+  const chat = new HfTokenizer({ tokenizerJson: tinyQwenJson(), tokenizerConfig: CONFIG });
+  assert.equal(chat.eosTokenId, 267);
+  assert.deepEqual([...chat.eosTokenIds], [267], "<|endoftext|> (265) is the pad token here, not a stop");
+  const listed = new HfTokenizer({ tokenizerJson: tinyQwenJson(), tokenizerConfig: CONFIG, generationConfig: { eos_token_id: [267, 265, 267] } });
+  assert.deepEqual([...listed.eosTokenIds], [267, 265], "generation_config.json's list, once each");
 });
 
 test("hf: the Qwen chat template renders like transformers (generation prompt, tools, kwargs)", () => {
@@ -137,7 +145,7 @@ test("hf: loadTokenizer reads a folder (tokenizer.json, tokenizer_config.json, g
     writeFileSync(join(dir, "generation_config.json"), JSON.stringify({ eos_token_id: 265 }));
     const tok = await loadTokenizer(dir);
     assert.ok(tok instanceof HfTokenizer);
-    assert.deepEqual([...tok.eosTokenIds].sort(), [265, 267]);
+    assert.deepEqual([...tok.eosTokenIds], [265], "generation_config.json's eos_token_id (an int) wins over the tokenizer's eos, as in transformers");
     const out = join(dir, "copy");
     tok.saveTo!(out);
     const back = await loadTokenizer(out);
