@@ -80,6 +80,8 @@ export const KEY_RULES: readonly KeyRule[] = [
   { keys: "data.gen_batch_size", kind: "honoured", what: "DAPO's dynamic sampling", own: true },
   { keys: "data.multiturn.{enable,enable_thinking_key,messages_key,tools_key}", kind: "honoured", what: "multi-turn SFT data" },
   { keys: "data.apply_chat_template_kwargs.**", kind: "honoured", what: "chat templates" },
+  { keys: "{**.,}custom_chat_template", kind: "honoured", what: "the chat template every prompt is rendered with (replaces the tokenizer's)" },
+  { keys: "data.chat_template", kind: "honoured", what: "the SFT chat template (replaces the tokenizer's; verl's legacy SFT trainer refuses it)" },
   {
     keys: "data.{apply_chat_template_kwargs,balance_dp_token,batch_size,data_source_key,filter_overlong_prompts,max_length,max_prompt_length,max_response_length,micro_batch_size_per_gpu,n_samples,output_path,path,prompt_dict_keys,prompt_key,response_dict_keys,response_key,return_raw_chat,reward_fn_key,reward_model_key,seed,shuffle,tool_config_path,train_batch_size,train_files,train_max_samples,truncation,val_batch_size,val_files,val_max_samples,validation_shuffle}",
     kind: "honoured",
@@ -105,8 +107,6 @@ export const KEY_RULES: readonly KeyRule[] = [
   { keys: "**.router_replay.**", kind: "not_built", what: "MoE router replay" },
   { keys: "**.mtp.**", kind: "not_built", what: "multi-token prediction (MTP)" },
   { keys: `${R}.mtp`, kind: "not_built", what: "multi-token prediction (MTP)" },
-  { keys: "**.custom_chat_template", kind: "not_built", what: "a chat template override on the model (put chat_template.jinja beside the tokenizer)" },
-  { keys: "data.chat_template", kind: "not_built", what: "a chat template override for SFT data (put chat_template.jinja beside the tokenizer)" },
   { keys: "algorithm.rollout_correction.**", kind: "not_built", what: "rollout importance-sampling correction (rollout_correction)" },
   { keys: `${R}.{over_sample_rate,skip_rollout,skip_dump_dir,enable_rollout_routing_replay,quantization,quantization_config_file}`, kind: "not_built", what: "verl's rollout extras (over-sampling, rollout skipping/dumps, routing replay, quantized rollout)" },
   { keys: `${R}.multi_turn.{use_inference_chat_template,num_repeat_rollouts}`, kind: "not_built", what: "multi-turn inference chat templates / repeated rollouts" },

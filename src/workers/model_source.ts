@@ -13,7 +13,7 @@ import { pathToFileURL } from "node:url";
 import {
   fromHfConfig, initModel, loadHfModel, loadHfValueModel, loadLlama2c, ValueHeadModel, type LlamaModel, type ModelConfig, type Tokenizer,
 } from "../models/index.js";
-import { loadTokenizer } from "../models/tokenizers/index.js";
+import { checkChatTemplate, loadTokenizer } from "../models/tokenizers/index.js";
 import { Rng } from "../utils/rng.js";
 import type { ConfigView } from "./config_view.js";
 
@@ -58,8 +58,28 @@ export function scratchConfig(overrides: Record<string, unknown>, tokenizer: Tok
   }
 }
 
-/** The tokenizer for a model section (`actor_rollout_ref.model`, `critic.model`, ...). */
+/**
+ * The tokenizer for a model section (`actor_rollout_ref.model`, `critic.model`, ...), with the section's
+ * custom_chat_template (a Jinja string) in place of the tokenizer's own, as verl sets it on its workers'
+ * tokenizers: every prompt the dataset, the agent loop and the workers render then uses it.
+ */
 export async function loadModelTokenizer(model: ConfigView): Promise<Tokenizer> {
+  return withTemplateOverride(await loadOwnTokenizer(model), model, "custom_chat_template");
+}
+
+/** The tokenizer with the Jinja template at `view`'s key `k` as its chat template, where that key is set. */
+export function withTemplateOverride(tokenizer: Tokenizer, view: ConfigView, k: string): Tokenizer {
+  const template = view.optStr(k);
+  if (template === null) return tokenizer;
+  try {
+    checkChatTemplate(template);
+  } catch (e) {
+    throw new Error(`${view.key(k)}: ${(e as Error).message}`);
+  }
+  return tokenizer.withChatTemplate(template);
+}
+
+async function loadOwnTokenizer(model: ConfigView): Promise<Tokenizer> {
   const explicit = model.optStr("tokenizer_path");
   const path = model.str("path");
   if (explicit) return loadTokenizer(explicit.startsWith("char:") ? explicit : expandHome(explicit));
