@@ -41,8 +41,9 @@ export const KEY_RULES: readonly KeyRule[] = [
   },
   { keys: "{actor_rollout_ref.actor,critic,actor_rollout_ref.ref,reward_model}.strategy", kind: "honoured", what: "every strategy trains as data parallel over worker threads", values: STRATEGIES },
   { keys: `{${M},critic.model}.{external_lib,path,tokenizer_path}`, kind: "honoured", what: "model loading" },
-  { keys: `{${M},critic.model}.override_config.**`, kind: "honoured", what: "model config overrides" },
-  { keys: `{${M},critic.model}.override_config`, kind: "honoured", what: "model config overrides" },
+  { keys: `{${M},critic.model}.override_config.moe_config.**`, kind: "inert", what: "Megatron MoE (verl-ts's models are dense)" },
+  { keys: `{${M},critic.model}.override_config.**`, kind: "honoured", what: "the architecture of a scratch model (a loaded checkpoint refuses overrides)" },
+  { keys: `{${M},critic.model}.override_config`, kind: "honoured", what: "the architecture of a scratch model (a loaded checkpoint refuses overrides)" },
   { keys: `${REF}.{log_prob_max_token_len_per_gpu,log_prob_micro_batch_size,log_prob_micro_batch_size_per_gpu,log_prob_use_dynamic_bsz}`, kind: "honoured", what: "reference log-probs" },
   { keys: `${R}.agent.max_concurrent_loops`, kind: "honoured", what: "the agent loop", own: true },
   { keys: `${R}.agent.{agent_loop_config_path,default_agent_loop,num_workers}`, kind: "honoured", what: "the agent loop" },
@@ -78,12 +79,11 @@ export const KEY_RULES: readonly KeyRule[] = [
   { keys: "reward_manager.module.{path,name}", kind: "honoured", what: "a reward manager from a JS module (source=importlib)" },
   // --- honoured: data (RL and SFT) -------------------------------------------------------------
   { keys: "data.gen_batch_size", kind: "honoured", what: "DAPO's dynamic sampling", own: true },
-  { keys: "data.multiturn.{enable,enable_thinking_key,messages_key,tools_key}", kind: "honoured", what: "multi-turn SFT data" },
   { keys: "data.apply_chat_template_kwargs.**", kind: "honoured", what: "chat templates" },
   { keys: "{**.,}custom_chat_template", kind: "honoured", what: "the chat template every prompt is rendered with (replaces the tokenizer's)" },
   { keys: "data.chat_template", kind: "honoured", what: "the SFT chat template (replaces the tokenizer's; verl's legacy SFT trainer refuses it)" },
   {
-    keys: "data.{apply_chat_template_kwargs,balance_dp_token,batch_size,data_source_key,filter_overlong_prompts,max_length,max_prompt_length,max_response_length,micro_batch_size_per_gpu,n_samples,output_path,path,prompt_dict_keys,prompt_key,response_dict_keys,response_key,return_raw_chat,reward_fn_key,reward_model_key,seed,shuffle,tool_config_path,train_batch_size,train_files,train_max_samples,truncation,val_batch_size,val_files,val_max_samples,validation_shuffle}",
+    keys: "data.{apply_chat_template_kwargs,batch_size,data_source_key,filter_overlong_prompts,max_length,max_prompt_length,max_response_length,micro_batch_size_per_gpu,n_samples,output_path,path,prompt_dict_keys,prompt_key,response_dict_keys,response_key,return_raw_chat,reward_fn_key,reward_model_key,seed,shuffle,tool_config_path,train_batch_size,train_files,train_max_samples,truncation,val_batch_size,val_files,val_max_samples,validation_shuffle}",
     kind: "honoured",
     what: "data loading",
   },
@@ -102,6 +102,7 @@ export const KEY_RULES: readonly KeyRule[] = [
 
   // --- not built: verl features verl-ts does not have ---------------------------------------------
   { keys: "**.{lora_rank,lora_alpha,target_modules,exclude_modules,lora_adapter_path}", kind: "not_built", what: "LoRA" },
+  { keys: "data.multiturn.{enable,enable_thinking_key,messages_key,tools_key}", kind: "not_built", what: "multi-turn SFT (SFT takes prompt/response columns)" },
   { keys: "**.lora.**", kind: "not_built", what: "LoRA (Megatron)" },
   { keys: "reward_model.model.override_config", kind: "not_built", what: "a reward-model config override (the reward model takes actor_rollout_ref.model.override_config)" },
   { keys: "**.router_replay.**", kind: "not_built", what: "MoE router replay" },
@@ -156,6 +157,7 @@ export const KEY_RULES: readonly KeyRule[] = [
   },
   { keys: "**.{load_weight,nccl_timeout}", kind: "inert", what: "Megatron-LM/NCCL" },
   { keys: "data.{use_shm,return_raw_input_ids,return_full_prompt,dataloader_num_workers,filter_overlong_prompts_workers,image_patch_size,image_key,video_key,return_multi_modal_inputs,micro_batch_size}", kind: "inert", what: "PyTorch data loading" },
+  { keys: "data.balance_dp_token", kind: "inert", what: "SFT loss normalisation (verl-ts always divides by the token count of the whole global batch)" },
   { keys: "model.strategy", kind: "inert", what: "FSDP" },
   { keys: "{ulysses_sequence_parallel_size,use_remove_padding}", kind: "inert", what: "PyTorch kernels and memory savers (same results here)" },
   { keys: "{actor,ray_init}.**", kind: "inert", what: "verl's generation worker plumbing" },

@@ -8,7 +8,7 @@ import { Dispatch, register, Worker } from "../single_controller/index.js";
 import { loadRoleCheckpoint, saveRoleCheckpoint } from "./checkpoint.js";
 import { DataParallelPPOCritic } from "./critic/dp_critic.js";
 import { DataParallelOptimizer } from "./dp_optimizer.js";
-import { loadModelTokenizer, loadValueModel } from "./model_source.js";
+import { hfOverrides, loadModelTokenizer, loadValueModel } from "./model_source.js";
 import { setupWorker } from "./worker_setup.js";
 
 interface CriticState {
@@ -37,7 +37,7 @@ export class CriticWorker extends Worker {
     const model = critic.at("model");
     // The critic reads the actor's tokens, so it shares the actor's tokenizer (a scratch critic its vocabulary size).
     const tokenizer = await loadModelTokenizer(cfg.at("actor_rollout_ref.model"));
-    const valueModel = await loadValueModel(model, tokenizer, seed, cfg.at("actor_rollout_ref.model").section("override_config"));
+    const valueModel = await loadValueModel(model, tokenizer, seed, hfOverrides(cfg.at("actor_rollout_ref.model")));
     const optimizer = new DataParallelOptimizer(
       valueModel.trainableVariables(), critic.at("optim"), Math.max(critic.int("optim.total_training_steps", -1), 0),
       this.collective, critic.optNum("grad_clip"),

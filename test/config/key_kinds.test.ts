@@ -74,6 +74,7 @@ test("not-built features set away from default fail in one error naming each fea
       e instanceof ConfigError && e.exitCode === 2 && /lora_rank=8: LoRA is not built/.test(e.message) && /rollout_correction/.test(e.message) && /repeated rollouts/.test(e.message),
   );
   assert.doesNotThrow(() => check(["actor_rollout_ref.model.lora_rank=0"]));
+  assert.throws(() => check(["data.multiturn.enable=true"], "sft_trainer"), /multi-turn SFT/);
 });
 
 test("keys added with + that nothing declares are warned about; declared ones are not", () => {
