@@ -92,7 +92,8 @@ export const KEY_RULES: readonly KeyRule[] = [
   { keys: "model.{external_lib,partial_pretrain,path}", kind: "honoured", what: "model loading" },
   { keys: "optim.{betas,clip_grad,lr,lr_scheduler,lr_warmup_steps_ratio,weight_decay,min_lr_ratio,num_cycles,optimizer,warmup_style}", kind: "honoured", what: "the SFT optimizer" },
   { keys: "optim.{lr_scheduler_type,lr_warmup_steps,total_training_steps}", kind: "inert", what: "the SFT trainer (set from optim.lr_scheduler, lr_warmup_steps_ratio and the step count)" },
-  { keys: "rollout.{do_sample,log_prob_micro_batch_size_per_gpu,max_num_seqs,n,prompt_length,response_length,temperature,top_k,top_p}", kind: "honoured", what: "offline generation" },
+  { keys: "rollout.{do_sample,n,prompt_length,response_length,temperature,top_k,top_p}", kind: "honoured", what: "offline generation" },
+  { keys: "rollout.{log_prob_micro_batch_size_per_gpu,max_num_seqs}", kind: "inert", what: "offline generation (verl-ts decodes data.batch_size prompts together and computes no log-probs)" },
   { keys: "trainer.{seed,log_level}", kind: "honoured", what: "the trainer", own: true },
   {
     keys: "trainer.{balance_batch,critic_warmup,default_local_dir,del_local_ckpt_after_load,device,experiment_name,log_val_generations,logger,max_actor_ckpt_to_keep,max_ckpt_to_keep,max_critic_ckpt_to_keep,n_gpus_per_node,nnodes,project_name,resume_from_path,resume_mode,rollout_data_dir,save_freq,test_freq,total_epochs,total_training_steps,val_before_train,val_only,validation_data_dir}",

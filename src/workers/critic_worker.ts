@@ -9,7 +9,7 @@ import { loadRoleCheckpoint, saveRoleCheckpoint } from "./checkpoint.js";
 import { DataParallelPPOCritic } from "./critic/dp_critic.js";
 import { DataParallelOptimizer } from "./dp_optimizer.js";
 import { hfOverrides, loadModelTokenizer, loadValueModel } from "./model_source.js";
-import { setupWorker } from "./worker_setup.js";
+import { inferenceSpec, setupWorker } from "./worker_setup.js";
 
 interface CriticState {
   model: ValueHeadModel;
@@ -46,6 +46,8 @@ export class CriticWorker extends Worker {
       model: valueModel, optimizer,
       critic: new DataParallelPPOCritic(valueModel, optimizer, {
         config: critic, miniBatchPerRank: plan.criticMiniBatchPerRank, microBatchPerRank: plan.criticMicroBatchPerRank, seed: seed + 101 * (this.rank + 1),
+        // forward_micro_batch_size(_per_gpu) and forward_max_token_len_per_gpu follow the update's keys unless set
+        forwardSpec: inferenceSpec(critic, "forward_", "use_dynamic_bsz", "forward_max_token_len_per_gpu", this.worldSize),
       }),
     };
     return { backend, numParams: valueModel.trainableVariables().reduce((a, v) => a + v.size, 0) };
