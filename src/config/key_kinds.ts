@@ -35,7 +35,7 @@ export const KEY_RULES: readonly KeyRule[] = [
   { keys: `${A}.optim.${OPTIM}`, kind: "honoured", what: "the actor's optimizer and LR schedule" },
   { keys: `${A}.policy_loss.{clip_cov_lb,clip_cov_ratio,clip_cov_ub,kl_cov_ratio,loss_mode,ppo_kl_coef}`, kind: "honoured", what: "the policy loss" },
   {
-    keys: `${A}.{calculate_entropy,clip_ratio,clip_ratio_c,clip_ratio_high,clip_ratio_low,entropy_coeff,grad_clip,kl_loss_coef,kl_loss_type,loss_agg_mode,loss_scale_factor,ppo_epochs,ppo_max_token_len_per_gpu,ppo_micro_batch_size,ppo_micro_batch_size_per_gpu,ppo_mini_batch_size,tau_neg,tau_pos,use_dynamic_bsz,use_kl_loss}`,
+    keys: `${A}.{calculate_entropy,clip_ratio,clip_ratio_c,clip_ratio_high,clip_ratio_low,entropy_coeff,grad_clip,kl_loss_coef,kl_loss_type,loss_agg_mode,loss_scale_factor,ppo_epochs,ppo_max_token_len_per_gpu,ppo_micro_batch_size,ppo_micro_batch_size_per_gpu,ppo_mini_batch_size,shuffle,tau_neg,tau_pos,use_dynamic_bsz,use_kl_loss}`,
     kind: "honoured",
     what: "the actor update",
   },
@@ -65,7 +65,7 @@ export const KEY_RULES: readonly KeyRule[] = [
   { keys: "algorithm.pf_ppo.{reweight_method,weight_pow}", kind: "honoured", what: "PF-PPO resampling" },
   { keys: `critic.optim.${OPTIM}`, kind: "honoured", what: "the critic's optimizer and LR schedule" },
   {
-    keys: "critic.{cliprange_value,enable,forward_max_token_len_per_gpu,forward_micro_batch_size,forward_micro_batch_size_per_gpu,grad_clip,loss_agg_mode,ppo_epochs,ppo_max_token_len_per_gpu,ppo_micro_batch_size,ppo_micro_batch_size_per_gpu,ppo_mini_batch_size,use_dynamic_bsz}",
+    keys: "critic.{cliprange_value,enable,forward_max_token_len_per_gpu,forward_micro_batch_size,forward_micro_batch_size_per_gpu,grad_clip,loss_agg_mode,ppo_epochs,ppo_max_token_len_per_gpu,ppo_micro_batch_size,ppo_micro_batch_size_per_gpu,ppo_mini_batch_size,shuffle,use_dynamic_bsz}",
     kind: "honoured",
     what: "the critic update",
   },
@@ -149,7 +149,8 @@ export const KEY_RULES: readonly KeyRule[] = [
   },
   { keys: "**.{fused_kernel_options,tiled_mlp}.**", kind: "inert", what: "PyTorch kernels and memory savers (same results here)" },
   { keys: "**.checkpoint.{save_contents,load_contents,async_save}", kind: "inert", what: "checkpoint contents (verl-ts always saves model, optimizer and extra state)" },
-  { keys: "{**.,}{shuffle,data_loader_seed}", kind: "inert", what: "mini-batch shuffling (verl reads it only in its Megatron workers)" },
+  { keys: "{**.,}shuffle", kind: "inert", what: "mini-batch shuffling (verl reads it only in its Megatron workers)" },
+  { keys: "{**.,}data_loader_seed", kind: "inert", what: "the mini-batch shuffle's seed (verl-ts seeds the actor's and critic's shuffles from trainer.seed and the rank)" },
   { keys: "{**.,}optim.optimizer_impl", kind: "inert", what: "the PyTorch optimizer module" },
   {
     keys: "{**.,}optim.{lr_decay_steps,lr_decay_style,lr_warmup_init,lr_wsd_decay_steps,lr_wsd_decay_style,min_lr,use_checkpoint_opt_param_scheduler,weight_decay_incr_style,clip_grad_norm}",
