@@ -12,7 +12,7 @@ type Runner = (ctx: CommandContext) => Promise<void>;
 
 /** Root configs that compose (so `--cfg job` shows them) but whose trainer is not built here. */
 const NOT_BUILT_CONFIGS: Record<string, string> = {
-  sft_trainer_engine: "verl's engine-based SFT trainer (verl.trainer.sft_trainer) is not built in verl-ts; use the default sft_trainer (model.partial_pretrain, data.prompt_key/response_key or data.multiturn)",
+  sft_trainer_engine: "verl's engine-based SFT trainer (verl.trainer.sft_trainer) is not built in verl-ts; use the default sft_trainer (model.partial_pretrain, data.prompt_key/response_key)",
 };
 
 const LOG_LEVELS = ["trace", "debug", "info", "warn", "error", "fatal", "silent"];

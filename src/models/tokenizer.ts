@@ -30,6 +30,8 @@ export interface Tokenizer {
   readonly hasChatTemplate: boolean;
   /** Render messages through the chat template to text. Throws if there is none. */
   applyChatTemplate(messages: ChatMessage[], opts?: ChatTemplateOptions): string;
+  /** The same tokenizer with `source` (Jinja) as its chat template, as verl's model.custom_chat_template sets it. */
+  withChatTemplate(source: string): Tokenizer;
   /** Save tokenizer files into a Hugging Face folder (tokenizer.json etc.), where the format allows. */
   saveTo?(dir: string): void;
 }

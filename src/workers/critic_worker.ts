@@ -8,8 +8,8 @@ import { Dispatch, register, Worker } from "../single_controller/index.js";
 import { loadRoleCheckpoint, saveRoleCheckpoint } from "./checkpoint.js";
 import { DataParallelPPOCritic } from "./critic/dp_critic.js";
 import { DataParallelOptimizer } from "./dp_optimizer.js";
-import { loadModelTokenizer, loadValueModel } from "./model_source.js";
-import { setupWorker } from "./worker_setup.js";
+import { hfOverrides, loadModelTokenizer, loadValueModel } from "./model_source.js";
+import { inferenceSpec, setupWorker } from "./worker_setup.js";
 
 interface CriticState {
   model: ValueHeadModel;
@@ -37,7 +37,7 @@ export class CriticWorker extends Worker {
     const model = critic.at("model");
     // The critic reads the actor's tokens, so it shares the actor's tokenizer (a scratch critic its vocabulary size).
     const tokenizer = await loadModelTokenizer(cfg.at("actor_rollout_ref.model"));
-    const valueModel = await loadValueModel(model, tokenizer, seed, cfg.at("actor_rollout_ref.model").section("override_config"));
+    const valueModel = await loadValueModel(model, tokenizer, seed, hfOverrides(cfg.at("actor_rollout_ref.model")));
     const optimizer = new DataParallelOptimizer(
       valueModel.trainableVariables(), critic.at("optim"), Math.max(critic.int("optim.total_training_steps", -1), 0),
       this.collective, critic.optNum("grad_clip"),
@@ -46,6 +46,8 @@ export class CriticWorker extends Worker {
       model: valueModel, optimizer,
       critic: new DataParallelPPOCritic(valueModel, optimizer, {
         config: critic, miniBatchPerRank: plan.criticMiniBatchPerRank, microBatchPerRank: plan.criticMicroBatchPerRank, seed: seed + 101 * (this.rank + 1),
+        // forward_micro_batch_size(_per_gpu) and forward_max_token_len_per_gpu follow the update's keys unless set
+        forwardSpec: inferenceSpec(critic, "forward_", "use_dynamic_bsz", "forward_max_token_len_per_gpu", this.worldSize),
       }),
     };
     return { backend, numParams: valueModel.trainableVariables().reduce((a, v) => a + v.size, 0) };

@@ -18,6 +18,14 @@ export interface AllReducer {
   allReduce(buf: Float32Array | Float64Array, op?: "sum" | "mean" | "max" | "min"): void;
 }
 
+/**
+ * Whether an optimizer name means AdamW: torch's class name in any case (FSDP, VeOmni) or Megatron's
+ * `adam` (verl's Megatron default), whose weight decay is decoupled, i.e. AdamW.
+ */
+export function isAdamW(name: string): boolean {
+  return name.toLowerCase() === "adamw" || name === "adam";
+}
+
 export interface DpOptimizerState {
   optimizer: AdamWState;
   scheduler: LrSchedulerState;
@@ -48,7 +56,7 @@ export class DataParallelOptimizer {
     private readonly gradClip: number | null,
   ) {
     const name = optim.str("optimizer", "AdamW");
-    if (name.toLowerCase() !== "adamw") throw new Error(`${optim.key("optimizer")}='${name}' is not available; verl-ts implements AdamW`);
+    if (!isAdamW(name)) throw new Error(`${optim.key("optimizer")}='${name}' is not available; verl-ts implements AdamW`);
     const betas = optim.raw("betas") ?? [0.9, 0.999];
     if (!Array.isArray(betas) || betas.length !== 2 || !betas.every((b) => typeof b === "number")) {
       throw new Error(`${optim.key("betas")} must be a list of two numbers, got ${JSON.stringify(betas)}`);

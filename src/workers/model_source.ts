@@ -13,7 +13,7 @@ import { pathToFileURL } from "node:url";
 import {
   fromHfConfig, initModel, loadHfModel, loadHfValueModel, loadLlama2c, ValueHeadModel, type LlamaModel, type ModelConfig, type Tokenizer,
 } from "../models/index.js";
-import { loadTokenizer } from "../models/tokenizers/index.js";
+import { checkChatTemplate, loadTokenizer } from "../models/tokenizers/index.js";
 import { Rng } from "../utils/rng.js";
 import type { ConfigView } from "./config_view.js";
 
@@ -58,8 +58,28 @@ export function scratchConfig(overrides: Record<string, unknown>, tokenizer: Tok
   }
 }
 
-/** The tokenizer for a model section (`actor_rollout_ref.model`, `critic.model`, ...). */
+/**
+ * The tokenizer for a model section (`actor_rollout_ref.model`, `critic.model`, ...), with the section's
+ * custom_chat_template (a Jinja string) in place of the tokenizer's own, as verl sets it on its workers'
+ * tokenizers: every prompt the dataset, the agent loop and the workers render then uses it.
+ */
 export async function loadModelTokenizer(model: ConfigView): Promise<Tokenizer> {
+  return withTemplateOverride(await loadOwnTokenizer(model), model, "custom_chat_template");
+}
+
+/** The tokenizer with the Jinja template at `view`'s key `k` as its chat template, where that key is set. */
+export function withTemplateOverride(tokenizer: Tokenizer, view: ConfigView, k: string): Tokenizer {
+  const template = view.optStr(k);
+  if (template === null) return tokenizer;
+  try {
+    checkChatTemplate(template);
+  } catch (e) {
+    throw new Error(`${view.key(k)}: ${(e as Error).message}`);
+  }
+  return tokenizer.withChatTemplate(template);
+}
+
+async function loadOwnTokenizer(model: ConfigView): Promise<Tokenizer> {
   const explicit = model.optStr("tokenizer_path");
   const path = model.str("path");
   if (explicit) return loadTokenizer(explicit.startsWith("char:") ? explicit : expandHome(explicit));
@@ -69,11 +89,33 @@ export async function loadModelTokenizer(model: ConfigView): Promise<Tokenizer> 
   return loadTokenizer(kind === "llama2c" ? dirname(p) : p);
 }
 
+/**
+ * A model section's override_config in Hugging Face config.json names. verl's Megatron layout nests them
+ * under `model_config` and keeps MoE settings in `moe_config` (inert for verl-ts's dense models); both
+ * layouts read the same.
+ */
+export function hfOverrides(model: ConfigView): Record<string, unknown> {
+  const { model_config: nested, moe_config: _moe, ...flat } = model.section("override_config");
+  const inner = nested === undefined || nested === null ? {} : model.section("override_config.model_config");
+  return { ...flat, ...inner };
+}
+
+/** Overrides build a `scratch` model; a loaded checkpoint keeps its config.json, so refuse them there rather than drop them. */
+function refuseOverridesOnCheckpoint(model: ConfigView): void {
+  const keys = Object.keys(hfOverrides(model));
+  if (keys.length === 0) return;
+  throw new Error(
+    `${model.key("override_config")} sets ${keys.join(", ")}: config overrides shape a '${SCRATCH}' model in verl-ts; ` +
+      `overriding a loaded checkpoint's config is not built (edit its config.json, or drop the override)`,
+  );
+}
+
 /** The causal LM named by a model section. */
 export async function loadPolicy(model: ConfigView, tokenizer: Tokenizer, seed: number): Promise<LlamaModel> {
   const path = model.str("path");
   const kind = modelKind(path, model.key("path"));
-  if (kind === "scratch") return initModel(scratchConfig(model.section("override_config"), tokenizer, model.key("override_config")), new Rng(seed));
+  if (kind === "scratch") return initModel(scratchConfig(hfOverrides(model), tokenizer, model.key("override_config")), new Rng(seed));
+  refuseOverridesOnCheckpoint(model);
   if (kind === "llama2c") return loadLlama2c(expandHome(path));
   return loadHfModel(expandHome(path));
 }
@@ -89,9 +131,10 @@ export async function loadValueModel(model: ConfigView, tokenizer: Tokenizer, se
   const kind = modelKind(path, model.key("path"));
   const headRng = new Rng(seed ^ 0x5eed);
   if (kind === "scratch") {
-    const cfg = scratchConfig({ ...fallbackOverrides, ...model.section("override_config") }, tokenizer, model.key("override_config"));
+    const cfg = scratchConfig({ ...fallbackOverrides, ...hfOverrides(model) }, tokenizer, model.key("override_config"));
     return ValueHeadModel.init(cfg, headRng);
   }
+  refuseOverridesOnCheckpoint(model);
   if (kind === "hf") return loadHfValueModel(expandHome(path), headRng);
   const policy = loadLlama2c(expandHome(path));
   try {

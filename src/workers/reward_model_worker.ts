@@ -10,7 +10,7 @@ import { tensor } from "../protocol/tensor.js";
 import { Dispatch, register, Worker } from "../single_controller/index.js";
 import { column, toTf, type MicroBatchSpec } from "./batching.js";
 import { inferInMicroBatches } from "./forward.js";
-import { loadModelTokenizer, loadValueModel } from "./model_source.js";
+import { hfOverrides, loadModelTokenizer, loadValueModel } from "./model_source.js";
 import { inferenceSpec, setupWorker } from "./worker_setup.js";
 
 export class RewardModelWorker extends Worker {
@@ -28,7 +28,7 @@ export class RewardModelWorker extends Worker {
     const modelCfg = rm.at("model");
     // Scores are read from the actor's token ids, so the reward model shares the actor's tokenizer.
     const tokenizer = await loadModelTokenizer(cfg.at("actor_rollout_ref.model"));
-    this.model = await loadValueModel(modelCfg, tokenizer, seed + 17, cfg.at("actor_rollout_ref.model").section("override_config"));
+    this.model = await loadValueModel(modelCfg, tokenizer, seed + 17, hfOverrides(cfg.at("actor_rollout_ref.model")));
     this.spec = inferenceSpec(rm, "", "use_dynamic_bsz", "forward_max_token_len_per_gpu", this.worldSize);
     return { backend, numParams: this.model.trainableVariables().reduce((a, v) => a + v.size, 0) };
   }

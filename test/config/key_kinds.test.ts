@@ -69,11 +69,12 @@ test("inert keys set away from default are listed in one warning; at their defau
 
 test("not-built features set away from default fail in one error naming each feature", () => {
   assert.throws(
-    () => check(["actor_rollout_ref.model.lora_rank=8", "algorithm.rollout_correction.rollout_is=token", "actor_rollout_ref.model.custom_chat_template=x"]),
+    () => check(["actor_rollout_ref.model.lora_rank=8", "algorithm.rollout_correction.rollout_is=token", "actor_rollout_ref.rollout.multi_turn.num_repeat_rollouts=2"]),
     (e: unknown) =>
-      e instanceof ConfigError && e.exitCode === 2 && /lora_rank=8: LoRA is not built/.test(e.message) && /rollout_correction/.test(e.message) && /chat template override/.test(e.message),
+      e instanceof ConfigError && e.exitCode === 2 && /lora_rank=8: LoRA is not built/.test(e.message) && /rollout_correction/.test(e.message) && /repeated rollouts/.test(e.message),
   );
   assert.doesNotThrow(() => check(["actor_rollout_ref.model.lora_rank=0"]));
+  assert.throws(() => check(["data.multiturn.enable=true"], "sft_trainer"), /multi-turn SFT/);
 });
 
 test("keys added with + that nothing declares are warned about; declared ones are not", () => {

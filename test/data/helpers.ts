@@ -23,4 +23,7 @@ export class TinyTokenizer implements Tokenizer {
     const body = messages.map((m) => `${m.role}:${m.content}\n`).join("");
     return tools + body + (opts?.addGenerationPrompt ? "assistant:" : "");
   }
+  withChatTemplate(): Tokenizer {
+    throw new Error("TinyTokenizer renders one fixed template");
+  }
 }

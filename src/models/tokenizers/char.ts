@@ -95,6 +95,10 @@ export class CharTokenizer implements Tokenizer {
     return renderChatTemplate(this.chatTemplate, messages, opts, { bos_token: "<bos>", eos_token: "<eos>", pad_token: "<pad>" });
   }
 
+  withChatTemplate(source: string): CharTokenizer {
+    return new CharTokenizer(this.alphabet, source);
+  }
+
   toJson(): CharTokenizerJson {
     return {
       verl_ts_tokenizer: CHAR_TOKENIZER_TYPE,

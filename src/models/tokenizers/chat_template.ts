@@ -20,6 +20,11 @@ function compile(source: string): Template {
   return t;
 }
 
+/** Throws a clear error where a template does not parse (checked when a run starts, not at the first prompt). */
+export function checkChatTemplate(source: string): void {
+  compile(source);
+}
+
 export function renderChatTemplate(
   source: string,
   messages: ChatMessage[],

@@ -180,6 +180,11 @@ export class HfTokenizer implements Tokenizer {
     return renderChatTemplate(source, messages, opts, this.specialStrings);
   }
 
+  /** The template replaces the config's (and a tool_use variant) as chat_template.jinja does. */
+  withChatTemplate(source: string): HfTokenizer {
+    return new HfTokenizer({ ...this.sources, chatTemplate: source });
+  }
+
   saveTo(dir: string): void {
     const json = (o: unknown) => JSON.stringify(o, null, 2) + "\n";
     writeFileAtomic(join(dir, "tokenizer.json"), json(this.sources.tokenizerJson));

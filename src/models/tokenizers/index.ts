@@ -10,7 +10,7 @@ export { CharTokenizer, DEFAULT_CHAR_CHAT_TEMPLATE, CHAR_SPECIAL_TOKENS } from "
 export { HfTokenizer } from "./hf.js";
 export { Llama2cTokenizer, parseLlama2cTokenizer } from "./llama2c.js";
 export { llama2cToHfJson } from "./llama2c_export.js";
-export { renderChatTemplate } from "./chat_template.js";
+export { checkChatTemplate, renderChatTemplate } from "./chat_template.js";
 
 const LLAMA2C_NAMES = ["tokenizer.bin", "tok512.bin"];
 

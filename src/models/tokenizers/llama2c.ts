@@ -82,7 +82,7 @@ export class Llama2cTokenizer implements Tokenizer {
   private readonly keys: string[];
   private readonly spaceId: number;
 
-  constructor(vocab: Llama2cVocab, private readonly chatTemplate?: string) {
+  constructor(private readonly vocab: Llama2cVocab, private readonly chatTemplate?: string) {
     this.pieces = vocab.pieces;
     this.scores = vocab.scores;
     this.maxTokenLength = vocab.maxTokenLength;
@@ -196,6 +196,10 @@ export class Llama2cTokenizer implements Tokenizer {
       );
     }
     return renderChatTemplate(this.chatTemplate, messages, opts, { bos_token: "<s>", eos_token: "</s>", unk_token: "<unk>" });
+  }
+
+  withChatTemplate(source: string): Llama2cTokenizer {
+    return new Llama2cTokenizer(this.vocab, source);
   }
 
   /** Writes tokenizer.json (BPE + byte fallback), tokenizer_config.json, special_tokens_map.json and the raw tok512.bin. */

@@ -5,6 +5,7 @@ import { ConfigError, getPath, ROLLOUT_NAMES, STRATEGIES, type Config } from "..
 import { knownRewardManagers } from "../../reward/managers/index.js";
 import { KL_PENALTY_KINDS } from "./core_algos/kl.js";
 import { listAdvEstimators, listPolicyLosses } from "./core_algos/registry.js";
+import { isAdamW } from "../../workers/dp_optimizer.js";
 
 const KL_CTRL_TYPES = ["fixed", "adaptive"];
 const KL_NAMES = [...KL_PENALTY_KINDS, ...KL_PENALTY_KINDS.map((k) => `${k}+`)];
@@ -19,6 +20,13 @@ function inRange(cfg: Config, key: string, ok: (x: number) => boolean, want: str
   const v = getPath(cfg, key);
   if (v === undefined || v === null) return;
   if (typeof v !== "number" || !ok(v)) errors.push(`${key} is ${JSON.stringify(v)}; it must be ${want}`);
+}
+
+/** The optimizer of one role: verl-ts implements AdamW (under torch's or Megatron's name). */
+function optimizerName(cfg: Config, key: string, errors: string[]): void {
+  const v = getPath(cfg, key);
+  if (v === undefined || v === null) return;
+  if (typeof v !== "string" || !isAdamW(v)) errors.push(`${key} is ${JSON.stringify(v)}; verl-ts implements AdamW (AdamW, or Megatron's adam)`);
 }
 
 /** Sampling parameters of one rollout section (or its val_kwargs). */
@@ -42,6 +50,8 @@ export function validatePpoNames(cfg: Config): void {
   oneOf(cfg, "algorithm.kl_penalty", KL_NAMES, errors);
   oneOf(cfg, `${R}.name`, ROLLOUT_NAMES, errors);
   for (const role of [A, "critic", "actor_rollout_ref.ref", "reward_model"]) oneOf(cfg, `${role}.strategy`, STRATEGIES, errors);
+  optimizerName(cfg, `${A}.optim.optimizer`, errors);
+  optimizerName(cfg, "critic.optim.optimizer", errors);
   samplingRanges(cfg, R, errors);
   samplingRanges(cfg, `${R}.val_kwargs`, errors);
   if (errors.length > 0) throw new ConfigError(`invalid names or ranges in the config:\n  - ${errors.join("\n  - ")}`);

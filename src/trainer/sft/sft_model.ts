@@ -6,7 +6,7 @@
 import type { Config } from "../../config/index.js";
 import type { LlamaModel, Tokenizer } from "../../models/index.js";
 import { ConfigView } from "../../workers/config_view.js";
-import { loadModelTokenizer, loadPolicy } from "../../workers/model_source.js";
+import { loadModelTokenizer, loadPolicy, withTemplateOverride } from "../../workers/model_source.js";
 
 class SftModelView extends ConfigView {
   override key(k: string): string {
@@ -18,9 +18,12 @@ export function sftModelView(config: Config): ConfigView {
   return new SftModelView(config, "model");
 }
 
-/** model.tokenizer_path, else the tokenizer beside model.partial_pretrain. */
-export function loadSftTokenizer(config: Config): Promise<Tokenizer> {
-  return loadModelTokenizer(sftModelView(config));
+/**
+ * model.tokenizer_path, else the tokenizer beside model.partial_pretrain; its chat template replaced by
+ * data.chat_template where set.
+ */
+export async function loadSftTokenizer(config: Config): Promise<Tokenizer> {
+  return withTemplateOverride(await loadModelTokenizer(sftModelView(config)), new ConfigView(config, "data"), "chat_template");
 }
 
 /** model.partial_pretrain: a llama2.c .bin, a Hugging Face folder, or `scratch` (+model.override_config.*). */

@@ -44,9 +44,6 @@ function checkUnsupported(cfg: ConfigView): void {
   if (cfg.bool("data.multiturn.enable", false)) {
     throw new Error("data.multiturn.enable=true: multi-turn SFT is not implemented in verl-ts; give prompt/response columns");
   }
-  if (cfg.raw("data.chat_template") !== undefined && cfg.raw("data.chat_template") !== null) {
-    throw new Error("data.chat_template: a template override is not implemented in verl-ts; put chat_template in the tokenizer folder's tokenizer_config.json");
-  }
   const lora = cfg.raw("model.lora_rank");
   if (typeof lora === "number" && lora > 0) throw new Error(`model.lora_rank=${lora}: LoRA is not implemented in verl-ts; SFT trains all weights`);
 }

@@ -18,6 +18,8 @@ export interface DpCriticOptions {
   config: ConfigView;
   miniBatchPerRank: number;
   microBatchPerRank: number | null;
+  /** Micro-batching of the values pass (critic.forward_*; see inferenceSpec). */
+  forwardSpec: MicroBatchSpec;
   seed: number;
 }
 
@@ -30,11 +32,7 @@ export class DataParallelPPOCritic {
 
   /** Values [B, R], zero outside the response mask (verl keeps values only on action tokens). */
   async computeValues(data: DataProto): Promise<TensorData> {
-    const cfg = this.opts.config;
-    const spec: MicroBatchSpec = cfg.bool("use_dynamic_bsz", false)
-      ? { microBatchSize: null, maxTokenLen: cfg.int("forward_max_token_len_per_gpu", cfg.int("ppo_max_token_len_per_gpu")) }
-      : { microBatchSize: cfg.optInt("forward_micro_batch_size_per_gpu") ?? this.opts.microBatchPerRank, maxTokenLen: null };
-    const [values] = await inferInMicroBatches(data, spec, (micro) => [
+    const [values] = await inferInMicroBatches(data, this.opts.forwardSpec, (micro) => [
       tf.mul(responseValues(this.model, micro), toTf(column(micro, "response_mask"), "float32")),
     ]);
     return values!;

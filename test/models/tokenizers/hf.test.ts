@@ -161,3 +161,17 @@ test("hf: loadTokenizer reads a folder (tokenizer.json, tokenizer_config.json, g
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test("hf: withChatTemplate replaces the config's template, for tool prompts too; saveTo keeps it", () => {
+  const tok = new HfTokenizer({ tokenizerJson: tinyQwenJson(), tokenizerConfig: CONFIG }).withChatTemplate("{% for m in messages %}[{{ m.role }}:{{ m.content }}]{% endfor %}");
+  const msgs = [{ role: "user", content: "hello" }];
+  assert.equal(tok.applyChatTemplate(msgs, { addGenerationPrompt: true }), "[user:hello]");
+  assert.equal(tok.applyChatTemplate(msgs, { tools: [{ type: "function" }] }), "[user:hello]");
+  const dir = mkdtempSync(join(tmpdir(), "verl-hf-cct-"));
+  try {
+    tok.saveTo(dir);
+    assert.equal(HfTokenizer.fromDir(dir).applyChatTemplate(msgs), "[user:hello]");
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});

@@ -130,3 +130,12 @@ test("llama2c: corrupt files fail with the path in the message", () => {
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test("llama2c: withChatTemplate gives the template-less tokenizer a chat template, same vocabulary", { skip }, () => {
+  const tok = Llama2cTokenizer.fromFile(tokPath!);
+  assert.equal(tok.hasChatTemplate, false);
+  const templated = tok.withChatTemplate("{{ bos_token }}{% for m in messages %}{{ m.role }}: {{ m.content }}{% endfor %}");
+  assert.ok(templated.hasChatTemplate);
+  assert.equal(templated.applyChatTemplate([{ role: "user", content: "Once upon a time" }]), "<s>user: Once upon a time");
+  assert.deepEqual(templated.encode("Once upon a time"), tok.encode("Once upon a time"));
+});

@@ -21,3 +21,12 @@ test("every bad name and range is listed in one error (exit 2) with the valid na
     },
   );
 });
+
+test("the optimizer: AdamW under torch's name or Megatron's adam (verl's Megatron default) passes; others fail before any worker", () => {
+  validatePpoNames(loadConfig({ configName: "ppo_megatron_trainer", overrides: [] }));
+  validatePpoNames(cfg("actor_rollout_ref.actor.optim.optimizer=adamw", "critic.optim.optimizer=adam"));
+  assert.throws(
+    () => validatePpoNames(cfg("actor_rollout_ref.actor.optim.optimizer=SGD", "critic.optim.optimizer=Adam8bit")),
+    /actor\.optim\.optimizer is "SGD"; verl-ts implements AdamW[\s\S]*critic\.optim\.optimizer is "Adam8bit"/,
+  );
+});

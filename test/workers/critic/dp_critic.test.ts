@@ -10,6 +10,7 @@ import { Rng } from "../../../src/utils/rng.js";
 import { DataParallelPPOCritic } from "../../../src/workers/critic/dp_critic.js";
 import { ConfigView } from "../../../src/workers/config_view.js";
 import { DataParallelOptimizer } from "../../../src/workers/dp_optimizer.js";
+import { inferenceSpec } from "../../../src/workers/worker_setup.js";
 import { syntheticBatch, tinyConfig } from "../helpers.js";
 
 test("the critic fits returns (vf_loss falls), values are zero off the mask, tensors stay flat", async () => {
@@ -18,7 +19,7 @@ test("the critic fits returns (vf_loss falls), values are zero off the mask, ten
   const view = new ConfigView(cfg, "critic");
   const model = ValueHeadModel.init(tinyConfig(), new Rng(4));
   const opt = new DataParallelOptimizer(model.trainableVariables(), view.at("optim"), 10, Collective.single(), 1.0);
-  const critic = new DataParallelPPOCritic(model, opt, { config: view, miniBatchPerRank: 4, microBatchPerRank: 2, seed: 1 });
+  const critic = new DataParallelPPOCritic(model, opt, { config: view, miniBatchPerRank: 4, microBatchPerRank: 2, forwardSpec: { microBatchSize: 2, maxTokenLen: null }, seed: 1 });
   const data = syntheticBatch(4, 4, 5, 32, 8);
   const mask = data.batch.response_mask!.data;
   data.batch.returns = tensor(Float32Array.from(mask, (m, i) => (m ? 0.5 + 0.1 * (i % 3) : 0)), [4, 5], "float32");
@@ -36,4 +37,13 @@ test("the critic fits returns (vf_loss falls), values are zero off the mask, ten
   assert.ok(losses[7]! < 0.5 * losses[0]!, `vf_loss should fall: ${losses.map((l) => l.toFixed(4)).join(" ")}`);
   model.dispose();
   opt.dispose();
+});
+
+test("the values pass micro-batches by critic.forward_*: per rank, verl's global size split over ranks, else the update's", () => {
+  const spec = (...overrides: string[]) =>
+    inferenceSpec(new ConfigView(loadConfig({ configName: "ppo_trainer", overrides }), "critic"), "forward_", "use_dynamic_bsz", "forward_max_token_len_per_gpu", 2);
+  assert.deepEqual(spec("critic.ppo_micro_batch_size_per_gpu=4"), { microBatchSize: 4, maxTokenLen: null });
+  assert.deepEqual(spec("critic.ppo_micro_batch_size_per_gpu=4", "critic.forward_micro_batch_size_per_gpu=8"), { microBatchSize: 8, maxTokenLen: null });
+  assert.deepEqual(spec("critic.forward_micro_batch_size=16", "critic.forward_micro_batch_size_per_gpu=null"), { microBatchSize: 8, maxTokenLen: null });
+  assert.deepEqual(spec("critic.use_dynamic_bsz=true", "critic.ppo_max_token_len_per_gpu=512"), { microBatchSize: null, maxTokenLen: 512 });
 });
