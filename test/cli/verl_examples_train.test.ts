@@ -45,17 +45,11 @@ const SIZES: Record<string, string> = {
 };
 /** Sizes the scripts leave at verl's defaults, set here to keep the run to 2 short steps. */
 const ADDED_SIZES = ["trainer.total_training_steps=2", "data.train_max_samples=8", "data.val_max_samples=4"];
-/**
- * The scripts log to ["console","wandb"]; wandb (a network service) is not available here and
- * `verl train` refuses it, so the logger list is swapped for console alone. Drop this once an
- * unavailable logger is a warning.
- */
-const LOGGER: Record<string, string> = { "trainer.logger": '["console"]' };
 
 /** `verl preprocess gsm8k`: verl's layout of GSM8K from the raw train/test JSON lines. Its flags live here only. */
 function preprocessGsm8k(rawDir: string, outDir: string): Promise<void> {
   return new Promise((resolve, reject) => {
-    execFile(process.execPath, [MAIN, "preprocess", "gsm8k", "--local-dir", rawDir, "--output-dir", outDir], { encoding: "utf8", timeout: 60_000 }, (err, _out, stderr) => {
+    execFile(process.execPath, [MAIN, "preprocess", "gsm8k", "--local_dataset_path", rawDir, "--local_save_dir", outDir], { encoding: "utf8", timeout: 60_000 }, (err, _out, stderr) => {
       if (err) reject(new Error(`verl preprocess gsm8k failed: ${stderr}`));
       else resolve();
     });
@@ -106,7 +100,6 @@ describe("verl's GSM8K example scripts train 2 steps unchanged but for model, da
         "actor_rollout_ref.model.path": MODEL!,
         "critic.model.path": MODEL!,
         ...SIZES,
-        ...LOGGER,
       };
       const overrides = substituted(e, substitute);
       const changed = e.overrides.filter((o, i) => o !== overrides[i]).map((o) => o.slice(0, o.indexOf("=")));
