@@ -58,3 +58,26 @@ export function linear(x: tf.Tensor, w: tf.Tensor2D): tf.Tensor {
 export function matmul(a: tf.Tensor2D, b: tf.Tensor2D): tf.Tensor2D {
   return onWasm() ? (matmul2d(a, b) as tf.Tensor2D) : tf.matMul(a, b);
 }
+
+/**
+ * `x @ w^T` where `w` is frozen: the gradient flows to `x` only. On wasm the
+ * custom gradient of `linear` computes dW eagerly (a third of the backward work)
+ * even when nothing asks for it; here `w` is no input, so no dW is ever made.
+ */
+export function frozenLinear(x: tf.Tensor, w: tf.Tensor2D): tf.Tensor {
+  if (!onWasm()) return linear(x, w); // tfjs's own matMul gradient is lazy: an unrequested dW is skipped
+  const [outF, inF] = w.shape;
+  if (x.shape[x.shape.length - 1] !== inF) {
+    throw new Error(`frozenLinear: input last dim ${x.shape[x.shape.length - 1]} does not match weight [${outF}, ${inF}]`);
+  }
+  const op = tf.customGrad((...args: GradArgs) => {
+    const [xs, save] = args as [tf.Tensor2D, tf.GradSaveFunc];
+    save([w]); // keeps a (possibly temporary) weight alive until the backward pass
+    return {
+      value: tf.matMul(xs, tf.transpose(w)),
+      gradFunc: (dy: tf.Tensor | tf.Tensor[], saved: tf.Tensor[]) => [tf.matMul(dy as tf.Tensor2D, saved[0] as tf.Tensor2D)],
+    };
+  });
+  const lead = x.shape.slice(0, -1);
+  return tf.tidy(() => (op(x.reshape([-1, inF])) as tf.Tensor).reshape([...lead, outF]));
+}
