@@ -165,8 +165,7 @@ const GATE_UP = ["mlp.gate_proj", "mlp.up_proj"];
 export class LlamaModel {
   /** False for the trunk of a value model saved without an (untied) lm_head. */
   readonly hasLmHead: boolean;
-  /** LoRA adapter: when set, the base weights are frozen and only the adapter trains. */
-  lora: LoraAdapter | undefined;
+  private adapter: LoraAdapter | undefined;
   /** Recompute each decoder layer in the backward pass instead of keeping its activations. */
   gradientCheckpointing = false;
   private readonly disposeHooks: (() => void)[] = [];
@@ -182,6 +181,16 @@ export class LlamaModel {
     const v = this.params.get(name);
     if (!v) throw new Error(`LlamaModel: no parameter '${name}'`);
     return v;
+  }
+
+  /** The LoRA adapter, if any: while one is set, the base weights are frozen and only the adapter trains. */
+  get lora(): LoraAdapter | undefined {
+    return this.adapter;
+  }
+
+  set lora(adapter: LoraAdapter | undefined) {
+    for (const v of this.params.values()) v.trainable = adapter === undefined;
+    this.adapter = adapter;
   }
 
   /** The base model with the adapter off, sharing the weights (no copy): verl's reference policy under LoRA. */
