@@ -74,3 +74,35 @@ export function segmentView(segments: ArrayLike<number>, B: number, T: number): 
   });
   return v;
 }
+
+/** Packed rows plus where each response slot's prediction comes from. */
+export interface PackedResponses extends PackedRows {
+  /** Packed index of the token before each real response token [M] (its hidden state predicts / values that token). */
+  source: Int32Array;
+  /** For each response slot [B*R], its index in `source`, or M for padding (which reads a zero). */
+  slot: Int32Array;
+  /** The real response tokens [M]. */
+  labels: Int32Array;
+}
+
+/** Pack [B, L] rows whose last R columns are the responses. */
+export function packResponses(ids: ArrayLike<number>, mask: ArrayLike<number>, B: number, L: number, R: number, positionIds?: ArrayLike<number>): PackedResponses {
+  const rows = packRows(ids, mask, B, L, positionIds), P = L - R;
+  const src: number[] = [], labels: number[] = [], slot = new Int32Array(B * R);
+  let rowStart = 0;
+  for (let b = 0; b < B; b++) {
+    for (let t = 0; t < R; t++) {
+      const at = rows.packedIndex[b * L + P + t]!;
+      if (at < 0) { slot[b * R + t] = -1; continue; }
+      if (at - 1 < rowStart) {
+        throw new Error(`remove-padding: row ${b} has a response token with no real token before it (an empty prompt)`);
+      }
+      slot[b * R + t] = src.length;
+      src.push(at - 1);
+      labels.push(ids[b * L + P + t]!);
+    }
+    rowStart += rows.lengths[b]!;
+  }
+  for (let i = 0; i < slot.length; i++) if (slot[i]! < 0) slot[i] = src.length;
+  return { ...rows, source: Int32Array.from(src), slot, labels: Int32Array.from(labels) };
+}

@@ -18,6 +18,8 @@ export interface DpCriticOptions {
   miniBatchPerRank: number;
   microBatchPerRank: number | null;
   seed: number;
+  /** Forward on packed real tokens (critic.model.use_remove_padding). */
+  removePadding?: boolean;
 }
 
 export class DataParallelPPOCritic {
@@ -34,7 +36,7 @@ export class DataParallelPPOCritic {
       ? { microBatchSize: null, maxTokenLen: cfg.int("forward_max_token_len_per_gpu", cfg.int("ppo_max_token_len_per_gpu")) }
       : { microBatchSize: cfg.optInt("forward_micro_batch_size_per_gpu") ?? this.opts.microBatchPerRank, maxTokenLen: null };
     const [values] = await inferInMicroBatches(data, spec, (micro) => [
-      tf.mul(responseValues(this.model, micro), toTf(column(micro, "response_mask"), "float32")),
+      tf.mul(responseValues(this.model, micro, this.opts.removePadding), toTf(column(micro, "response_mask"), "float32")),
     ]);
     return values!;
   }
@@ -62,7 +64,7 @@ export class DataParallelPPOCritic {
           let kept: tf.Scalar[] = [];
           const { value, grads } = tf.variableGrads(() => {
             const responseMask = toTf(column(micro, "response_mask"), "float32");
-            const vpreds = responseValues(this.model, micro);
+            const vpreds = responseValues(this.model, micro, this.opts.removePadding);
             const { vfLoss, vfClipfrac } = computeValueLoss({
               vpreds, values: toTf(column(micro, "values"), "float32"), returns: toTf(column(micro, "returns"), "float32"),
               responseMask, cliprangeValue: cliprange, lossAggMode: mode, globalBatchInfo: info,
