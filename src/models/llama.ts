@@ -10,6 +10,7 @@ import { groupedAttention } from "./attention.js";
 import { checkpoint } from "./checkpointing.js";
 import { rmsNorm, swiGlu } from "./layers.js";
 import type { LoraAdapter } from "./lora.js";
+import { loraLinear } from "./lora_linear.js";
 import { segmentView } from "./packing.js";
 import type { ModelConfig } from "./config.js";
 
@@ -217,20 +218,15 @@ export class LlamaModel {
    * plus each adapted module's scale * (x A^T) B^T.
    */
   private project(x: tf.Tensor, i: number, mods: string[], w: (n: string) => tf.Tensor): tf.Tensor {
-    const base = mods.map((m) => w(`model.layers.${i}.${m}.weight`));
-    const wcat = (base.length === 1 ? base[0]! : tf.concat(base, 0)) as tf.Tensor2D;
+    const base = mods.map((m) => w(`model.layers.${i}.${m}.weight`) as tf.Tensor2D);
     const lora = this.lora;
-    if (!lora) return linear(x, wcat);
-    const y = frozenLinear(x, wcat);
+    if (!lora) return linear(x, (base.length === 1 ? base[0]! : tf.concat(base, 0)) as tf.Tensor2D);
     const names = mods.map((m) => `model.layers.${i}.${m}`);
-    if (!names.some((n) => lora.has(n))) return y;
-    const rows = x.shape[0]!;
-    const deltas = names.map((n, j) => {
-      if (!lora.has(n)) return tf.zeros([rows, base[j]!.shape[0]!]);
-      const xa = linear(x, w(`${n}.lora_A.weight`) as tf.Tensor2D);
-      return linear(xa, w(`${n}.lora_B.weight`) as tf.Tensor2D).mul(lora.scale);
-    });
-    return y.add(deltas.length === 1 ? deltas[0]! : tf.concat(deltas, 1));
+    if (!names.some((n) => lora.has(n))) return frozenLinear(x, base);
+    const blocks = names.map((n, j) => (lora.has(n)
+      ? { w: base[j]!, a: w(`${n}.lora_A.weight`) as tf.Tensor2D, b: w(`${n}.lora_B.weight`) as tf.Tensor2D }
+      : { w: base[j]! }));
+    return loraLinear(x as tf.Tensor2D, blocks, lora.scale);
   }
 
   /** Names of what trains in layer `i` (the inputs a recomputed layer differentiates). */
@@ -318,7 +314,14 @@ export class LlamaModel {
   /** Logits [..., vocab] for hidden states [..., dim]. */
   lmHead(hidden: tf.Tensor): tf.Tensor {
     const w = this.lmHeadWeight() as tf.Tensor2D;
-    if (this.lora?.has("lm_head")) return tf.tidy(() => frozenLinear(hidden, w).add(this.lora!.delta("lm_head", hidden)));
+    const head = this.lora?.modules.get("lm_head");
+    if (head) {
+      return tf.tidy(() => {
+        const x = hidden.reshape([-1, w.shape[1]]) as tf.Tensor2D;
+        const y = loraLinear(x, [{ w, a: head.a as tf.Tensor2D, b: head.b as tf.Tensor2D }], this.lora!.scale);
+        return y.reshape([...hidden.shape.slice(0, -1), w.shape[0]]);
+      });
+    }
     return this.lora ? frozenLinear(hidden, w) : linear(hidden, w);
   }
 

@@ -5,7 +5,6 @@
 // U(-1/sqrt(in), 1/sqrt(in))), B at zero, so a fresh adapter leaves the model
 // unchanged. The base weights stay frozen: only A and B train.
 import * as tf from "@tensorflow/tfjs";
-import { linear } from "../engine/matmul.js";
 import type { Rng } from "../utils/rng.js";
 import type { ModelConfig } from "./config.js";
 import { parameterShapes } from "./llama.js";
@@ -112,13 +111,6 @@ export class LoraAdapter {
 
   has(module: string): boolean {
     return this.modules.has(module);
-  }
-
-  /** scale * (x A^T) B^T for module `name`, [..., out]. */
-  delta(name: string, x: tf.Tensor): tf.Tensor {
-    const m = this.modules.get(name);
-    if (!m) throw new Error(`LoRA: no adapter on '${name}'`);
-    return tf.tidy(() => linear(linear(x, m.a as tf.Tensor2D), m.b as tf.Tensor2D).mul(this.scale));
   }
 
   /** scale * B A, the update a merge adds to W [out, in]. */

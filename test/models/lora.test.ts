@@ -11,6 +11,7 @@ import { loadHfModel, saveHfModel } from "../../src/models/hf.js";
 import { initModel } from "../../src/models/init.js";
 import type { LlamaModel } from "../../src/models/llama.js";
 import { LoraAdapter, selectTargets } from "../../src/models/lora.js";
+import { loraLinear } from "../../src/models/lora_linear.js";
 import { loadLoraAdapter, saveLoraAdapter } from "../../src/models/peft.js";
 import { readSafetensors } from "../../src/models/safetensors.js";
 import { defaultSamplingParams, generate, leftPadPrompts } from "../../src/rollout/index.js";
@@ -207,5 +208,23 @@ test("LoRA: Python peft loads the adapter folder onto the base model and gives o
     assert.ok(maxDiff(theirs, logits(m)) < 1e-4, `peft vs verl-ts logits: ${maxDiff(theirs, logits(m))}`);
   } finally {
     m.dispose();
+  }
+});
+
+test("loraLinear: value and gradients (x, A, B) match tfjs autodiff of x W^T + s (x A^T) B^T, with an unadapted block beside", async () => {
+  for (const backend of ["wasm", "cpu"]) {
+    await initBackend(backend);
+    const r = (s: [number, number], seed: number) => tf.randomNormal(s, 0, 0.5, "float32", seed) as tf.Tensor2D;
+    const x = r([5, 6], 1), w0 = r([4, 6], 2), w1 = r([3, 6], 3), a0 = r([2, 6], 4), b0 = r([4, 2], 5);
+    const dy = r([5, 7], 6), s = 1.5;
+    const fused = (xx: tf.Tensor, aa: tf.Tensor, bb: tf.Tensor) => loraLinear(xx as tf.Tensor2D, [{ w: w0, a: aa as tf.Tensor2D, b: bb as tf.Tensor2D }, { w: w1 }], s);
+    const plain = (xx: tf.Tensor, aa: tf.Tensor, bb: tf.Tensor) => {
+      const d0 = tf.matMul(tf.matMul(xx, aa, false, true), bb, false, true).mul(s);
+      return tf.matMul(xx, tf.concat([w0, w1], 0), false, true).add(tf.concat([d0, tf.zeros([5, 3])], 1));
+    };
+    assert.ok(maxDiff(fused(x, a0, b0).dataSync() as Float32Array, plain(x, a0, b0).dataSync() as Float32Array) < 1e-5);
+    const g1 = tf.grads(fused)([x, a0, b0], dy), g2 = tf.grads(plain)([x, a0, b0], dy);
+    g1.forEach((g, i) => assert.ok(maxDiff(g.dataSync() as Float32Array, g2[i]!.dataSync() as Float32Array) < 1e-5, `${backend} grad ${i}`));
+    tf.dispose([x, w0, w1, a0, b0, dy, ...g1, ...g2]);
   }
 });
