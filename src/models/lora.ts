@@ -121,13 +121,16 @@ export class LoraAdapter {
 
   /** The trainable tensors by internal name (`<module>.lora_A.weight` / `.lora_B.weight`), in a fixed order. */
   namedParams(): Map<string, tf.Variable> {
-    const out = new Map<string, tf.Variable>();
-    for (const [name, m] of this.modules) {
-      out.set(`${name}.lora_A.weight`, m.a);
-      out.set(`${name}.lora_B.weight`, m.b);
+    if (this.named.size === 0) {
+      for (const [name, m] of this.modules) {
+        this.named.set(`${name}.lora_A.weight`, m.a);
+        this.named.set(`${name}.lora_B.weight`, m.b);
+      }
     }
-    return out;
+    return this.named;
   }
+
+  private readonly named = new Map<string, tf.Variable>();
 
   trainableVariables(): tf.Variable[] {
     return [...this.namedParams().values()];
@@ -136,5 +139,6 @@ export class LoraAdapter {
   dispose(): void {
     for (const m of this.modules.values()) tf.dispose([m.a, m.b]);
     this.modules.clear();
+    this.named.clear();
   }
 }
