@@ -39,6 +39,10 @@ const BENCHES: Record<string, BenchSpec> = {
   pytorch_actor_update: { script: "pytorch_actor_update.py", full: ["--reps", "5"], quick: ["--reps", "2"], timeoutS: 300 },
   grpo_step: { script: "grpo_step.js", full: ["--reps", "4"], quick: ["--reps", "2"], timeoutS: 400 },
   memory: { script: "memory.js", full: ["--steps", "100"], quick: ["--steps", "10", "--warmup", "2"], timeoutS: 600 },
+  // gradient checkpointing / LoRA / remove-padding: peak memory and step time (one process per case)
+  training_memory: {
+    script: "training_memory.js", full: ["--reps", "2"], quick: ["--reps", "1", "--layers", "2", "--hidden", "128", "--batch", "2"], timeoutS: 900,
+  },
   controller: {
     script: "controller.js", full: [], quick: [], wrap: true, timeoutS: 300,
     env: {}, // its own defaults; VERL_BENCH_CALLS etc. pass through the environment

@@ -66,7 +66,7 @@ export function loadConfigDetailed(opts: LoadConfigOptions): LoadedConfig {
   const { config, deferred } = applyOverrides(base, valueOverrides, { defaultOf: tryResolveAt, addableOver });
   const resolved = resolveConfig(config);
   for (const d of deferred) {
-    const bad = typeMismatch(d.expected, getPath(resolved, d.key) ?? null);
+    const bad = typeMismatch(d.expected, getPath(resolved, d.key) ?? null, d.key);
     if (bad) throw new ConfigError(`could not override '${d.key}' (${d.raw}): ${bad}`);
   }
   return { config: resolved, defaults: base, raw: config };

@@ -103,6 +103,8 @@ export const KEY_RULES: readonly KeyRule[] = [
   },
 
   // --- not built: verl features verl-ts does not have ---------------------------------------------
+  { keys: `{${M},critic.model}.{lora_rank,lora_alpha,target_modules,exclude_modules,lora_adapter_path}`, kind: "honoured", what: "LoRA (src/models/lora.ts)" },
+  { keys: `{${M},critic.model}.{enable_gradient_checkpointing,use_remove_padding}`, kind: "honoured", what: "training memory (gradient checkpointing, packed rows)" },
   { keys: "**.{lora_rank,lora_alpha,target_modules,exclude_modules,lora_adapter_path}", kind: "not_built", what: "LoRA" },
   { keys: "data.multiturn.{enable,enable_thinking_key,messages_key,tools_key}", kind: "not_built", what: "multi-turn SFT (SFT takes prompt/response columns)" },
   { keys: "**.lora.**", kind: "not_built", what: "LoRA (Megatron)" },

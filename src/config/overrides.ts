@@ -100,11 +100,16 @@ export function hasInterpolation(v: ConfigValue | undefined): boolean {
 /** A key whose final value must match a type once interpolations are resolved. */
 export interface DeferredTypeCheck { key: string; raw: string; expected: ConfigValue }
 
+/** Keys verl types as "a string or a list of strings" (peft's target_modules: "all-linear" or [q_proj, v_proj]). */
+const STRING_OR_LIST = new Set(["target_modules", "exclude_modules"]);
+
 /** Null defaults and '???' take anything; null may replace anything; int and float are one kind. */
-export function typeMismatch(expected: ConfigValue, value: ConfigValue): string | undefined {
+export function typeMismatch(expected: ConfigValue, value: ConfigValue, key?: string): string | undefined {
   if (expected === null || expected === "???" || value === null) return undefined;
   const want = kindOf(expected), got = kindOf(value);
   if (want === got) return undefined;
+  const leaf = key?.slice(key.lastIndexOf(".") + 1);
+  if (leaf && STRING_OR_LIST.has(leaf) && (want === "string" || want === "list") && (got === "string" || got === "list")) return undefined;
   const shown = (v: ConfigValue) => JSON.stringify(v);
   return `expected a ${want} like the default ${shown(expected)}, got a ${got} ${shown(value)}`;
 }
@@ -144,7 +149,7 @@ export function applyOverrides(base: ConfigNode, overrides: readonly Override[],
         if (expected !== undefined) {
           if (hasInterpolation(value)) deferred.push({ key: o.key, raw: o.raw, expected });
           else {
-            const bad = typeMismatch(expected, value);
+            const bad = typeMismatch(expected, value, o.key);
             if (bad) throw new ConfigError(`could not override '${o.key}' (${o.raw}): ${bad}`);
           }
         }

@@ -58,3 +58,31 @@ export function linear(x: tf.Tensor, w: tf.Tensor2D): tf.Tensor {
 export function matmul(a: tf.Tensor2D, b: tf.Tensor2D): tf.Tensor2D {
   return onWasm() ? (matmul2d(a, b) as tf.Tensor2D) : tf.matMul(a, b);
 }
+
+/**
+ * `x @ w^T` where `w` is frozen: the gradient flows to `x` only. On wasm the
+ * custom gradient of `linear` computes dW eagerly (a third of the backward work)
+ * even when nothing asks for it; here `w` is no input, so no dW is ever made.
+ * `w` may be several weights stacked along the output axis (fused q/k/v): the
+ * stack is rebuilt in the backward pass rather than kept alive until then.
+ */
+export function frozenLinear(x: tf.Tensor, w: tf.Tensor2D | tf.Tensor2D[]): tf.Tensor {
+  const parts = Array.isArray(w) ? w : [w];
+  const stack = (ws: tf.Tensor[]) => (ws.length === 1 ? ws[0]! : tf.concat(ws, 0)) as tf.Tensor2D;
+  const inF = parts[0]!.shape[1], outF = parts.reduce((a, p) => a + p.shape[0], 0);
+  if (x.shape[x.shape.length - 1] !== inF) {
+    throw new Error(`frozenLinear: input last dim ${x.shape[x.shape.length - 1]} does not match weight [${outF}, ${inF}]`);
+  }
+  // tfjs's own matMul gradient is lazy: an unrequested dW is skipped (and the stack is freed with the tape)
+  if (!onWasm()) return tf.tidy(() => linear(x, stack(parts)));
+  const op = tf.customGrad((...args: GradArgs) => {
+    const [xs, save] = args as [tf.Tensor2D, tf.GradSaveFunc];
+    save(parts); // the weights themselves (they persist), not a temporary stack
+    return {
+      value: tf.tidy(() => tf.matMul(xs, tf.transpose(stack(parts)))),
+      gradFunc: (dy: tf.Tensor | tf.Tensor[], saved: tf.Tensor[]) => [tf.tidy(() => tf.matMul(dy as tf.Tensor2D, stack(saved)))],
+    };
+  });
+  const lead = x.shape.slice(0, -1);
+  return tf.tidy(() => (op(x.reshape([-1, inF])) as tf.Tensor).reshape([...lead, outF]));
+}

@@ -10,6 +10,7 @@ import type { Rng } from "../utils/rng.js";
 import { fromHfConfig, toHfConfig, type ModelConfig } from "./config.js";
 import { LlamaModel, toVariables } from "./llama.js";
 import { requireFiniteWeights } from "./finite.js";
+import { mergedHostWeights } from "./merge.js";
 import { readSafetensors, serializeSafetensors, type NamedArray } from "./safetensors.js";
 import type { Tokenizer } from "./tokenizer.js";
 import { ValueHeadModel } from "./value_head.js";
@@ -116,7 +117,10 @@ export async function saveHfModel(model: LlamaModel | ValueHeadModel, dir: strin
     if (cfg["eos_token_id"] === null) cfg["eos_token_id"] = tokenizer.eosTokenId;
   }
   const arrays = new Map<string, NamedArray>();
-  for (const [name, v] of model.params) arrays.set(name, { data: await v.data() as Float32Array, shape: [...v.shape] });
+  // under LoRA the export is the merged model (W + scale B A), loadable without peft
+  const trunk = valueHead ? model.trunk : model;
+  for (const [name, a] of await mergedHostWeights(trunk)) arrays.set(name, a);
+  for (const [name, v] of model.params) if (!arrays.has(name)) arrays.set(name, { data: await v.data() as Float32Array, shape: [...v.shape] });
   await writeDirAtomic(dir, (tmp) => {
     writeFileSync(join(tmp, "config.json"), JSON.stringify(cfg, null, 2) + "\n");
     if (!valueHead) {

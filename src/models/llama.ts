@@ -5,9 +5,13 @@
 // This is the training path (real gradients); rollout decodes with a KV cache
 // in src/rollout/decoder.ts, which must agree with `forward` (tested).
 import * as tf from "@tensorflow/tfjs";
-import { linear, matmul } from "../engine/matmul.js";
+import { frozenLinear, linear, matmul } from "../engine/matmul.js";
 import { groupedAttention } from "./attention.js";
+import { checkpoint } from "./checkpointing.js";
 import { rmsNorm, swiGlu } from "./layers.js";
+import type { LoraAdapter } from "./lora.js";
+import { loraLinear } from "./lora_linear.js";
+import { segmentView } from "./packing.js";
 import type { ModelConfig } from "./config.js";
 import { ropeInvFreq, type RopeScaling } from "./rope.js";
 
@@ -22,6 +26,8 @@ export interface ForwardOptions {
   attentionMask?: tf.Tensor2D | ArrayLike<number>;
   /** [B, T] positions for the rotary embedding; derived from the mask when absent. */
   positionIds?: tf.Tensor2D | ArrayLike<number>;
+  /** Lengths of the sequences packed back to back in a [1, N] input (remove-padding); they sum to N. */
+  segments?: ArrayLike<number>;
 }
 
 function hostInts(x: tf.Tensor2D | ArrayLike<number> | undefined, B: number, T: number, what: string): ArrayLike<number> | undefined {
@@ -141,10 +147,29 @@ function attentionBias(mask: ArrayLike<number> | undefined, B: number, T: number
   return tf.tensor(bias, [B, 1, T, 1, T]);
 }
 
+/** The per-forward constants every decoder layer reads (rebuilt from saved copies when a layer is recomputed). */
+interface LayerContext {
+  cos: tf.Tensor; sin: tf.Tensor; rot: tf.Tensor2D; bias: tf.Tensor;
+  /** Packed input: gathers between packed token rows and the per-segment attention view. */
+  toPadded?: tf.Tensor1D; toPacked?: tf.Tensor1D;
+}
+
+/** Host-side shape of the attention: batch and length of the (possibly per-segment) view. */
+interface AttentionView { batch: number; seqLen: number; keyStart?: Int32Array }
+
+/** The linear modules of one layer that run as one fused product. */
+const QKV = ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"];
+const GATE_UP = ["mlp.gate_proj", "mlp.up_proj"];
+
 export class LlamaModel {
   /** False for the trunk of a value model saved without an (untied) lm_head. */
   readonly hasLmHead: boolean;
+  private adapter: LoraAdapter | undefined;
+  /** Recompute each decoder layer in the backward pass instead of keeping its activations. */
+  gradientCheckpointing = false;
   private readonly disposeHooks: (() => void)[] = [];
+  /** A view sharing another model's weights (the reference policy under LoRA): dispose leaves them alone. */
+  private sharedWeights = false;
 
   constructor(readonly config: ModelConfig, readonly params: Map<string, tf.Variable>, opts: { lmHead?: boolean } = {}) {
     this.hasLmHead = opts.lmHead !== false || config.tieWordEmbeddings;
@@ -157,45 +182,124 @@ export class LlamaModel {
     return v;
   }
 
-  /** Final-norm hidden states [B, T, dim]. */
+  /** The LoRA adapter, if any: while one is set, the base weights are frozen and only the adapter trains. */
+  get lora(): LoraAdapter | undefined {
+    return this.adapter;
+  }
+
+  set lora(adapter: LoraAdapter | undefined) {
+    for (const v of this.params.values()) v.trainable = adapter === undefined;
+    this.adapter = adapter;
+  }
+
+  /** The base model with the adapter off, sharing the weights (no copy): verl's reference policy under LoRA. */
+  withoutAdapter(): LlamaModel {
+    const m = new LlamaModel(this.config, this.params, { lmHead: this.hasLmHead });
+    m.sharedWeights = true;
+    m.gradientCheckpointing = this.gradientCheckpointing;
+    return m;
+  }
+
+  /** What the optimizer trains, by name: the adapter under LoRA, else every weight. */
+  trainableParams(): Map<string, tf.Variable> {
+    return this.lora ? this.lora.namedParams() : this.params;
+  }
+
+  /** A weight or adapter tensor by full name. */
+  private tensor(name: string): tf.Tensor {
+    return this.params.get(name) ?? this.lora?.namedParams().get(name) ?? this.p(name);
+  }
+
+  /**
+   * x through the fused linear modules `mods` of layer `i`: one product with the
+   * concatenated base weights (frozen under LoRA: no weight gradient is formed),
+   * plus each adapted module's scale * (x A^T) B^T.
+   */
+  private project(x: tf.Tensor, i: number, mods: string[], w: (n: string) => tf.Tensor): tf.Tensor {
+    const base = mods.map((m) => w(`model.layers.${i}.${m}.weight`) as tf.Tensor2D);
+    const lora = this.lora;
+    if (!lora) return linear(x, (base.length === 1 ? base[0]! : tf.concat(base, 0)) as tf.Tensor2D);
+    const names = mods.map((m) => `model.layers.${i}.${m}`);
+    if (!names.some((n) => lora.has(n))) return frozenLinear(x, base);
+    const blocks = names.map((n, j) => (lora.has(n)
+      ? { w: base[j]!, a: w(`${n}.lora_A.weight`) as tf.Tensor2D, b: w(`${n}.lora_B.weight`) as tf.Tensor2D }
+      : { w: base[j]! }));
+    return loraLinear(x as tf.Tensor2D, blocks, lora.scale);
+  }
+
+  /** Names of what trains in layer `i` (the inputs a recomputed layer differentiates). */
+  private layerTrainables(i: number): string[] {
+    const p = `model.layers.${i}.`;
+    return [...this.trainableParams().keys()].filter((n) => n.startsWith(p));
+  }
+
+  /** One decoder layer on token rows x [N, dim]. */
+  private decoderLayer(i: number, x: tf.Tensor, ctx: LayerContext, view: AttentionView, w: (n: string) => tf.Tensor): tf.Tensor {
+    const c = this.config, hd = c.headDim, g = c.nHeads / c.nKvHeads, N = x.shape[0]!;
+    const { batch: B, seqLen: T } = view;
+    const rms = (t: tf.Tensor, n: string) => rmsNorm(t, w(`model.layers.${i}.${n}`), c.normEps); // w * x / sqrt(mean(x^2) + eps)
+    // attention: one fused q/k/v projection, rotary on q and k together
+    const n1 = rms(x, "input_layernorm.weight");
+    let qkv = this.project(n1, i, QKV, w);
+    if (c.attentionBias) qkv = qkv.add(tf.concat(QKV.map((m) => w(`model.layers.${i}.${m}.bias`))));
+    const [qk0, v0] = tf.split(qkv.reshape([N, c.nHeads + 2 * c.nKvHeads, hd]), [c.nHeads + c.nKvHeads, c.nKvHeads], 1);
+    const qkRot = matmul(qk0!.reshape([-1, hd]) as tf.Tensor2D, ctx.rot).reshape(qk0!.shape);
+    let qk = qk0!.mul(ctx.cos).add(qkRot.mul(ctx.sin)), vv: tf.Tensor = v0!;
+    // packed rows: attention runs per sequence, on a right-padded [segments, longest] view
+    if (ctx.toPadded) { qk = tf.gather(qk, ctx.toPadded); vv = tf.gather(vv, ctx.toPadded); }
+    const [q0, k0] = tf.split(qk, [c.nHeads, c.nKvHeads], 1);
+    // group the g query heads that share a kv head: rows of q are (t, j) pairs
+    const q = q0!.mul(1 / Math.sqrt(hd)).reshape([B, T, c.nKvHeads, g * hd]).transpose([0, 2, 1, 3]).reshape([B * c.nKvHeads, T * g, hd]) as tf.Tensor3D;
+    const k = k0!.reshape([B, T, c.nKvHeads, hd]).transpose([0, 2, 1, 3]).reshape([B * c.nKvHeads, T, hd]) as tf.Tensor3D;
+    const v = vv.reshape([B, T, c.nKvHeads, hd]).transpose([0, 2, 1, 3]).reshape([B * c.nKvHeads, T, hd]) as tf.Tensor3D;
+    // softmax(q k^T + bias) v, computed in attention.ts to keep the backward pass lean
+    const o = groupedAttention(q, k, v, ctx.bias, { batch: B, kvHeads: c.nKvHeads, group: g, seqLen: T }, view.keyStart);
+    let att = o.reshape([B, c.nKvHeads, T, g * hd]).transpose([0, 2, 1, 3]).reshape([B * T, c.nHeads * hd]);
+    if (ctx.toPacked) att = tf.gather(att, ctx.toPacked);
+    const h = x.add(this.project(att, i, ["self_attn.o_proj"], w));
+    // SwiGLU feed-forward with one fused gate/up projection
+    const gu = this.project(rms(h, "post_attention_layernorm.weight"), i, GATE_UP, w) as tf.Tensor2D;
+    return h.add(this.project(swiGlu(gu), i, ["mlp.down_proj"], w)); // silu(gate) * up
+  }
+
+  /**
+   * Final-norm hidden states [B, T, dim]. With `opts.segments`, input_ids is [1, N]
+   * holding several sequences back to back (padding removed): attention stays
+   * within each sequence, and positions should restart per sequence.
+   */
   hiddenStates(inputIds: tf.Tensor2D, opts: ForwardOptions = {}): tf.Tensor3D {
-    const c = this.config, [B, T] = inputIds.shape, hd = c.headDim, g = c.nHeads / c.nKvHeads;
+    const c = this.config, [B, T] = inputIds.shape, hd = c.headDim;
     return tf.tidy(() => {
       const mask = hostInts(opts.attentionMask, B, T, "attentionMask");
       const pos = hostInts(opts.positionIds, B, T, "positionIds") ?? positionsFromMask(mask, B, T);
       const rope = ropeTables(pos, hd, c.ropeTheta, c.ropeScaling ?? null);
-      const cos = tf.tensor(rope.cos, [B * T, 1, hd]), sin = tf.tensor(rope.sin, [B * T, 1, hd]);
-      const rot = rotateHalfMatrix(hd);
-      const bias = attentionBias(mask, B, T);
-      const keyStart = contiguousKeyStart(mask, B, T);
-      const rms = (x: tf.Tensor, w: tf.Tensor) => rmsNorm(x, w, c.normEps); // w * x / sqrt(mean(x^2) + eps)
+      const seg = opts.segments ? segmentView(opts.segments, B, T) : undefined;
+      const view: AttentionView = seg
+        ? { batch: seg.count, seqLen: seg.maxLen, keyStart: new Int32Array(seg.count) }
+        : { batch: B, seqLen: T, keyStart: contiguousKeyStart(mask, B, T) };
+      const consts: tf.Tensor[] = [
+        tf.tensor(rope.cos, [B * T, 1, hd]), tf.tensor(rope.sin, [B * T, 1, hd]), rotateHalfMatrix(hd),
+        attentionBias(seg ? seg.mask : mask, view.batch, view.seqLen),
+        ...(seg ? [tf.tensor1d(seg.toPadded, "int32"), tf.tensor1d(seg.toPacked, "int32")] : []),
+      ];
+      const context = (cs: tf.Tensor[]): LayerContext => ({
+        cos: cs[0]!, sin: cs[1]!, rot: cs[2]! as tf.Tensor2D, bias: cs[3]!,
+        ...(seg ? { toPadded: cs[4]! as tf.Tensor1D, toPacked: cs[5]! as tf.Tensor1D } : {}),
+      });
+      const ctx = context(consts);
+      const plain = (n: string) => this.tensor(n);
 
       let x: tf.Tensor = tf.gather(this.p("model.embed_tokens.weight"), inputIds.reshape([-1]).toInt()); // [B*T, dim]
       for (let i = 0; i < c.nLayers; i++) {
-        const l = (n: string) => this.p(`model.layers.${i}.${n}`);
-        // attention: one fused q/k/v projection, rotary on q and k together
-        const n1 = rms(x, l("input_layernorm.weight"));
-        const wqkv = tf.concat([l("self_attn.q_proj.weight"), l("self_attn.k_proj.weight"), l("self_attn.v_proj.weight")], 0) as tf.Tensor2D;
-        let qkv = linear(n1, wqkv);
-        if (c.attentionBias) qkv = qkv.add(tf.concat([l("self_attn.q_proj.bias"), l("self_attn.k_proj.bias"), l("self_attn.v_proj.bias")]));
-        const [qk0, v0] = tf.split(qkv.reshape([B * T, c.nHeads + 2 * c.nKvHeads, hd]), [c.nHeads + c.nKvHeads, c.nKvHeads], 1);
-        const qkRot = matmul(qk0!.reshape([-1, hd]) as tf.Tensor2D, rot).reshape(qk0!.shape);
-        const qk = qk0!.mul(cos).add(qkRot.mul(sin));
-        const [q0, k0] = tf.split(qk, [c.nHeads, c.nKvHeads], 1);
-        // group the g query heads that share a kv head: rows of q are (t, j) pairs
-        const q = q0!.mul(1 / Math.sqrt(hd)).reshape([B, T, c.nKvHeads, g * hd]).transpose([0, 2, 1, 3]).reshape([B * c.nKvHeads, T * g, hd]) as tf.Tensor3D;
-        const k = k0!.reshape([B, T, c.nKvHeads, hd]).transpose([0, 2, 1, 3]).reshape([B * c.nKvHeads, T, hd]) as tf.Tensor3D;
-        const v = v0!.reshape([B, T, c.nKvHeads, hd]).transpose([0, 2, 1, 3]).reshape([B * c.nKvHeads, T, hd]) as tf.Tensor3D;
-        // softmax(q k^T + bias) v, computed in attention.ts to keep the backward pass lean
-        const o = groupedAttention(q, k, v, bias, { batch: B, kvHeads: c.nKvHeads, group: g, seqLen: T }, keyStart);
-        const att = o.reshape([B, c.nKvHeads, T, g * hd]).transpose([0, 2, 1, 3]).reshape([B * T, c.nHeads * hd]);
-        const h = x.add(linear(att, l("self_attn.o_proj.weight") as tf.Tensor2D));
-        // SwiGLU feed-forward with one fused gate/up projection
-        const n2 = rms(h, l("post_attention_layernorm.weight"));
-        const gu = linear(n2, tf.concat([l("mlp.gate_proj.weight"), l("mlp.up_proj.weight")], 0) as tf.Tensor2D) as tf.Tensor2D;
-        x = h.add(linear(swiGlu(gu), l("mlp.down_proj.weight") as tf.Tensor2D)); // silu(gate) * up
+        if (!this.gradientCheckpointing) { x = this.decoderLayer(i, x, ctx, view, plain); continue; }
+        // recompute in backward: only the layer's input (and the shared constants) stays alive
+        const names = this.layerTrainables(i);
+        x = checkpoint((xs, ps, cs) => {
+          const given = new Map(names.map((n, j) => [n, ps[j]!]));
+          return this.decoderLayer(i, xs, context(cs), view, (n) => given.get(n) ?? this.tensor(n));
+        }, x, names.map(plain), consts);
       }
-      return rms(x, this.p("model.norm.weight")).reshape([B, T, c.dim]) as tf.Tensor3D;
+      return rmsNorm(x, this.p("model.norm.weight"), c.normEps).reshape([B, T, c.dim]) as tf.Tensor3D;
     });
   }
 
@@ -207,7 +311,16 @@ export class LlamaModel {
 
   /** Logits [..., vocab] for hidden states [..., dim]. */
   lmHead(hidden: tf.Tensor): tf.Tensor {
-    return linear(hidden, this.lmHeadWeight() as tf.Tensor2D);
+    const w = this.lmHeadWeight() as tf.Tensor2D;
+    const head = this.lora?.modules.get("lm_head");
+    if (head) {
+      return tf.tidy(() => {
+        const x = hidden.reshape([-1, w.shape[1]]) as tf.Tensor2D;
+        const y = loraLinear(x, [{ w, a: head.a as tf.Tensor2D, b: head.b as tf.Tensor2D }], this.lora!.scale);
+        return y.reshape([...hidden.shape.slice(0, -1), w.shape[0]]);
+      });
+    }
+    return this.lora ? frozenLinear(hidden, w) : linear(hidden, w);
   }
 
   /** Logits [B, T, vocab]. */
@@ -216,7 +329,7 @@ export class LlamaModel {
   }
 
   trainableVariables(): tf.Variable[] {
-    return [...this.params.values()];
+    return [...this.trainableParams().values()];
   }
 
   /** Run `fn` when the model is disposed (caches derived from its weights release themselves). */
@@ -226,6 +339,8 @@ export class LlamaModel {
 
   dispose(): void {
     for (const fn of this.disposeHooks.splice(0)) fn();
+    if (this.sharedWeights) return;
+    this.lora?.dispose();
     for (const v of this.params.values()) v.dispose();
     this.params.clear();
   }

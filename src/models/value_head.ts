@@ -34,11 +34,18 @@ export class ValueHeadModel {
     });
   }
 
+  /** What trains, by name: under LoRA the trunk's adapter and the score head (peft's token-classification head), else everything. */
+  trainableParams(): Map<string, tf.Variable> {
+    if (!this.trunk.lora) return this.params;
+    return new Map([...this.trunk.lora.namedParams(), ["score.weight", this.params.get("score.weight")!], ["score.bias", this.params.get("score.bias")!]]);
+  }
+
   trainableVariables(): tf.Variable[] {
-    return [...this.params.values()];
+    return [...this.trainableParams().values()];
   }
 
   dispose(): void {
+    this.trunk.lora?.dispose();
     for (const v of this.params.values()) v.dispose();
     this.params.clear();
   }

@@ -5,6 +5,7 @@
 // optimizer assigns new tensors, so their data ids tell).
 import { hostKernels, type HostKernels, type HostWeight } from "../engine/host_kernels.js";
 import type { LlamaModel } from "../models/llama.js";
+import { forEachMergedWeight, mergedWeightSync, weightIdentity } from "../models/merge.js";
 
 export interface LayerWeights {
   attnNorm: Float32Array; wqkv: HostWeight; bqkv?: Float32Array; wo: HostWeight;
@@ -25,7 +26,8 @@ function concatRows(parts: Float32Array[]): Float32Array {
   return out;
 }
 
-const paramIds = (model: LlamaModel): object[] => [...model.params.values()].map((v) => v.dataId);
+// weights and LoRA adapters: the decoder runs on the merged W + scale B A
+const paramIds = (model: LlamaModel): object[] => weightIdentity(model);
 const sameIds = (a: object[], b: object[]): boolean => a.length === b.length && a.every((id, i) => id === b[i]);
 
 // Parameters read back asynchronously, per model, valid while no parameter changed:
@@ -43,7 +45,7 @@ export async function readParamsForDecode(model: LlamaModel): Promise<void> {
   const hit = cache.get(model), snap = snapshots.get(model);
   if ((hit && sameIds(hit.ids, ids)) || (snap && sameIds(snap.ids, ids))) return;
   const arrays = new Map<string, Float32Array>();
-  for (const [name, v] of model.params) arrays.set(name, (await v.data()) as Float32Array);
+  await forEachMergedWeight(model, async (name, t) => { arrays.set(name, Float32Array.from((await t.data()) as Float32Array)); });
   // a parameter may have changed while we awaited: keep only a consistent snapshot
   if (sameIds(paramIds(model), ids)) snapshots.set(model, { ids, arrays });
 }
@@ -52,7 +54,7 @@ export async function readParamsForDecode(model: LlamaModel): Promise<void> {
 export function prepareDecodeWeights(model: LlamaModel, kernels: HostKernels): DecodeWeights {
   const snap = snapshots.get(model);
   const host = snap && sameIds(snap.ids, paramIds(model)) ? snap.arrays : undefined;
-  const c = model.config, read = (n: string) => host?.get(n) ?? (model.p(n).dataSync() as Float32Array);
+  const c = model.config, read = (n: string) => host?.get(n) ?? mergedWeightSync(model, n);
   const Q = c.nHeads * c.headDim, KV = c.nKvHeads * c.headDim, D = c.dim, F = c.hiddenDim;
   const layers: LayerWeights[] = [];
   for (let i = 0; i < c.nLayers; i++) {

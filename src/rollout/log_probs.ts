@@ -6,6 +6,7 @@ import * as tf from "@tensorflow/tfjs";
 import { DataProto } from "../protocol/data_proto.js";
 import { int32Columns, int32Values, tensor, type TensorData } from "../protocol/tensor.js";
 import type { LlamaModel } from "../models/llama.js";
+import { packResponses } from "../models/packing.js";
 
 // Both go through tf.logSoftmax, whose gradient is written by hand in tfjs
 // (logSumExp's autograd compares every logit with the row maximum: slow on wasm).
@@ -35,6 +36,8 @@ export interface LogProbOptions {
   /** Logits are divided by this first (the rollout temperature); 0 is read as 1 (greedy). */
   temperature?: number;
   calculateEntropy?: boolean;
+  /** Pack the real tokens into one row (verl's use_remove_padding); padded slots then read 0. */
+  removePadding?: boolean;
 }
 
 function tdata(data: DataProto, key: string): TensorData {
@@ -51,6 +54,7 @@ function tdata(data: DataProto, key: string): TensorData {
  * trimmed response slots get log-prob 0 (they are masked everywhere).
  */
 export function responseLogProbs(model: LlamaModel, micro: DataProto, opts: LogProbOptions = {}): { logProbs: tf.Tensor2D; entropy?: tf.Tensor2D } {
+  if (opts.removePadding) return packedResponseLogProbs(model, micro, opts);
   const ids = tdata(micro, "input_ids"), mask = tdata(micro, "attention_mask"), responses = tdata(micro, "responses");
   const [B, L] = ids.shape as [number, number], R = responses.shape[1]!, P = L - R;
   if (P < 1) throw new Error(`log-probs: input_ids [${ids.shape}] leaves no prompt before responses [${responses.shape}]`);
@@ -78,6 +82,34 @@ export function responseLogProbs(model: LlamaModel, micro: DataProto, opts: LogP
     const logSm = tf.logSoftmax(logits);
     const logProbs = pad(pick(logSm, labels));
     return opts.calculateEntropy ? { logProbs, entropy: pad(entropyOf(logSm)) } : { logProbs };
+  });
+}
+
+/**
+ * responseLogProbs over packed rows: the forward runs on the micro-batch's real
+ * tokens only, and the vocabulary head only on the positions that predict a real
+ * response token. Equal to the padded result on real slots (within float error).
+ */
+function packedResponseLogProbs(model: LlamaModel, micro: DataProto, opts: LogProbOptions): { logProbs: tf.Tensor2D; entropy?: tf.Tensor2D } {
+  const ids = tdata(micro, "input_ids"), mask = tdata(micro, "attention_mask"), responses = tdata(micro, "responses");
+  const [B, L] = ids.shape as [number, number], R = responses.shape[1]!;
+  if (L - R < 1) throw new Error(`log-probs: input_ids [${ids.shape}] leaves no prompt before responses [${responses.shape}]`);
+  const pk = packResponses(int32Values(ids), mask.data, B, L, R, micro.batch["position_ids"]?.data);
+  const temperature = opts.temperature && opts.temperature > 0 ? opts.temperature : 1;
+  if (pk.source.length === 0) {
+    const zeros = () => tf.zeros([B, R]) as tf.Tensor2D;
+    return opts.calculateEntropy ? { logProbs: zeros(), entropy: zeros() } : { logProbs: zeros() };
+  }
+  return tf.tidy(() => {
+    const N = pk.ids.length;
+    const hidden = model.hiddenStates(tf.tensor2d(pk.ids, [1, N], "int32"), { positionIds: pk.positions, segments: pk.lengths });
+    let logits = model.lmHead(tf.gather(hidden.reshape([N, -1]), tf.tensor1d(pk.source, "int32")));
+    if (temperature !== 1) logits = logits.div(temperature);
+    const logSm = tf.logSoftmax(logits);
+    const slots = tf.tensor1d(pk.slot, "int32");
+    const unpack = (t: tf.Tensor) => tf.gather(tf.concat([t, tf.zeros([1])]), slots).reshape([B, R]) as tf.Tensor2D;
+    const logProbs = unpack(pick(logSm, tf.tensor1d(pk.labels, "int32")));
+    return opts.calculateEntropy ? { logProbs, entropy: unpack(entropyOf(logSm)) } : { logProbs };
   });
 }
 

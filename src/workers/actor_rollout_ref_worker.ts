@@ -17,6 +17,7 @@ import type { ConfigView } from "./config_view.js";
 import { DataParallelOptimizer } from "./dp_optimizer.js";
 import { loadModelTokenizer, loadPolicy } from "./model_source.js";
 import { checkRolloutFitsModel } from "./rollout_length.js";
+import { applyModelMemoryOptions, readModelMemoryOptions } from "./model_options.js";
 import { inferenceSpec, setupWorker } from "./worker_setup.js";
 
 /** actor_rollout_ref (all three), actor_rollout (no reference), ref (reference only). */
@@ -75,6 +76,9 @@ export class ActorRolloutRefWorker extends Worker {
     const actorCfg = cfg.at("actor_rollout_ref.actor");
     const tokenizer = await loadModelTokenizer(modelCfg);
     const model = await loadPolicy(modelCfg, tokenizer, seed);
+    const memory = readModelMemoryOptions(modelCfg);
+    // LoRA and checkpointing shape the actor's training; a reference-only worker runs the plain base model
+    if (this.hasActor) applyModelMemoryOptions(model, memory, modelCfg, seed);
     if (model.config.vocabSize < tokenizer.vocabSize) {
       throw new Error(`actor_rollout_ref.model: the model's vocabulary (${model.config.vocabSize}) is smaller than the tokenizer's (${tokenizer.vocabSize})`);
     }
@@ -86,9 +90,12 @@ export class ActorRolloutRefWorker extends Worker {
       rolloutRng: new Rng(seed + 7919 * (this.rank + 1)), seed,
       logProbSpec: inferenceSpec(rolloutCfg, "log_prob_", "log_prob_use_dynamic_bsz", "log_prob_max_token_len_per_gpu", world),
     };
-    const actorOpts = { config: actorCfg, miniBatchPerRank: plan.actorMiniBatchPerRank, microBatchPerRank: plan.actorMicroBatchPerRank };
+    const actorOpts = {
+      config: actorCfg, miniBatchPerRank: plan.actorMiniBatchPerRank, microBatchPerRank: plan.actorMicroBatchPerRank, removePadding: memory.removePadding,
+    };
     if (this.hasRef) {
-      const refModel = this.hasActor ? frozenCopy(model) : model;
+      // under LoRA the reference policy is the base model with the adapter off (verl's disable_adapter): no copy
+      const refModel = !this.hasActor ? model : model.lora ? model.withoutAdapter() : frozenCopy(model);
       state.ref = new DataParallelPPOActor(refModel, null, { ...actorOpts, seed });
       state.refLogProbSpec = inferenceSpec(cfg.at("actor_rollout_ref.ref"), "log_prob_", "log_prob_use_dynamic_bsz", "log_prob_max_token_len_per_gpu", world);
     }
@@ -236,7 +243,7 @@ export class ActorRolloutRefWorker extends Worker {
   async saveCheckpoint(dir: string, opts: SaveOptions = {}): Promise<void> {
     const { actor, model, optimizer } = this.requireActor("saveCheckpoint");
     await saveRoleCheckpoint(dir, {
-      rank: this.rank, worldSize: this.worldSize, params: model.params, optimizer,
+      rank: this.rank, worldSize: this.worldSize, params: model.trainableParams(), optimizer,
       rngs: { rollout: this.state.rolloutRng, actor: actor.rng },
       hf: { model, tokenizer: this.state.tokenizer },
     }, opts);
@@ -246,7 +253,7 @@ export class ActorRolloutRefWorker extends Worker {
   async loadCheckpoint(dir: string): Promise<void> {
     const { actor, model, optimizer } = this.requireActor("loadCheckpoint");
     await loadRoleCheckpoint(dir, {
-      rank: this.rank, worldSize: this.worldSize, params: model.params, optimizer,
+      rank: this.rank, worldSize: this.worldSize, params: model.trainableParams(), optimizer,
       rngs: { rollout: this.state.rolloutRng, actor: actor.rng },
     });
   }

@@ -3,13 +3,16 @@
 //   optim.safetensors                       AdamW moments + step (rank 0; identical after the all-reduce)
 //   extra_state_world_size_W_rank_R.json    LR scheduler step and this rank's RNG states
 //   checkpoint_meta.json                    world size and format
-//   huggingface/                            a transformers-loadable export (actor only, rank 0)
-import { existsSync, mkdirSync } from "node:fs";
+//   huggingface/                            a transformers-loadable export (actor only, rank 0; merged under LoRA)
+//   lora_adapter/                           under LoRA: the adapter in peft's layout (rank 0)
+// Under LoRA model.safetensors and optim.safetensors hold the adapter only (the base is frozen).
+import { existsSync, mkdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import * as tf from "@tensorflow/tfjs";
 import { requireFiniteWeights } from "../models/finite.js";
 import { readSafetensors, saveHfModel, serializeSafetensors, type LlamaModel, type NamedArray, type Tokenizer } from "../models/index.js";
 import { heartbeat } from "../single_controller/heartbeat.js";
+import { saveLoraAdapter } from "../models/peft.js";
 import { logger } from "../utils/logger.js";
 import { readCheckpointJson, writeFileAtomic } from "../utils/fs.js";
 import type { Rng, RngState } from "../utils/rng.js";
@@ -64,6 +67,8 @@ export async function saveRoleCheckpoint(dir: string, parts: RoleCheckpointParts
     ]), { step: String(st.step), param_names: JSON.stringify([...parts.params.keys()]), param_sizes: JSON.stringify(st.paramSizes) });
     writeFileAtomic(join(dir, "checkpoint_meta.json"), JSON.stringify({ format: CHECKPOINT_FORMAT, world_size: parts.worldSize }, null, 2));
     if (parts.hf && opts.hfExport !== false) await saveHfModel(parts.hf.model, join(dir, "huggingface"), parts.hf.tokenizer);
+    // LoRA: the adapter alone in peft's layout, as verl writes it (the export above is the merged model)
+    if (parts.hf?.model.lora) await saveLoraAdapter(parts.hf.model.lora, join(dir, "lora_adapter"));
   }
   const extra: ExtraState = {
     lr_scheduler: parts.optimizer.scheduler.stateDict(),

@@ -9,6 +9,7 @@ import { loadRoleCheckpoint, saveRoleCheckpoint } from "./checkpoint.js";
 import { DataParallelPPOCritic } from "./critic/dp_critic.js";
 import { DataParallelOptimizer } from "./dp_optimizer.js";
 import { hfOverrides, loadModelTokenizer, loadValueModel } from "./model_source.js";
+import { applyModelMemoryOptions, readModelMemoryOptions } from "./model_options.js";
 import { inferenceSpec, setupWorker } from "./worker_setup.js";
 
 interface CriticState {
@@ -38,6 +39,8 @@ export class CriticWorker extends Worker {
     // The critic reads the actor's tokens, so it shares the actor's tokenizer (a scratch critic its vocabulary size).
     const tokenizer = await loadModelTokenizer(cfg.at("actor_rollout_ref.model"));
     const valueModel = await loadValueModel(model, tokenizer, seed, hfOverrides(cfg.at("actor_rollout_ref.model")));
+    const memory = readModelMemoryOptions(model, { removePadding: false });
+    applyModelMemoryOptions(valueModel.trunk, memory, model, seed + 1);
     const optimizer = new DataParallelOptimizer(
       valueModel.trainableVariables(), critic.at("optim"), Math.max(critic.int("optim.total_training_steps", -1), 0),
       this.collective, critic.optNum("grad_clip"),
@@ -48,6 +51,7 @@ export class CriticWorker extends Worker {
         config: critic, miniBatchPerRank: plan.criticMiniBatchPerRank, microBatchPerRank: plan.criticMicroBatchPerRank, seed: seed + 101 * (this.rank + 1),
         // forward_micro_batch_size(_per_gpu) and forward_max_token_len_per_gpu follow the update's keys unless set
         forwardSpec: inferenceSpec(critic, "forward_", "use_dynamic_bsz", "forward_max_token_len_per_gpu", this.worldSize),
+        removePadding: memory.removePadding,
       }),
     };
     return { backend, numParams: valueModel.trainableVariables().reduce((a, v) => a + v.size, 0) };
@@ -71,12 +75,12 @@ export class CriticWorker extends Worker {
   @register({ dispatchMode: Dispatch.ONE_TO_ALL })
   async saveCheckpoint(dir: string): Promise<void> {
     const { model, optimizer, critic } = this.state;
-    await saveRoleCheckpoint(dir, { rank: this.rank, worldSize: this.worldSize, params: model.params, optimizer, rngs: { critic: critic.rng } });
+    await saveRoleCheckpoint(dir, { rank: this.rank, worldSize: this.worldSize, params: model.trainableParams(), optimizer, rngs: { critic: critic.rng } });
   }
 
   @register({ dispatchMode: Dispatch.ONE_TO_ALL })
   async loadCheckpoint(dir: string): Promise<void> {
     const { model, optimizer, critic } = this.state;
-    await loadRoleCheckpoint(dir, { rank: this.rank, worldSize: this.worldSize, params: model.params, optimizer, rngs: { critic: critic.rng } });
+    await loadRoleCheckpoint(dir, { rank: this.rank, worldSize: this.worldSize, params: model.trainableParams(), optimizer, rngs: { critic: critic.rng } });
   }
 }

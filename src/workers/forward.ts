@@ -5,7 +5,8 @@
 // differentiates, so old and new log-probs agree bit for bit).
 import * as tf from "@tensorflow/tfjs";
 import type { DataProto } from "../protocol/index.js";
-import { tensor, type TensorData } from "../protocol/tensor.js";
+import { packResponses } from "../models/packing.js";
+import { int32Values, tensor, type TensorData } from "../protocol/tensor.js";
 import { heartbeat } from "../single_controller/heartbeat.js";
 import { column, microBatches, toTf, type MicroBatchSpec } from "./batching.js";
 
@@ -13,6 +14,8 @@ export interface ForwardInputs {
   /** Host arrays [b*T]: the model uses them on the host (see LlamaModel's ForwardOptions). */
   attentionMask?: ArrayLike<number>;
   positionIds?: ArrayLike<number>;
+  /** Sequence lengths of a packed [1, N] input (remove-padding). */
+  segments?: ArrayLike<number>;
 }
 
 /** What the critic and the reward model need of a value model (ValueHeadModel has it). */
@@ -27,13 +30,28 @@ function modelInputs(micro: DataProto): { ids: tf.Tensor2D; opts: ForwardInputs 
   return { ids, opts };
 }
 
-/** Values [b, R] at the response positions (the value of the state before each response token). */
-export function responseValues(model: ValueModel, micro: DataProto): tf.Tensor2D {
+/**
+ * Values [b, R] at the response positions (the value of the state before each response token).
+ * With `removePadding` the forward runs on the packed real tokens (padded slots read 0).
+ */
+export function responseValues(model: ValueModel, micro: DataProto, removePadding = false): tf.Tensor2D {
   const R = column(micro, "responses").shape[1]!;
+  if (removePadding) return packedResponseValues(model, micro, R);
   const { ids, opts } = modelInputs(micro);
   const [b, T] = ids.shape;
   const v = model.forward(ids, opts);
   return tf.slice(v, [0, T - R - 1], [b, R]);
+}
+
+function packedResponseValues(model: ValueModel, micro: DataProto, R: number): tf.Tensor2D {
+  const ids = column(micro, "input_ids"), [B, L] = ids.shape as [number, number];
+  const pk = packResponses(int32Values(ids), column(micro, "attention_mask").data, B, L, R, micro.batch.position_ids?.data);
+  if (pk.source.length === 0) return tf.zeros([B, R]);
+  return tf.tidy(() => {
+    const v = model.forward(tf.tensor2d(pk.ids, [1, pk.ids.length], "int32"), { positionIds: pk.positions, segments: pk.lengths });
+    const picked = tf.gather(v.reshape([-1]), tf.tensor1d(pk.source, "int32"));
+    return tf.gather(tf.concat([picked, tf.zeros([1])]), tf.tensor1d(pk.slot, "int32")).reshape([B, R]) as tf.Tensor2D;
+  });
 }
 
 /**

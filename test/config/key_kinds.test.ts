@@ -53,11 +53,11 @@ test("inert keys set away from default are listed in one warning; at their defau
     "actor_rollout_ref.rollout.tensor_model_parallel_size=2", // the default: not listed
     "actor_rollout_ref.rollout.gpu_memory_utilization=0.6",
     "actor_rollout_ref.actor.fsdp_config.param_offload=true",
-    "actor_rollout_ref.model.use_remove_padding=false",
+    "actor_rollout_ref.model.use_shm=true",
   ]);
   assert.deepEqual(r.inert.map((i) => i.key).sort(), [
     "actor_rollout_ref.actor.fsdp_config.param_offload",
-    "actor_rollout_ref.model.use_remove_padding",
+    "actor_rollout_ref.model.use_shm",
     "actor_rollout_ref.rollout.gpu_memory_utilization",
   ]);
   const w = keyReportWarning(r)!;
@@ -69,11 +69,12 @@ test("inert keys set away from default are listed in one warning; at their defau
 
 test("not-built features set away from default fail in one error naming each feature", () => {
   assert.throws(
-    () => check(["actor_rollout_ref.model.lora_rank=8", "algorithm.rollout_correction.rollout_is=token", "actor_rollout_ref.rollout.multi_turn.num_repeat_rollouts=2"]),
+    () => check(["actor_rollout_ref.model.mtp.enable=true", "actor_rollout_ref.rollout.multi_turn.num_repeat_rollouts=2"]),
     (e: unknown) =>
-      e instanceof ConfigError && e.exitCode === 2 && /lora_rank=8: LoRA is not built/.test(e.message) && /rollout_correction/.test(e.message) && /repeated rollouts/.test(e.message),
+      e instanceof ConfigError && e.exitCode === 2 && /mtp\.enable=true: multi-token prediction \(MTP\) is not built/.test(e.message) && /repeated rollouts/.test(e.message),
   );
-  assert.doesNotThrow(() => check(["actor_rollout_ref.model.lora_rank=0"]));
+  // LoRA and the memory switches are honoured on the actor and the critic
+  assert.deepEqual(check(["actor_rollout_ref.model.lora_rank=8", "critic.model.lora_rank=4", "actor_rollout_ref.model.use_remove_padding=false"]), { inert: [], unread: [] });
   assert.throws(() => check(["data.multiturn.enable=true"], "sft_trainer"), /multi-turn SFT/);
 });
 

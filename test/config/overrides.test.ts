@@ -1,7 +1,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { ConfigError } from "../../src/config/errors.js";
-import { applyOverrides, parseOverride, parseOverrideValue, type Override } from "../../src/config/overrides.js";
+import { applyOverrides, parseOverride, parseOverrideValue, typeMismatch, type Override } from "../../src/config/overrides.js";
 import type { ConfigNode } from "../../src/config/tree.js";
 
 const base = (): ConfigNode => ({
@@ -118,4 +118,10 @@ test("overrides apply in order and never touch the base", () => {
   assert.equal((cfg.trainer as ConfigNode).total_epochs, 3);
   assert.deepEqual(b, base());
   assert.equal((cfg.trainer as ConfigNode).logger === (b.trainer as ConfigNode).logger, false);
+});
+
+test("target_modules takes a string or a list, as peft does; other string keys keep their type", () => {
+  assert.equal(typeMismatch("all-linear", ["q_proj", "v_proj"], "actor_rollout_ref.model.target_modules"), undefined);
+  assert.equal(typeMismatch(null, "all-linear", "critic.model.exclude_modules"), undefined);
+  assert.match(typeMismatch("prompt", ["a", "b"], "data.prompt_key") ?? "", /expected a string like the default "prompt", got a list/);
 });

@@ -29,6 +29,8 @@ export interface DpActorOptions {
   microBatchPerRank: number | null;
   /** Seed for the per-epoch shuffles and losses that draw random numbers. */
   seed: number;
+  /** Forward on packed real tokens (model.use_remove_padding). */
+  removePadding?: boolean;
 }
 
 /** Per-mini-batch and per-micro-batch metric lists (reduced by the driver). */
@@ -68,7 +70,7 @@ export class DataParallelPPOActor {
   /** Old (or reference) log-probs [B, R], and the entropy when asked; no gradients. */
   async computeLogProb(data: DataProto, spec: MicroBatchSpec, temperature: number, calculateEntropy: boolean): Promise<{ logProbs: TensorData; entropy?: TensorData }> {
     const outs = await inferInMicroBatches(data, spec, (micro) => {
-      const r = responseLogProbs(this.model, micro, { temperature, calculateEntropy });
+      const r = responseLogProbs(this.model, micro, { temperature, calculateEntropy, removePadding: this.opts.removePadding });
       return r.entropy ? [r.logProbs, r.entropy] : [r.logProbs];
     });
     return calculateEntropy ? { logProbs: outs[0]!, entropy: outs[1]! } : { logProbs: outs[0]! };
@@ -117,7 +119,7 @@ export class DataParallelPPOActor {
           let kept: LossMetrics = {};
           let parts: tf.Scalar[] = [];
           const { value, grads } = tf.variableGrads(() => {
-            const { logProbs: logProb, entropy } = responseLogProbs(this.model, micro, { temperature, calculateEntropy: withEntropy });
+            const { logProbs: logProb, entropy } = responseLogProbs(this.model, micro, { temperature, calculateEntropy: withEntropy, removePadding: this.opts.removePadding });
             const responseMask = toTf(column(micro, "response_mask"), "float32");
             const old = onPolicy ? stopGradient(logProb) : toTf(column(micro, "old_log_probs"), "float32");
             const out = lossFn({

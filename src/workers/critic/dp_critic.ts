@@ -21,6 +21,8 @@ export interface DpCriticOptions {
   /** Micro-batching of the values pass (critic.forward_*; see inferenceSpec). */
   forwardSpec: MicroBatchSpec;
   seed: number;
+  /** Forward on packed real tokens (critic.model.use_remove_padding). */
+  removePadding?: boolean;
 }
 
 export class DataParallelPPOCritic {
@@ -33,7 +35,7 @@ export class DataParallelPPOCritic {
   /** Values [B, R], zero outside the response mask (verl keeps values only on action tokens). */
   async computeValues(data: DataProto): Promise<TensorData> {
     const [values] = await inferInMicroBatches(data, this.opts.forwardSpec, (micro) => [
-      tf.mul(responseValues(this.model, micro), toTf(column(micro, "response_mask"), "float32")),
+      tf.mul(responseValues(this.model, micro, this.opts.removePadding), toTf(column(micro, "response_mask"), "float32")),
     ]);
     return values!;
   }
@@ -62,7 +64,7 @@ export class DataParallelPPOCritic {
           let kept: tf.Scalar[] = [];
           const { value, grads } = tf.variableGrads(() => {
             const responseMask = toTf(column(micro, "response_mask"), "float32");
-            const vpreds = responseValues(this.model, micro);
+            const vpreds = responseValues(this.model, micro, this.opts.removePadding);
             const { vfLoss, vfClipfrac } = computeValueLoss({
               vpreds, values: toTf(column(micro, "values"), "float32"), returns: toTf(column(micro, "returns"), "float32"),
               responseMask, cliprangeValue: cliprange, lossAggMode: mode, globalBatchInfo: info,

@@ -1,0 +1,144 @@
+// LoRA adapters (verl's model.lora_rank / lora_alpha / target_modules /
+// exclude_modules), with the semantics of Hugging Face peft: every targeted
+// linear W [out, in] gains A [r, in] and B [out, r], and computes
+// x W^T + (alpha / r) (x A^T) B^T. A starts kaiming-uniform (a = sqrt 5, i.e.
+// U(-1/sqrt(in), 1/sqrt(in))), B at zero, so a fresh adapter leaves the model
+// unchanged. The base weights stay frozen: only A and B train.
+import * as tf from "@tensorflow/tfjs";
+import type { Rng } from "../utils/rng.js";
+import type { ModelConfig } from "./config.js";
+import { parameterShapes } from "./llama.js";
+
+export interface LoraSettings {
+  rank: number;
+  alpha: number;
+  /** "all-linear" (every linear but the output layer), a list of module names (suffix match), or a regex (full match). */
+  targetModules: string | string[];
+  /** Same forms as targetModules; null = none. */
+  excludeModules?: string | string[] | null;
+}
+
+export interface LoraModule {
+  a: tf.Variable;
+  b: tf.Variable;
+  inFeatures: number;
+  outFeatures: number;
+}
+
+/** The output layers peft's "all-linear" leaves out. */
+const OUTPUT_LAYERS = new Set(["lm_head", "score"]);
+
+/** The model's linear modules (HF module names, e.g. model.layers.0.self_attn.q_proj) with [out, in]. */
+export function linearModules(config: ModelConfig): Map<string, [number, number]> {
+  const out = new Map<string, [number, number]>();
+  for (const [name, shape] of parameterShapes(config)) {
+    if (name.endsWith("_proj.weight") || name === "lm_head.weight") out.set(name.slice(0, -".weight".length), shape as [number, number]);
+  }
+  return out;
+}
+
+/** Whether module `name` matches a peft module spec (list: name or a dotted suffix; string: a full-match regex). */
+function matches(name: string, spec: string | string[], key: string): boolean {
+  if (Array.isArray(spec)) return spec.some((t) => name === t || name.endsWith(`.${t}`));
+  let re: RegExp;
+  try {
+    re = new RegExp(`^(?:${spec})$`);
+  } catch (e) {
+    throw new Error(`${key}: '${spec}' is neither 'all-linear', a list of module names, nor a valid regex (${(e as Error).message})`);
+  }
+  return re.test(name);
+}
+
+/** The module names an adapter targets, in model order; an error when none match (as peft raises). */
+export function selectTargets(config: ModelConfig, s: LoraSettings, keyPrefix = "model"): string[] {
+  const mods = [...linearModules(config).keys()];
+  const picked = mods.filter((m) => {
+    const last = m.split(".").pop()!;
+    const inc = s.targetModules === "all-linear" ? !OUTPUT_LAYERS.has(last) : matches(m, s.targetModules, `${keyPrefix}.target_modules`);
+    return inc && !(s.excludeModules && matches(m, s.excludeModules, `${keyPrefix}.exclude_modules`));
+  });
+  if (picked.length === 0) {
+    throw new Error(`${keyPrefix}.target_modules=${JSON.stringify(s.targetModules)} matches no linear module of the model (it has e.g. ${mods.slice(0, 3).join(", ")})`);
+  }
+  return picked;
+}
+
+export function validateLoraSettings(s: LoraSettings, keyPrefix = "model"): void {
+  if (!Number.isInteger(s.rank) || s.rank < 1) throw new Error(`${keyPrefix}.lora_rank must be a positive integer to enable LoRA, got ${s.rank}`);
+  if (!Number.isFinite(s.alpha) || s.alpha <= 0) throw new Error(`${keyPrefix}.lora_alpha must be a positive number, got ${s.alpha}`);
+}
+
+let adapterSerial = 0;
+
+export class LoraAdapter {
+  /** alpha / r, peft's scaling. */
+  readonly scale: number;
+  readonly modules = new Map<string, LoraModule>();
+
+  constructor(readonly settings: LoraSettings, readonly config: ModelConfig, tensors: Map<string, { a: tf.Tensor; b: tf.Tensor }>) {
+    validateLoraSettings(settings);
+    this.scale = settings.alpha / settings.rank;
+    const shapes = linearModules(config);
+    const serial = adapterSerial++;
+    for (const [name, t] of tensors) {
+      const shape = shapes.get(name);
+      if (!shape) throw new Error(`LoRA: '${name}' is not a linear module of the model`);
+      const [outF, inF] = shape, r = settings.rank;
+      if (t.a.shape.join(",") !== `${r},${inF}`) throw new Error(`LoRA: ${name}.lora_A has shape [${t.a.shape}], expected [${r}, ${inF}]`);
+      if (t.b.shape.join(",") !== `${outF},${r}`) throw new Error(`LoRA: ${name}.lora_B has shape [${t.b.shape}], expected [${outF}, ${r}]`);
+      const v = (x: tf.Tensor, part: string) => tf.variable(x.toFloat(), true, `lora${serial}/${name}.${part}`);
+      this.modules.set(name, { a: v(t.a, "lora_A"), b: v(t.b, "lora_B"), inFeatures: inF, outFeatures: outF });
+    }
+  }
+
+  /** A fresh adapter: A kaiming-uniform (a = sqrt 5) from `rng`, B zero. */
+  static init(config: ModelConfig, settings: LoraSettings, rng: Rng, keyPrefix = "model"): LoraAdapter {
+    validateLoraSettings(settings, keyPrefix);
+    const shapes = linearModules(config), r = settings.rank;
+    const tensors = new Map<string, { a: tf.Tensor; b: tf.Tensor }>();
+    for (const name of selectTargets(config, settings, keyPrefix)) {
+      const [outF, inF] = shapes.get(name)!;
+      const bound = 1 / Math.sqrt(inF), a = new Float32Array(r * inF);
+      for (let i = 0; i < a.length; i++) a[i] = (2 * rng.random() - 1) * bound;
+      tensors.set(name, { a: tf.tensor2d(a, [r, inF]), b: tf.zeros([outF, r]) });
+    }
+    try {
+      return new LoraAdapter(settings, config, tensors);
+    } finally {
+      for (const t of tensors.values()) tf.dispose([t.a, t.b]);
+    }
+  }
+
+  has(module: string): boolean {
+    return this.modules.has(module);
+  }
+
+  /** scale * B A, the update a merge adds to W [out, in]. */
+  mergedDelta(name: string): tf.Tensor2D {
+    const m = this.modules.get(name)!;
+    return tf.tidy(() => tf.matMul(m.b, m.a).mul(this.scale) as tf.Tensor2D);
+  }
+
+  /** The trainable tensors by internal name (`<module>.lora_A.weight` / `.lora_B.weight`), in a fixed order. */
+  namedParams(): Map<string, tf.Variable> {
+    if (this.named.size === 0) {
+      for (const [name, m] of this.modules) {
+        this.named.set(`${name}.lora_A.weight`, m.a);
+        this.named.set(`${name}.lora_B.weight`, m.b);
+      }
+    }
+    return this.named;
+  }
+
+  private readonly named = new Map<string, tf.Variable>();
+
+  trainableVariables(): tf.Variable[] {
+    return [...this.namedParams().values()];
+  }
+
+  dispose(): void {
+    for (const m of this.modules.values()) tf.dispose([m.a, m.b]);
+    this.modules.clear();
+    this.named.clear();
+  }
+}
