@@ -37,7 +37,11 @@ export interface WebGpuDecodeOptions {
 }
 
 /** What the last `generate` did, for benchmarks. */
-export interface WebGpuDecodeStats { rows: number; steps: number; readBacks: number; tokens: number; prefillMs: number; decodeMs: number }
+export interface WebGpuDecodeStats {
+  rows: number; steps: number; readBacks: number; tokens: number; prefillMs: number; decodeMs: number;
+  /** host time spent recording the decode steps' dispatches (the rest of decodeMs is waiting for the GPU) */
+  recordMs: number;
+}
 
 interface LayerWeights { wqkv: tf.Tensor2D; bqkv: tf.Tensor1D; wo: tf.Tensor2D; wgu: tf.Tensor2D; wd: tf.Tensor2D }
 interface GpuWeights { ids: object[]; transposed: boolean; layers: LayerWeights[]; lmHead: tf.Tensor2D }
@@ -97,7 +101,7 @@ interface Session {
 
 export class WebGpuDecoder {
   readonly name = "webgpu";
-  lastStats: WebGpuDecodeStats = { rows: 0, steps: 0, readBacks: 0, tokens: 0, prefillMs: 0, decodeMs: 0 };
+  lastStats: WebGpuDecodeStats = { rows: 0, steps: 0, readBacks: 0, tokens: 0, prefillMs: 0, decodeMs: 0, recordMs: 0 };
 
   constructor(private readonly opts: WebGpuDecodeOptions = {}) {}
 
@@ -115,7 +119,7 @@ export class WebGpuDecoder {
       Math.floor((this.opts.maxCacheBytes ?? 16 * 2 ** 30) / (layerBytesPerRow * c.nLayers)),
       Math.floor(backend.device.limits.maxStorageBufferBindingSize / layerBytesPerRow)));
     const out = { responses: new Int32Array(B * R).fill(params.padTokenId), responseMask: new Int32Array(B * R), logProbs: new Float32Array(B * R) };
-    const stats: WebGpuDecodeStats = { rows: B, steps: 0, readBacks: 0, tokens: 0, prefillMs: 0, decodeMs: 0 };
+    const stats: WebGpuDecodeStats = { rows: B, steps: 0, readBacks: 0, tokens: 0, prefillMs: 0, decodeMs: 0, recordMs: 0 };
     const step = new DecodeStep(model, w, backend);
     for (let b0 = 0; b0 < B; b0 += sub) {
       const nb = Math.min(sub, B - b0), rowsOf = (a: Int32Array) => a.subarray(b0 * P, (b0 + nb) * P);
@@ -215,11 +219,13 @@ class DecodeStep {
         // queue step t+1 (it reads step t's ids on the device) before waiting for step t's read
         let next: tf.Tensor | undefined, nextPending: Promise<Int32Array> | undefined;
         if (t + 1 < R) {
+          const r0 = performance.now();
           next = tf.tidy(() => {
             const logits = this.forward(sess, samp, basePos, place(nb, 1, P + t, t), true)!;
             return sampler(logits, t + 1);
           });
           nextPending = next.data() as Promise<Int32Array>;
+          stats.recordMs += performance.now() - r0;
           stats.steps++;
         }
         const v = await pending;
