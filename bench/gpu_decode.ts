@@ -1,7 +1,7 @@
 // Issue 17 on the GPU, in one process: the WebGPU rollout engine (src/rollout/webgpu_decoder.ts)
 // against the host decoder, and a profile of the actor update at the 0.5B shape.
 //   bash scripts/gpu-run.sh node dist/bench/gpu_decode.js [--only adapter,correct,decode,update] [--vocab 512,32000]
-//     [--prompts 64] [--n 8] [--new 256] [--micro 4,16] [--update-rows 16] [--budget-s 240]
+//     [--prompts 64] [--n 8] [--new 256] [--updates 16x16,16x16xhost,64x16] [--submit 15,1000] [--budget-s 240]
 // (after scripts/gpu-bundle.sh; the device tool carries .gpu and .gl). Runs on any backend with an
 // adapter, e.g. here on llvmpipe with small sizes. One JSON line per measurement; each part is
 // caught on its own, so one failure never loses the others' figures.
@@ -21,12 +21,15 @@ import { Rng } from "../src/utils/rng.js";
 import { buildActor, DeviceStep, rolloutBatch } from "./gpu.js";
 
 interface Args {
-  only: Set<string>; vocab: number[]; prompts: number; n: number; newTokens: number; micro: number[]; updateRows: number;
-  budgetS: number; model?: string; layers: number;
+  only: Set<string>; vocab: number[]; prompts: number; n: number; newTokens: number;
+  budgetS: number; model?: string; layers: number; updates: string[]; submitBatches: number[];
 }
 
 function parseArgs(argv: string[]): Args {
-  const a: Args = { only: new Set(["adapter", "correct", "decode", "update"]), vocab: [512, 32000], prompts: 64, n: 8, newTokens: 256, micro: [4, 16], updateRows: 16, budgetS: 240, layers: 24 };
+  const a: Args = {
+    only: new Set(["adapter", "correct", "decode", "update", "untransposed", "device-step"]), vocab: [512, 32000], prompts: 64, n: 8, newTokens: 256,
+    budgetS: 240, layers: 24, updates: ["16x16", "16x16xhost", "16x4", "64x16", "64x64"], submitBatches: [15, 1000],
+  };
   const list = (v: string) => v.split(",").map(Number);
   for (let i = 0; i < argv.length; i += 2) {
     const k = argv[i], v = argv[i + 1];
@@ -36,11 +39,11 @@ function parseArgs(argv: string[]): Args {
     else if (k === "--prompts") a.prompts = Number(v);
     else if (k === "--n") a.n = Number(v);
     else if (k === "--new") a.newTokens = Number(v);
-    else if (k === "--micro") a.micro = list(v);
-    else if (k === "--update-rows") a.updateRows = Number(v);
     else if (k === "--budget-s") a.budgetS = Number(v);
     else if (k === "--model") a.model = v;
     else if (k === "--layers") a.layers = Number(v);
+    else if (k === "--updates") a.updates = v.split(",").filter(Boolean); // ROWSxMICRO[xhost]
+    else if (k === "--submit") a.submitBatches = list(v).filter((x) => x > 0);
     else throw new Error(`bench/gpu_decode: unknown argument '${k}'`);
   }
   return a;
@@ -185,66 +188,75 @@ async function decode(a: Args, vocab: number, opts: WebGpuDecodeOptions, newToke
   }
 }
 
-/** The actor update at the 0.5B shape: wall time, dispatches, read-backs, per micro-batch size and submit batch. */
+/**
+ * The actor update at the 0.5B shape through DataParallelPPOActor.updatePolicy (the worker's
+ * path): wall time, dispatches, submits, read-backs and uploads, per rows x micro-batch size,
+ * with the optimizer step on the device (one rank, the default on WebGPU) or through the host
+ * (flat gradient read back, clipped and re-uploaded: what every rank count did before), and
+ * per submit batch; and the all-on-device DeviceStep of bench/gpu.ts for comparison.
+ */
 async function updateProfile(a: Args): Promise<void> {
-  const cfg = qwenHalfB(512, a.layers), P = 32, R = 64, B = a.updateRows, tokens = B * (P + R), flop = 6 * numParams(cfg) * tokens;
+  const cfg = qwenHalfB(512, a.layers), P = 32, R = 64;
   const model = deviceModel(cfg, 5);
-  const data = rolloutBatch(B, P, R, cfg.vocabSize, 7);
   const ins = instrument();
-  const fig = (ms: number, c: Counters) => ({ ms, tokens_per_s: tokens / (ms / 1e3), tflops: flop / (ms / 1e3) / 1e12, ...c });
   try {
-    for (const micro of a.micro) {
-      await part(`update_profile_micro${micro}`, async () => {
-        const actor = buildActor(model, B, micro);
+    for (const spec of a.updates) {
+      const [B, micro, where] = spec.split("x") as [string, string, string?];
+      const rows = Number(B), mb = Number(micro), onDevice = where !== "host", tokens = rows * (P + R), flop = 6 * numParams(cfg) * tokens;
+      const fig = (ms: number, c: Counters) => ({ ms, tokens_per_s: tokens / (ms / 1e3), tflops: flop / (ms / 1e3) / 1e12, ...c });
+      await part(`update_${spec}`, async () => {
+        const data = rolloutBatch(rows, P, R, cfg.vocabSize, 7);
+        const actor = buildActor(model, rows, mb, 1e-4, [], onDevice);
         const f0 = performance.now();
-        data.batch.old_log_probs = (await actor.computeLogProb(data, { microBatchSize: micro, maxTokenLen: null }, 1.0, false)).logProbs;
-        const fwdMs = performance.now() - f0;
-        const fwd = ins.reset();
+        data.batch.old_log_probs = (await actor.computeLogProb(data, { microBatchSize: mb, maxTokenLen: null }, 1.0, false)).logProbs;
+        const fwdMs = performance.now() - f0, fwd = ins.reset();
         await actor.updatePolicy(data); // warm-up: shader compilation, optimizer state
         ins.reset();
         const t0 = performance.now();
         await actor.updatePolicy(data);
         const ms = performance.now() - t0;
-        emit("update_0.5B_worker_path", { B, P, R, micro, params: numParams(cfg), submit_batch: tf.env().get("WEBGPU_DEFERRED_SUBMIT_BATCH_SIZE") },
+        emit("update_0.5B_worker_path", { B: rows, P, R, micro: mb, optimizer: onDevice ? "device" : "host", params: numParams(cfg), submit_batch: tf.env().get("WEBGPU_DEFERRED_SUBMIT_BATCH_SIZE") },
           { ...fig(ms, ins.reset()), forward_only_ms: fwdMs, forward_tflops: flop / 3 / (fwdMs / 1e3) / 1e12, forward_dispatches: fwd.dispatches, forward_reads: fwd.reads });
+        actor.optimizer?.dispose();
       });
       if (elapsedS() > a.budgetS) return;
     }
-    const micro = Math.max(...a.micro);
-    for (const batch of [15, 1000]) {
-      await part(`update_profile_submit${batch}`, async () => {
+    for (const batch of a.submitBatches) {
+      await part(`update_submit${batch}`, async () => {
+        const rows = 16, mb = 16, tokens = rows * (P + R), flop = 6 * numParams(cfg) * tokens;
         const prev = tf.env().get("WEBGPU_DEFERRED_SUBMIT_BATCH_SIZE");
         tf.env().set("WEBGPU_DEFERRED_SUBMIT_BATCH_SIZE", batch);
         try {
-          const actor = buildActor(model, B, micro);
+          const data = rolloutBatch(rows, P, R, cfg.vocabSize, 7);
+          const actor = buildActor(model, rows, mb);
+          data.batch.old_log_probs = (await actor.computeLogProb(data, { microBatchSize: mb, maxTokenLen: null }, 1.0, false)).logProbs;
           await actor.updatePolicy(data);
           ins.reset();
           const t0 = performance.now();
           await actor.updatePolicy(data);
-          emit("update_0.5B_worker_path", { B, P, R, micro, submit_batch: batch }, fig(performance.now() - t0, ins.reset()));
+          const ms = performance.now() - t0;
+          emit("update_0.5B_worker_path", { B: rows, P, R, micro: mb, optimizer: "device", submit_batch: batch }, { ms, tokens_per_s: tokens / (ms / 1e3), tflops: flop / (ms / 1e3) / 1e12, ...ins.reset() });
+          actor.optimizer?.dispose();
         } finally {
           tf.env().set("WEBGPU_DEFERRED_SUBMIT_BATCH_SIZE", prev);
         }
       });
       if (elapsedS() > a.budgetS) return;
     }
-    await part("update_profile_device_step", async () => {
-      // the whole update on the device in one micro-batch: no flat-gradient read-back, no host AdamW
-      const stepper = new DeviceStep(model, 1e-4), old = stepper.oldLogProbs(data);
-      await stepper.step(data, old);
-      ins.reset();
-      const t0 = performance.now();
-      await stepper.step(data, old);
-      emit("update_0.5B_device_step", { B, P, R, micro: B }, fig(performance.now() - t0, ins.reset()));
-      old.dispose();
-    });
-    if (elapsedS() > a.budgetS) return;
-    await part("update_profile_kernel_time", async () => {
-      // GPU time of every kernel (timestamp queries) against the wall time of the same update
-      const actor = buildActor(model, B, micro);
-      const info = await tf.time(() => { void actor.updatePolicy(data); });
-      emit("update_0.5B_kernel_time", { B, P, R, micro, note: "tf.time ends a compute pass per kernel; wall time here is inflated" }, { kernelMs: info.kernelMs, wallMs: info.wallMs });
-    });
+    if (a.only.has("device-step")) {
+      await part("update_device_step", async () => {
+        const rows = 16, tokens = rows * (P + R), flop = 6 * numParams(cfg) * tokens;
+        const data = rolloutBatch(rows, P, R, cfg.vocabSize, 7);
+        const stepper = new DeviceStep(model, 1e-4), old = stepper.oldLogProbs(data);
+        await stepper.step(data, old);
+        ins.reset();
+        const t0 = performance.now();
+        await stepper.step(data, old);
+        const ms = performance.now() - t0;
+        emit("update_0.5B_device_step", { B: rows, P, R, micro: rows }, { ms, tokens_per_s: tokens / (ms / 1e3), tflops: flop / (ms / 1e3) / 1e12, ...ins.reset() });
+        old.dispose();
+      });
+    }
   } finally {
     model.dispose();
   }
@@ -261,7 +273,7 @@ async function main(): Promise<void> {
   if (a.only.has("decode") && first) await part(`webgpu_decode_v${first}`, () => decode(a, first, {}, a.newTokens, `v${first}`));
   if (a.only.has("update") && elapsedS() < a.budgetS) await part("update_profile", () => updateProfile(a));
   for (const v of rest) if (a.only.has("decode") && elapsedS() < a.budgetS) await part(`webgpu_decode_v${v}`, () => decode(a, v, {}, a.newTokens, `v${v}`));
-  if (a.only.has("decode") && first && elapsedS() < a.budgetS) {
+  if (a.only.has("untransposed") && first && elapsedS() < a.budgetS) {
     await part("webgpu_decode_untransposed", () => decode(a, first, { transposedWeights: false }, 32, `v${first}_untransposed_weights`));
   }
   emit("done", {}, { elapsed_s: elapsedS() });
