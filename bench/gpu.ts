@@ -9,6 +9,7 @@
 import * as tf from "@tensorflow/tfjs";
 import { existsSync } from "node:fs";
 import { cpus } from "node:os";
+import { pathToFileURL } from "node:url";
 import { initBackend } from "../src/engine/backend.js";
 import { loadConfig } from "../src/config/index.js";
 import { initModel } from "../src/models/init.js";
@@ -77,7 +78,7 @@ async function benchMatmul(reps: number): Promise<void> {
 }
 
 /** A synthetic rollout batch in verl's layout: B rows, prompts of P (left-padded), responses of R. */
-function rolloutBatch(B: number, P: number, R: number, vocab: number, seed: number): DataProto {
+export function rolloutBatch(B: number, P: number, R: number, vocab: number, seed: number): DataProto {
   const rng = new Rng(seed), T = P + R;
   const ids = new Int32Array(B * T), att = new Int32Array(B * T), pos = new Int32Array(B * T);
   const resp = new Int32Array(B * R), rmask = new Int32Array(B * R), adv = new Float32Array(B * R);
@@ -100,10 +101,10 @@ function rolloutBatch(B: number, P: number, R: number, vocab: number, seed: numb
   }, {}, { temperature: 1.0 });
 }
 
-function buildActor(model: LlamaModel, rows: number, micro: number, lr = 1e-4, extra: string[] = []): DataParallelPPOActor {
+export function buildActor(model: LlamaModel, rows: number, micro: number, lr = 1e-4, extra: string[] = [], optimizerOnDevice?: boolean): DataParallelPPOActor {
   const cfg = loadConfig({ configName: "ppo_trainer", overrides: [`actor_rollout_ref.actor.optim.lr=${lr}`, "actor_rollout_ref.actor.grad_clip=1.0", ...extra] });
   const view = new ConfigView(cfg, "actor_rollout_ref.actor");
-  const opt = new DataParallelOptimizer(model.trainableVariables(), view.at("optim"), 1000, Collective.single(), view.num("grad_clip"));
+  const opt = new DataParallelOptimizer(model.trainableVariables(), view.at("optim"), 1000, Collective.single(), view.num("grad_clip"), optimizerOnDevice);
   return new DataParallelPPOActor(model, opt, { config: view, miniBatchPerRank: rows, microBatchPerRank: micro, seed: 1 });
 }
 
@@ -113,7 +114,7 @@ function buildActor(model: LlamaModel, rows: number, micro: number, lr = 1e-4, e
  * path (DataParallelPPOActor) reads the flat gradient back once per mini-batch for the
  * cross-rank all-reduce and clips on the host; this shows what staying on the device gives.
  */
-class DeviceStep {
+export class DeviceStep {
   private readonly vars: tf.Variable[];
   private readonly opt: AdamW;
   private readonly actorCfg = { clip_ratio: 0.2, clip_ratio_low: 0.2, clip_ratio_high: 0.2, clip_ratio_c: 3.0, loss_agg_mode: "token-mean" };
@@ -271,7 +272,10 @@ async function main(): Promise<void> {
   }
 }
 
-main().catch((e: unknown) => {
-  console.error(`bench/gpu failed: ${(e as Error).stack ?? String(e)}`);
-  process.exit(1);
-});
+// bench/gpu_decode.ts imports the batch and actor builders: run only as the entry point
+if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
+  main().catch((e: unknown) => {
+    console.error(`bench/gpu failed: ${(e as Error).stack ?? String(e)}`);
+    process.exit(1);
+  });
+}

@@ -21,8 +21,10 @@ NODE_VERSION="${NODE_VERSION:-20.20.2}"
 OUT_DIST="${VERL_GPU_DIST:-dist-gpu}"
 APP=.gpu/app
 mkdir -p .gpu .gl
-grep -qxF '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >> .git/info/exclude
-grep -qxF '/.gl/' .git/info/exclude 2>/dev/null || echo '/.gl/' >> .git/info/exclude
+exclude=$(git rev-parse --git-path info/exclude)   # .git is a file in a worktree
+mkdir -p "$(dirname "$exclude")"
+grep -qxF '/.gpu/' "$exclude" 2>/dev/null || echo '/.gpu/' >> "$exclude"
+grep -qxF '/.gl/' "$exclude" 2>/dev/null || echo '/.gl/' >> "$exclude"
 
 if [ ! -f .gpu/node.xz ]; then
   tmp=$(mktemp -d)

@@ -24,13 +24,8 @@ function int32(t: TensorData | undefined, key: string): Int32Array {
   return int32Values(t);
 }
 
-/**
- * Generate up to `params.responseLength` tokens for each prompt row of `batch`
- * (input_ids, attention_mask, position_ids; prompts left-padded). With
- * `params.n > 1` every row is repeated n times (interleaved) first. Non-tensor
- * fields and meta info are carried through.
- */
-export function generate(model: LlamaModel, batch: DataProto, params: SamplingParams, rng: Rng, opts: GenerateOptions = {}): DataProto {
+/** The left-padded prompts of `batch` (repeated n times when params.n > 1) as host arrays, checked. */
+export function generationInputs(batch: DataProto, params: SamplingParams, vocabSize: number): { data: DataProto; ids: Int32Array; mask: Int32Array; pos: Int32Array; B: number; P: number } {
   checkSamplingParams(params);
   const data = (params.n ?? 1) > 1 ? batch.repeat(params.n!, true) : batch;
   const ids = int32(data.batch["input_ids"], "input_ids");
@@ -38,8 +33,19 @@ export function generate(model: LlamaModel, batch: DataProto, params: SamplingPa
   const mask = int32(data.batch["attention_mask"], "attention_mask");
   const pos = data.batch["position_ids"] ? int32(data.batch["position_ids"], "position_ids") : positionsOf(mask, B, P);
   if (mask.length !== B * P || pos.length !== B * P) throw new Error(`generate: attention_mask and position_ids must match input_ids [${B}, ${P}]`);
+  for (const id of ids) if (id < 0 || id >= vocabSize) throw new Error(`generate: input_ids holds token id ${id}, outside the model's vocabulary [0, ${vocabSize})`);
+  return { data, ids, mask, pos, B, P };
+}
+
+/**
+ * Generate up to `params.responseLength` tokens for each prompt row of `batch`
+ * (input_ids, attention_mask, position_ids; prompts left-padded). With
+ * `params.n > 1` every row is repeated n times (interleaved) first. Non-tensor
+ * fields and meta info are carried through.
+ */
+export function generate(model: LlamaModel, batch: DataProto, params: SamplingParams, rng: Rng, opts: GenerateOptions = {}): DataProto {
+  const { data, ids, mask, pos, B, P } = generationInputs(batch, params, model.config.vocabSize);
   const R = params.responseLength, V = model.config.vocabSize;
-  for (const id of ids) if (id < 0 || id >= V) throw new Error(`generate: input_ids holds token id ${id}, outside the model's vocabulary [0, ${V})`);
 
   const c = model.config;
   const bytesPerRow = 2 * c.nLayers * c.nKvHeads * c.headDim * (P + R) * 4;
@@ -90,12 +96,13 @@ function positionsOf(mask: Int32Array, B: number, P: number): Int32Array {
   return pos;
 }
 
-interface Generated {
+export interface Generated {
   ids: Int32Array; mask: Int32Array; pos: Int32Array; B: number; P: number; R: number;
   responses: Int32Array; responseMask: Int32Array; logProbs?: Float32Array;
 }
 
-function assemble(data: DataProto, g: Generated): DataProto {
+/** The generated rows in verl's layout (prompts, responses, masks, positions, rollout_log_probs). */
+export function assemble(data: DataProto, g: Generated): DataProto {
   const { B, P, R } = g, L = P + R;
   const inputIds = new Int32Array(B * L), attn = new Int32Array(B * L), position = new Int32Array(B * L);
   for (let b = 0; b < B; b++) {

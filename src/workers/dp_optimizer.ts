@@ -4,7 +4,7 @@
 // global token / sequence count, so the sum is the mini-batch gradient), clipped
 // by global norm, and applied with AdamW at the scheduled learning rate. A few
 // scalars ride along in the same all-reduce so loss metrics come out global too.
-import type * as tf from "@tensorflow/tfjs";
+import * as tf from "@tensorflow/tfjs";
 import { AdamW, type AdamWState } from "../engine/optim/adamw.js";
 import { clipByGlobalNorm, FlatGradAccumulator } from "../engine/optim/grad_utils.js";
 import { LrScheduler, type LrSchedulerState } from "../engine/optim/lr_scheduler.js";
@@ -16,6 +16,8 @@ import type { ConfigView } from "./config_view.js";
 /** What the collective offers (Worker.collective). */
 export interface AllReducer {
   allReduce(buf: Float32Array | Float64Array, op?: "sum" | "mean" | "max" | "min"): void;
+  /** Ranks taking part (1: nothing to reduce). */
+  readonly worldSize?: number;
 }
 
 /**
@@ -54,7 +56,14 @@ export class DataParallelOptimizer {
     totalSteps: number,
     private readonly collective: AllReducer,
     private readonly gradClip: number | null,
+    /**
+     * Norm, clip and AdamW on the backend, reading back only the norm. Only possible on one
+     * rank (there is nothing to all-reduce); the default on WebGPU, where reading the flat
+     * gradient back and uploading it again cost 87% of a 0.5B update (docs/gpu.md).
+     */
+    private readonly onDevice = collective.worldSize === 1 && tf.getBackend() === "webgpu",
   ) {
+    if (onDevice && collective.worldSize !== 1) throw new Error("DataParallelOptimizer: the on-device step needs a world size of 1");
     const name = optim.str("optimizer", "AdamW");
     if (!isAdamW(name)) throw new Error(`${optim.key("optimizer")}='${name}' is not available; verl-ts implements AdamW`);
     const betas = optim.raw("betas") ?? [0.9, 0.999];
@@ -105,6 +114,7 @@ export class DataParallelOptimizer {
 
   /** End of a mini-batch: all-reduce (with `scalars` appended), clip, step. */
   async step(scalars: number[] = []): Promise<StepResult> {
+    if (this.onDevice) return this.stepOnDevice(scalars);
     const grad = await this.acc.take();
     const buf = new Float32Array(grad.length + scalars.length);
     buf.set(grad);
@@ -116,6 +126,24 @@ export class DataParallelOptimizer {
     const skipped = !Number.isFinite(gradNorm);
     if (!skipped) this.optimizer.stepFlat(flat, this.scheduler.lr);
     return { gradNorm, skipped, scalars: summed };
+  }
+
+  /** The same step with the gradient left on the backend (one rank): the norm is the only read. */
+  private async stepOnDevice(scalars: number[]): Promise<StepResult> {
+    const grad = this.acc.takeTensor();
+    try {
+      const normT = tf.tidy(() => grad.square().sum().sqrt());
+      const gradNorm = (await normT.data())[0]!;
+      normT.dispose();
+      const skipped = !Number.isFinite(gradNorm);
+      if (!skipped) {
+        const clip = this.gradClip !== null && this.gradClip > 0 ? this.gradClip / (gradNorm + 1e-6) : 1;
+        tf.tidy(() => this.optimizer.stepFlat(clip < 1 ? grad.mul(clip) as tf.Tensor1D : grad, this.scheduler.lr));
+      }
+      return { gradNorm, skipped, scalars: Float64Array.from(scalars) };
+    } finally {
+      grad.dispose();
+    }
   }
 
   async stateDict(): Promise<DpOptimizerState> {

@@ -41,6 +41,13 @@ export class FlatGradAccumulator {
     }
   }
 
+  /** The accumulated gradient as a tensor the caller owns (zeros if nothing was added); resets the accumulator. */
+  takeTensor(): tf.Tensor1D {
+    const acc = this.acc ?? tf.zeros([this.numel]) as tf.Tensor1D;
+    this.acc = undefined;
+    return acc;
+  }
+
   dispose(): void {
     this.acc?.dispose();
     this.acc = undefined;

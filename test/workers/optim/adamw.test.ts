@@ -126,3 +126,33 @@ test("the data-parallel step skips a non-finite gradient and follows the warmup 
   assert.equal(opt.optimizer.step, 0);
   opt.dispose(); w.dispose();
 });
+
+test("the on-device step (one rank) gives the host step's norm, clip, skip and weights", async () => {
+  await initBackend("cpu");
+  const cfg = loadConfig({ configName: "ppo_trainer", overrides: ["actor_rollout_ref.actor.optim.lr=0.1"] });
+  const run = async (onDevice: boolean) => {
+    const before = tf.memory().numTensors;
+    const w = tf.variable(tf.tensor1d([1, -2, 3, 0.5]), true), u = tf.variable(tf.tensor2d([[0.3, -0.1], [2, 1]]), true);
+    const opt = new DataParallelOptimizer([w, u], new ConfigView(cfg, "actor_rollout_ref.actor.optim"), 10, Collective.single(), 1.0, onDevice);
+    const norms: number[] = [], skipped: boolean[] = [];
+    for (const scale of [3, 0.01, NaN, 2]) {
+      for (let micro = 0; micro < 2; micro++) {
+        const g = tf.variableGrads(() => w.square().sum().add(u.mul(w.slice(0, 2).reshape([1, 2])).sum()).mul(tf.scalar(scale * (micro + 1))) as tf.Scalar, [w, u]);
+        opt.accumulate(g.grads);
+        tf.dispose([g.value, ...Object.values(g.grads)]);
+      }
+      const res = await opt.step([1.5]);
+      norms.push(res.gradNorm); skipped.push(res.skipped);
+      assert.equal(res.scalars[0], 1.5);
+    }
+    const out = [...w.dataSync(), ...u.dataSync()];
+    opt.dispose(); w.dispose(); u.dispose();
+    return { norms, skipped, out, tensors: tf.memory().numTensors - before };
+  };
+  const host = await run(false), device = await run(true);
+  assert.deepEqual(device.skipped, [false, false, true, false]);
+  assert.deepEqual(device.skipped, host.skipped);
+  host.norms.forEach((n, i) => assert.ok(Number.isNaN(n) ? Number.isNaN(device.norms[i]!) : Math.abs(n - device.norms[i]!) < 1e-5 * n, `norm ${i}: ${n} vs ${device.norms[i]}`));
+  host.out.forEach((x, i) => assert.ok(Math.abs(x - device.out[i]!) < 1e-6, `weight ${i}: ${x} vs ${device.out[i]}`));
+  assert.equal(device.tensors, host.tensors, "no tensor left behind");
+});

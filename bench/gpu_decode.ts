@@ -1,0 +1,285 @@
+// Issue 17 on the GPU, in one process: the WebGPU rollout engine (src/rollout/webgpu_decoder.ts)
+// against the host decoder, and a profile of the actor update at the 0.5B shape.
+//   bash scripts/gpu-run.sh node dist/bench/gpu_decode.js [--only adapter,correct,decode,update] [--vocab 512,32000]
+//     [--prompts 64] [--n 8] [--new 256] [--updates 16x16,16x16xhost,64x16] [--submit 15,1000] [--budget-s 240]
+// (after scripts/gpu-bundle.sh; the device tool carries .gpu and .gl). Runs on any backend with an
+// adapter, e.g. here on llvmpipe with small sizes. One JSON line per measurement; each part is
+// caught on its own, so one failure never loses the others' figures.
+import * as tf from "@tensorflow/tfjs";
+import { initBackend } from "../src/engine/backend.js";
+import { makeConfig, numParams, type ModelConfig } from "../src/models/config.js";
+import { LlamaModel, parameterShapes, toVariables } from "../src/models/llama.js";
+import { loadLlama2c } from "../src/models/llama2c.js";
+import { DataProto } from "../src/protocol/index.js";
+import { readParamsForDecode } from "../src/rollout/decode_weights.js";
+import { generate } from "../src/rollout/generate.js";
+import { defaultSamplingParams } from "../src/rollout/sampling.js";
+import { leftPadPrompts } from "../src/rollout/prompts.js";
+import { WebGpuDecoder, type WebGpuDecodeOptions } from "../src/rollout/webgpu_decoder.js";
+import { sharedPath } from "../src/utils/paths.js";
+import { Rng } from "../src/utils/rng.js";
+import { buildActor, DeviceStep, rolloutBatch } from "./gpu.js";
+
+interface Args {
+  only: Set<string>; vocab: number[]; prompts: number; n: number; newTokens: number;
+  budgetS: number; model?: string; layers: number; updates: string[]; submitBatches: number[];
+}
+
+function parseArgs(argv: string[]): Args {
+  const a: Args = {
+    only: new Set(["adapter", "correct", "decode", "update", "untransposed", "device-step"]), vocab: [512, 32000], prompts: 64, n: 8, newTokens: 256,
+    budgetS: 240, layers: 24, updates: ["16x16", "16x16xhost", "16x4", "64x16", "64x64"], submitBatches: [15, 1000],
+  };
+  const list = (v: string) => v.split(",").map(Number);
+  for (let i = 0; i < argv.length; i += 2) {
+    const k = argv[i], v = argv[i + 1];
+    if (v === undefined) throw new Error(`bench/gpu_decode: '${k}' needs a value`);
+    if (k === "--only") a.only = new Set(v.split(","));
+    else if (k === "--vocab") a.vocab = list(v);
+    else if (k === "--prompts") a.prompts = Number(v);
+    else if (k === "--n") a.n = Number(v);
+    else if (k === "--new") a.newTokens = Number(v);
+    else if (k === "--budget-s") a.budgetS = Number(v);
+    else if (k === "--model") a.model = v;
+    else if (k === "--layers") a.layers = Number(v);
+    else if (k === "--updates") a.updates = v.split(",").filter(Boolean); // ROWSxMICRO[xhost]
+    else if (k === "--submit") a.submitBatches = list(v).filter((x) => x > 0);
+    else throw new Error(`bench/gpu_decode: unknown argument '${k}'`);
+  }
+  return a;
+}
+
+const started = performance.now();
+const elapsedS = () => (performance.now() - started) / 1e3;
+const emit = (name: string, config: object, figures: object) => console.log(JSON.stringify({ name, config, figures, at_s: +elapsedS().toFixed(1) }));
+
+async function part(name: string, fn: () => Promise<void>): Promise<void> {
+  try {
+    await fn();
+  } catch (e) {
+    emit(name, {}, { error: (e as Error).stack ?? String(e) });
+  }
+}
+
+/** The Qwen2.5-0.5B shape of issue 17 (q/k/v biases, tied embedding). */
+function qwenHalfB(vocabSize: number, nLayers = 24): ModelConfig {
+  return makeConfig({ vocabSize, dim: 896, hiddenDim: 4864, nLayers, nHeads: 14, nKvHeads: 2, attentionBias: true, tieWordEmbeddings: true, maxSeqLen: 4096, ropeTheta: 1e6, normEps: 1e-6 });
+}
+
+/**
+ * Fresh weights made on the device: slices of one normal(0, 0.02) pool at varying offsets
+ * (the figures do not depend on the values, and drawing 358M normals in JS takes seconds).
+ */
+function deviceModel(cfg: ModelConfig, seed: number): LlamaModel {
+  const POOL = 1 << 24, pool = tf.randomNormal([POOL], 0, 0.02, "float32", seed);
+  const t = new Map<string, tf.Tensor>();
+  let at = 0;
+  for (const [name, shape] of parameterShapes(cfg)) {
+    const n = shape.reduce((x, y) => x * y, 1);
+    if (name.endsWith("norm.weight")) { t.set(name, tf.ones(shape)); continue; }
+    if (name.endsWith(".bias")) { t.set(name, tf.zeros(shape)); continue; }
+    t.set(name, tf.tidy(() => {
+      const parts: tf.Tensor[] = [];
+      for (let left = n; left > 0;) {
+        const take = Math.min(left, POOL - at);
+        parts.push(pool.slice(at, take));
+        left -= take;
+        at = (at + take + 7919) % (POOL - 8192);
+      }
+      return tf.concat(parts).reshape(shape);
+    }));
+  }
+  const model = new LlamaModel(cfg, toVariables(t));
+  tf.dispose([...t.values(), pool]);
+  return model;
+}
+
+/** Counts what the backend does: program dispatches, queue submits, read-backs and uploads. */
+interface Counters { dispatches: number; submits: number; reads: number; readBytes: number; writes: number; writeBytes: number; uploads: number; uploadBytes: number }
+function instrument(): { counters: Counters; reset(): Counters } {
+  const be = tf.backend() as unknown as Record<string, unknown> & { queue: Record<string, unknown> };
+  const zero = (): Counters => ({ dispatches: 0, submits: 0, reads: 0, readBytes: 0, writes: 0, writeBytes: 0, uploads: 0, uploadBytes: 0 });
+  const c = zero();
+  const wrap = (obj: Record<string, unknown>, key: string, count: (args: unknown[]) => void) => {
+    const orig = obj[key] as (...a: unknown[]) => unknown;
+    if (typeof orig !== "function") return;
+    obj[key] = function (this: unknown, ...args: unknown[]) { count(args); return orig.apply(this, args); };
+  };
+  if (tf.getBackend() === "webgpu") {
+    wrap(be, "runWebGPUProgram", () => { c.dispatches++; });
+    wrap(be, "submitQueue", () => { c.submits++; });
+    wrap(be, "getBufferData", (a) => { c.reads++; c.readBytes += (a[0] as { size: number }).size; });
+    // host arrays that become GPU buffers (tensor data; uniforms go through writeBuffer)
+    const tensorMap = be.tensorMap as { get(id: object): { values?: ArrayBufferView | null; resource?: unknown } | undefined };
+    wrap(be, "uploadToGPU", (a) => { const d = tensorMap.get(a[0] as object); if (d?.values && !d.resource) { c.uploads++; c.uploadBytes += d.values.byteLength; } });
+    wrap(be.queue, "writeBuffer", (a) => { c.writes++; c.writeBytes += typeof a[4] === "number" ? a[4] : (a[2] as ArrayBufferView).byteLength ?? 0; });
+  }
+  return { counters: c, reset: () => { const snap = { ...c }; Object.assign(c, zero()); return snap; } };
+}
+
+async function adapterInfo(): Promise<void> {
+  const gpu = (globalThis as { navigator?: { gpu?: { requestAdapter(): Promise<{ features: Set<string>; limits: Record<string, number>; info?: Record<string, string> } | null> } } }).navigator?.gpu;
+  if (!gpu) { emit("adapter", {}, { skipped: "no navigator.gpu (not the webgpu backend)" }); return; }
+  const ad = await gpu.requestAdapter();
+  if (!ad) { emit("adapter", {}, { skipped: "no adapter" }); return; }
+  const limits: Record<string, number> = {};
+  for (const k of ["maxStorageBufferBindingSize", "maxBufferSize", "maxComputeWorkgroupStorageSize", "maxComputeInvocationsPerWorkgroup", "maxStorageBuffersPerShaderStage", "maxComputeWorkgroupsPerDimension"]) limits[k] = ad.limits[k]!;
+  const info = ad.info ? { vendor: ad.info.vendor, architecture: ad.info.architecture, device: ad.info.device, description: ad.info.description } : {};
+  const features = [...ad.features].sort();
+  emit("adapter", {}, { info, features, limits, "shader-f16": features.includes("shader-f16"), subgroups: features.includes("subgroups"), subgroup_matrix: features.some((f) => f.includes("subgroup-matrix")) });
+}
+
+/** stories260K: the WebGPU engine's greedy tokens and log-probs against the host decoder's. */
+async function correctness(modelPath: string): Promise<void> {
+  const m = loadLlama2c(modelPath);
+  const prompts = [[1, 403, 407, 261, 378], [1, 403], [1, 378, 261, 407], [1, 261, 403, 407, 378, 261], [1, 500, 301, 280], [1, 45, 67, 89, 101, 123, 145], [1, 410], [1, 333, 444]];
+  const batch = leftPadPrompts(prompts, 0);
+  const params = defaultSamplingParams({ temperature: 0, responseLength: 64, eosTokenIds: [2], padTokenId: 0, calculateLogProbs: true });
+  const gpu = await new WebGpuDecoder().generate(m, batch, params, new Rng(0));
+  await readParamsForDecode(m);
+  const host = generate(m, batch, params, new Rng(0));
+  const R = 64, g = gpu.batch["responses"]!.data, h = host.batch["responses"]!.data;
+  const gm = gpu.batch["response_mask"]!.data, gl = gpu.batch["rollout_log_probs"]!.data, hl = host.batch["rollout_log_probs"]!.data;
+  const firstDiff: (number | null)[] = [];
+  let same = 0, maxLp = 0;
+  for (let b = 0; b < prompts.length; b++) {
+    let d: number | null = null;
+    for (let t = 0; t < R; t++) if (g[b * R + t] !== h[b * R + t]) { d = t; break; }
+    firstDiff.push(d);
+    if (d === null) same++;
+    for (let t = 0; t < (d ?? R); t++) if (gm[b * R + t]) maxLp = Math.max(maxLp, Math.abs(gl[b * R + t]! - hl[b * R + t]!));
+  }
+  emit("decode_correctness_stories260K", { prompts: prompts.length, new_tokens: R, greedy: true }, { prompts_identical: same, first_divergence: firstDiff, max_logprob_diff_before_divergence: maxLp });
+  m.dispose();
+}
+
+/** Left-padded random prompts of 16..P tokens. */
+function randomPrompts(count: number, P: number, vocab: number, seed: number): DataProto {
+  const rng = new Rng(seed);
+  return leftPadPrompts(Array.from({ length: count }, () => Array.from({ length: 16 + rng.int(P - 15) }, () => 3 + rng.int(vocab - 3))), 0);
+}
+
+async function decode(a: Args, vocab: number, opts: WebGpuDecodeOptions, newTokens: number, label: string): Promise<void> {
+  const cfg = qwenHalfB(vocab, a.layers);
+  const model = deviceModel(cfg, 1);
+  try {
+    const prompts = randomPrompts(a.prompts, 32, vocab, 3);
+    const dec = new WebGpuDecoder(opts), ins = instrument();
+    const params = defaultSamplingParams({ temperature: 1, topK: -1, topP: 1, responseLength: newTokens, ignoreEos: true, padTokenId: 0, calculateLogProbs: true, n: a.n });
+    const w0 = performance.now();
+    await dec.generate(model, prompts, { ...params, responseLength: 4 }, new Rng(1)); // shader compilation, weight layout
+    const warmMs = performance.now() - w0;
+    ins.reset();
+    const t0 = performance.now();
+    const out = await dec.generate(model, prompts, params, new Rng(2));
+    const ms = performance.now() - t0;
+    const c = ins.reset(), s = dec.lastStats, rows = a.prompts * a.n;
+    const lp = out.batch["rollout_log_probs"]!.data;
+    let finite = true;
+    for (const x of lp) if (!Number.isFinite(x)) { finite = false; break; }
+    emit(`webgpu_decode_${label}`, { params: numParams(cfg), vocab, rows, new_tokens: newTokens, layers: cfg.nLayers, ...opts }, {
+      tokens_per_s: (rows * newTokens) / (ms / 1e3), wall_ms: ms, warmup_ms: warmMs, prefill_ms: s.prefillMs, decode_ms: s.decodeMs,
+      ms_per_step: s.decodeMs / Math.max(1, s.steps + 1), record_ms_per_step: s.recordMs / Math.max(1, s.steps), steps: s.steps, read_backs: s.readBacks,
+      dispatches_per_step: c.dispatches / Math.max(1, s.steps + 1), submits: c.submits, read_bytes: c.readBytes, logprobs_finite: finite,
+      decode_tflops: (2 * numParams(cfg) * rows * (s.steps + 1)) / (s.decodeMs / 1e3) / 1e12, numTensors: tf.memory().numTensors,
+    });
+  } finally {
+    model.dispose();
+  }
+}
+
+/**
+ * The actor update at the 0.5B shape through DataParallelPPOActor.updatePolicy (the worker's
+ * path): wall time, dispatches, submits, read-backs and uploads, per rows x micro-batch size,
+ * with the optimizer step on the device (one rank, the default on WebGPU) or through the host
+ * (flat gradient read back, clipped and re-uploaded: what every rank count did before), and
+ * per submit batch; and the all-on-device DeviceStep of bench/gpu.ts for comparison.
+ */
+async function updateProfile(a: Args): Promise<void> {
+  const cfg = qwenHalfB(512, a.layers), P = 32, R = 64;
+  const model = deviceModel(cfg, 5);
+  const ins = instrument();
+  try {
+    for (const spec of a.updates) {
+      const [B, micro, where] = spec.split("x") as [string, string, string?];
+      const rows = Number(B), mb = Number(micro), onDevice = where !== "host", tokens = rows * (P + R), flop = 6 * numParams(cfg) * tokens;
+      const fig = (ms: number, c: Counters) => ({ ms, tokens_per_s: tokens / (ms / 1e3), tflops: flop / (ms / 1e3) / 1e12, ...c });
+      await part(`update_${spec}`, async () => {
+        const data = rolloutBatch(rows, P, R, cfg.vocabSize, 7);
+        const actor = buildActor(model, rows, mb, 1e-4, [], onDevice);
+        const f0 = performance.now();
+        data.batch.old_log_probs = (await actor.computeLogProb(data, { microBatchSize: mb, maxTokenLen: null }, 1.0, false)).logProbs;
+        const fwdMs = performance.now() - f0, fwd = ins.reset();
+        await actor.updatePolicy(data); // warm-up: shader compilation, optimizer state
+        ins.reset();
+        const t0 = performance.now();
+        await actor.updatePolicy(data);
+        const ms = performance.now() - t0;
+        emit("update_0.5B_worker_path", { B: rows, P, R, micro: mb, optimizer: onDevice ? "device" : "host", params: numParams(cfg), submit_batch: tf.env().get("WEBGPU_DEFERRED_SUBMIT_BATCH_SIZE") },
+          { ...fig(ms, ins.reset()), forward_only_ms: fwdMs, forward_tflops: flop / 3 / (fwdMs / 1e3) / 1e12, forward_dispatches: fwd.dispatches, forward_reads: fwd.reads });
+        actor.optimizer?.dispose();
+      });
+      if (elapsedS() > a.budgetS) return;
+    }
+    for (const batch of a.submitBatches) {
+      await part(`update_submit${batch}`, async () => {
+        const rows = 16, mb = 16, tokens = rows * (P + R), flop = 6 * numParams(cfg) * tokens;
+        const prev = tf.env().get("WEBGPU_DEFERRED_SUBMIT_BATCH_SIZE");
+        tf.env().set("WEBGPU_DEFERRED_SUBMIT_BATCH_SIZE", batch);
+        try {
+          const data = rolloutBatch(rows, P, R, cfg.vocabSize, 7);
+          const actor = buildActor(model, rows, mb);
+          data.batch.old_log_probs = (await actor.computeLogProb(data, { microBatchSize: mb, maxTokenLen: null }, 1.0, false)).logProbs;
+          await actor.updatePolicy(data);
+          ins.reset();
+          const t0 = performance.now();
+          await actor.updatePolicy(data);
+          const ms = performance.now() - t0;
+          emit("update_0.5B_worker_path", { B: rows, P, R, micro: mb, optimizer: "device", submit_batch: batch }, { ms, tokens_per_s: tokens / (ms / 1e3), tflops: flop / (ms / 1e3) / 1e12, ...ins.reset() });
+          actor.optimizer?.dispose();
+        } finally {
+          tf.env().set("WEBGPU_DEFERRED_SUBMIT_BATCH_SIZE", prev);
+        }
+      });
+      if (elapsedS() > a.budgetS) return;
+    }
+    if (a.only.has("device-step")) {
+      await part("update_device_step", async () => {
+        const rows = 16, tokens = rows * (P + R), flop = 6 * numParams(cfg) * tokens;
+        const data = rolloutBatch(rows, P, R, cfg.vocabSize, 7);
+        const stepper = new DeviceStep(model, 1e-4), old = stepper.oldLogProbs(data);
+        await stepper.step(data, old);
+        ins.reset();
+        const t0 = performance.now();
+        await stepper.step(data, old);
+        const ms = performance.now() - t0;
+        emit("update_0.5B_device_step", { B: rows, P, R, micro: rows }, { ms, tokens_per_s: tokens / (ms / 1e3), tflops: flop / (ms / 1e3) / 1e12, ...ins.reset() });
+        old.dispose();
+      });
+    }
+  } finally {
+    model.dispose();
+  }
+}
+
+async function main(): Promise<void> {
+  const a = parseArgs(process.argv.slice(2));
+  const backend = await initBackend("webgpu");
+  emit("backend", {}, { backend, submit_batch: tf.env().get("WEBGPU_DEFERRED_SUBMIT_BATCH_SIZE"), dawn_flags: process.env.VERL_DAWN_FLAGS ?? "enable-dawn-features=skip_validation" });
+  if (a.only.has("adapter")) await part("adapter", adapterInfo);
+  const modelPath = a.model ?? sharedPath("models", "stories260K", "stories260K.bin") ?? ".gpu/stories260K/stories260K.bin";
+  if (a.only.has("correct")) await part("decode_correctness_stories260K", () => correctness(modelPath));
+  const [first, ...rest] = a.vocab;
+  if (a.only.has("decode") && first) await part(`webgpu_decode_v${first}`, () => decode(a, first, {}, a.newTokens, `v${first}`));
+  if (a.only.has("update") && elapsedS() < a.budgetS) await part("update_profile", () => updateProfile(a));
+  for (const v of rest) if (a.only.has("decode") && elapsedS() < a.budgetS) await part(`webgpu_decode_v${v}`, () => decode(a, v, {}, a.newTokens, `v${v}`));
+  if (a.only.has("untransposed") && first && elapsedS() < a.budgetS) {
+    await part("webgpu_decode_untransposed", () => decode(a, first, { transposedWeights: false }, 32, `v${first}_untransposed_weights`));
+  }
+  emit("done", {}, { elapsed_s: elapsedS() });
+}
+
+main().then(() => process.exit(0), (e: unknown) => {
+  console.error(`bench/gpu_decode failed: ${(e as Error).stack ?? String(e)}`);
+  process.exit(1);
+});

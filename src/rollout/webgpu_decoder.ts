@@ -1,0 +1,276 @@
+// The rollout engine on the WebGPU device (issue 17, candidate (a)): the whole decode step
+// stays on the GPU. Weights are the model's own tensors re-laid out once per weight change
+// on the device (fused q/k/v and gate/up, transposed for tfjs matMul): syncing them is a
+// device copy, never a host read. The KV cache is preallocated per layer as
+// [2, rows, kvHeads, maxLen, headDim] and written in place; attention of the new tokens over
+// it, RMSNorm, SwiGLU, the embedding lookup and sampling are WGSL programs
+// (webgpu_programs.ts), the products tfjs's matMul. Each step reads back one small buffer
+// (the sampled ids and their log-probs), and the next step is queued before that read is
+// awaited, so the host's bookkeeping overlaps the GPU's work.
+// Same interface as the host engine's `generate` (generate.ts), but asynchronous: a GPU
+// buffer can only be read with an await under Node.
+import * as tf from "@tensorflow/tfjs";
+import type { LlamaModel } from "../models/llama.js";
+import { ropeInvFreq } from "../models/llama.js";
+import type { DataProto } from "../protocol/data_proto.js";
+import type { Rng } from "../utils/rng.js";
+import { assemble, generationInputs } from "./generate.js";
+import { isGreedy, type SamplingParams } from "./sampling.js";
+import {
+  AttentionProgram, CacheWriteProgram, EmbedProgram, RmsNormProgram, SamplerProgram, SwiGluProgram,
+  placementUniforms, type DecodeShape, type GpuProgram, type Placement, type UniformValue,
+} from "./webgpu_programs.js";
+
+interface TensorInfoLike { dataId: object; shape: number[]; dtype: string }
+interface WebGpuBackendLike {
+  runWebGPUProgram(program: GpuProgram, inputs: TensorInfoLike[], dtype: string, uniforms?: UniformValue[], output?: TensorInfoLike): TensorInfoLike;
+  device: { limits: { maxStorageBufferBindingSize: number } };
+}
+
+export interface WebGpuDecodeOptions {
+  /** Bound on the KV cache of one sub-batch (default 16 GiB); larger batches run in sub-batches. */
+  maxCacheBytes?: number;
+  /** Prompt tokens per prefill pass (default 8192); longer prompts are prefilled in column chunks. */
+  maxPrefillTokens?: number;
+  /** Weights stored [in, out] for tfjs matMul (default); false keeps [out, in] and multiplies by the transpose. */
+  transposedWeights?: boolean;
+}
+
+/** What the last `generate` did, for benchmarks. */
+export interface WebGpuDecodeStats {
+  rows: number; steps: number; readBacks: number; tokens: number; prefillMs: number; decodeMs: number;
+  /** host time spent recording the decode steps' dispatches (the rest of decodeMs is waiting for the GPU) */
+  recordMs: number;
+}
+
+interface LayerWeights { wqkv: tf.Tensor2D; bqkv: tf.Tensor1D; wo: tf.Tensor2D; wgu: tf.Tensor2D; wd: tf.Tensor2D }
+interface GpuWeights { ids: object[]; transposed: boolean; layers: LayerWeights[]; lmHead: tf.Tensor2D }
+
+const paramIds = (model: LlamaModel): object[] => [...model.params.values()].map((v) => v.dataId);
+const weightCache = new WeakMap<LlamaModel, GpuWeights>();
+
+function disposeWeights(w: GpuWeights, model: LlamaModel): void {
+  for (const l of w.layers) tf.dispose([l.wqkv, l.bqkv, l.wo, l.wgu, l.wd]);
+  if (w.transposed) w.lmHead.dispose(); // otherwise it is the model's own variable
+}
+
+/** The model's weights in the decoder's layout, rebuilt on the device when a parameter changed. */
+function gpuWeights(model: LlamaModel, transposed: boolean): GpuWeights {
+  const ids = paramIds(model), hit = weightCache.get(model);
+  if (hit && hit.transposed === transposed && hit.ids.length === ids.length && hit.ids.every((id, i) => id === ids[i])) return hit;
+  if (hit) disposeWeights(hit, model);
+  else model.onDispose(() => { const w = weightCache.get(model); if (w) disposeWeights(w, model); weightCache.delete(model); });
+  const c = model.config, W = (c.nHeads + 2 * c.nKvHeads) * c.headDim;
+  const lay = (w: tf.Tensor): tf.Tensor2D => (transposed ? w.transpose() : w.clone()) as tf.Tensor2D;
+  // tidy keeps the tensors of the returned objects and frees the concatenations
+  const layers: LayerWeights[] = tf.tidy(() => Array.from({ length: c.nLayers }, (_, i) => {
+    const p = (n: string) => model.p(`model.layers.${i}.${n}`);
+    const proj = ["q_proj", "k_proj", "v_proj"];
+    return {
+      wqkv: lay(tf.concat(proj.map((n) => p(`self_attn.${n}.weight`)), 0)),
+      bqkv: (c.attentionBias ? tf.concat(proj.map((n) => p(`self_attn.${n}.bias`))) : tf.zeros([W])) as tf.Tensor1D,
+      wo: lay(p("self_attn.o_proj.weight")),
+      wgu: lay(tf.concat([p("mlp.gate_proj.weight"), p("mlp.up_proj.weight")], 0)),
+      wd: lay(p("mlp.down_proj.weight")),
+    };
+  }));
+  const head = model.lmHeadWeight() as tf.Tensor2D;
+  const lmHead = transposed ? tf.tidy(() => head.transpose() as tf.Tensor2D) : head;
+  const w = { ids, transposed, layers, lmHead };
+  weightCache.set(model, w);
+  return w;
+}
+
+/** cos and sin of p * invFreq for p < n as [2, n, headDim / 2], float32 angles as the host decoder computes them. */
+function ropeTable(headDim: number, theta: number, n: number): Float32Array {
+  const inv = ropeInvFreq(headDim, theta), h = headDim / 2, t = new Float32Array(2 * n * h);
+  for (let p = 0; p < n; p++) {
+    for (let i = 0; i < h; i++) {
+      const a = Math.fround(p * inv[i]!);
+      t[p * h + i] = Math.cos(a);
+      t[n * h + p * h + i] = Math.sin(a);
+    }
+  }
+  return t;
+}
+
+/** State of one sub-batch on the device: caches, mask, rotary table. */
+interface Session {
+  rows: number; maxLen: number; caches: tf.Tensor1D[]; mask: tf.Tensor; rope: tf.Tensor; ropeRows: number;
+}
+
+export class WebGpuDecoder {
+  readonly name = "webgpu";
+  lastStats: WebGpuDecodeStats = { rows: 0, steps: 0, readBacks: 0, tokens: 0, prefillMs: 0, decodeMs: 0, recordMs: 0 };
+
+  constructor(private readonly opts: WebGpuDecodeOptions = {}) {}
+
+  /** Same contract as `generate` in generate.ts (verl's layout in and out), on the GPU. */
+  async generate(model: LlamaModel, batch: DataProto, params: SamplingParams, rng: Rng): Promise<DataProto> {
+    if (tf.getBackend() !== "webgpu") {
+      throw new Error(`rollout engine 'webgpu' decodes on the WebGPU backend (trainer.device=webgpu); this thread's backend is '${tf.getBackend()}'`);
+    }
+    const c = model.config, V = c.vocabSize, R = params.responseLength;
+    const { data, ids, mask, pos, B, P } = generationInputs(batch, params, V);
+    const backend = tf.backend() as unknown as WebGpuBackendLike;
+    const w = gpuWeights(model, this.opts.transposedWeights ?? true);
+    const maxLen = P + R, layerBytesPerRow = 2 * c.nKvHeads * c.headDim * maxLen * 4;
+    const sub = Math.max(1, Math.min(B,
+      Math.floor((this.opts.maxCacheBytes ?? 16 * 2 ** 30) / (layerBytesPerRow * c.nLayers)),
+      Math.floor(backend.device.limits.maxStorageBufferBindingSize / layerBytesPerRow)));
+    const out = { responses: new Int32Array(B * R).fill(params.padTokenId), responseMask: new Int32Array(B * R), logProbs: new Float32Array(B * R) };
+    const stats: WebGpuDecodeStats = { rows: B, steps: 0, readBacks: 0, tokens: 0, prefillMs: 0, decodeMs: 0, recordMs: 0 };
+    const step = new DecodeStep(model, w, backend);
+    for (let b0 = 0; b0 < B; b0 += sub) {
+      const nb = Math.min(sub, B - b0), rowsOf = (a: Int32Array) => a.subarray(b0 * P, (b0 + nb) * P);
+      const seed = Math.floor(rng.random() * 2 ** 32) >>> 0;
+      await step.run(rowsOf(ids), rowsOf(mask), rowsOf(pos), nb, P, params, seed, out, b0, stats, this.opts.maxPrefillTokens ?? 8192);
+    }
+    this.lastStats = stats;
+    return assemble(data, { ids, mask, pos, B, P, R, ...out, logProbs: params.calculateLogProbs ? out.logProbs : undefined });
+  }
+}
+
+type Outputs = { responses: Int32Array; responseMask: Int32Array; logProbs: Float32Array };
+
+/** The forward pass and the decode loop of one sub-batch. */
+class DecodeStep {
+  private readonly s: DecodeShape;
+  constructor(private readonly model: LlamaModel, private readonly w: GpuWeights, private readonly backend: WebGpuBackendLike) {
+    const c = model.config;
+    this.s = { dim: c.dim, hiddenDim: c.hiddenDim, nHeads: c.nHeads, nKvHeads: c.nKvHeads, headDim: c.headDim, vocabSize: c.vocabSize, normEps: c.normEps };
+  }
+
+  private program(p: GpuProgram, inputs: TensorInfoLike[], dtype: "float32" | "int32", uniforms: UniformValue[]): tf.Tensor {
+    const info = this.backend.runWebGPUProgram(p, inputs, dtype, uniforms);
+    return tf.engine().makeTensorFromTensorInfo(info as tf.TensorInfo);
+  }
+
+  private mm(x: tf.Tensor, w: tf.Tensor2D): tf.Tensor2D {
+    return tf.matMul(x as tf.Tensor2D, w, false, !this.w.transposed);
+  }
+
+  private rmsNorm(x: tf.Tensor, weight: tf.Tensor, rows: number): tf.Tensor {
+    return this.program(new RmsNormProgram(this.s.dim, this.s.normEps, rows), [x, weight], "float32", [{ type: "int32", data: [rows] }]);
+  }
+
+  /**
+   * Runs nTok tokens (tPer per cache row, rows in order) through the model, writing their
+   * k and v into the caches; returns the logits [rows, V] of each row's last token, or
+   * nothing when `logits` is false.
+   */
+  private forward(sess: Session, tok: tf.Tensor, posT: tf.Tensor, place: Placement, logits: boolean): tf.Tensor | undefined {
+    const s = this.s, model = this.model, N = place.nTok, uni = placementUniforms(place), count = [{ type: "int32" as const, data: [N] }];
+    let x = this.program(new EmbedProgram(s.dim, N), [model.p("model.embed_tokens.weight"), tok], "float32", count);
+    for (let l = 0; l < model.config.nLayers; l++) {
+      const L = this.w.layers[l]!, p = (n: string) => model.p(`model.layers.${l}.${n}`), cache = sess.caches[l]!;
+      const next = tf.tidy(() => {
+        const qkv = this.mm(this.rmsNorm(x, p("input_layernorm.weight"), N), L.wqkv);
+        this.backend.runWebGPUProgram(new CacheWriteProgram(s, N, cache.size), [qkv, L.bqkv, sess.rope, posT], "float32", uni, cache);
+        const att = this.program(new AttentionProgram(s, N), [qkv, L.bqkv, sess.rope, posT, sess.mask, cache], "float32", uni);
+        const h = tf.add(x, this.mm(att, L.wo));
+        const gu = this.mm(this.rmsNorm(h, p("post_attention_layernorm.weight"), N), L.wgu);
+        const act = this.program(new SwiGluProgram(s.hiddenDim, N), [gu], "float32", count);
+        return tf.add(h, this.mm(act, L.wd));
+      });
+      x.dispose();
+      x = next;
+    }
+    if (!logits) { x.dispose(); return undefined; }
+    return tf.tidy(() => {
+      const rows = N / place.tPer;
+      const last = place.tPer === 1 ? x : x.reshape([rows, place.tPer, s.dim]).slice([0, place.tPer - 1, 0], [rows, 1, s.dim]).reshape([rows, s.dim]);
+      const out = this.mm(this.rmsNorm(last, model.p("model.norm.weight"), rows), this.w.lmHead);
+      x.dispose();
+      return out;
+    });
+  }
+
+  async run(ids: Int32Array, mask: Int32Array, pos: Int32Array, nb: number, P: number, params: SamplingParams, seed: number, out: Outputs, b0: number, stats: WebGpuDecodeStats, maxPrefill: number): Promise<void> {
+    const c = this.model.config, R = params.responseLength, maxLen = P + R, V = c.vocabSize;
+    let maxPos = 0;
+    for (const p of pos) maxPos = Math.max(maxPos, p);
+    const ropeRows = maxPos + R + 1;
+    const fullMask = new Int32Array(nb * maxLen).fill(1);
+    for (let b = 0; b < nb; b++) fullMask.set(mask.subarray(b * P, b * P + P), b * maxLen);
+    const sess: Session = {
+      rows: nb, maxLen, ropeRows,
+      caches: Array.from({ length: c.nLayers }, () => tf.zeros([2 * nb * c.nKvHeads * maxLen * c.headDim]) as tf.Tensor1D),
+      mask: tf.tensor1d(fullMask, "int32"),
+      rope: tf.tensor1d(ropeTable(c.headDim, c.ropeTheta, ropeRows)),
+    };
+    const place = (nTok: number, tPer: number, slot0: number, posAdd: number): Placement =>
+      ({ nTok, tPer, slot0, posAdd, maxLen, vOff: nb * c.nKvHeads * maxLen * c.headDim, ropeOff: ropeRows * (c.headDim / 2) });
+    const greedy = isGreedy(params);
+    const sampler = (logits: tf.Tensor, t: number) => this.program(new SamplerProgram(V, nb), [logits], "int32",
+      SamplerProgram.uniforms(nb, { invT: greedy ? 1 : 1 / params.temperature, topK: params.topK, topP: params.topP, greedy, seed, step: t }));
+    const basePos = tf.tensor1d(Int32Array.from({ length: nb }, (_, b) => pos[b * P + P - 1]! + 1), "int32");
+    const eos = new Set(params.ignoreEos ? [] : params.eosTokenIds);
+    const done = new Uint8Array(nb);
+    let live = nb;
+    try {
+      const t0 = performance.now();
+      let samp = this.prefill(sess, ids, mask, pos, nb, P, maxPrefill, place, sampler);
+      let pending = samp.data() as Promise<Int32Array>;
+      await pending;
+      const t1 = performance.now();
+      stats.prefillMs += t1 - t0;
+      for (let t = 0; t < R; t++) {
+        // queue step t+1 (it reads step t's ids on the device) before waiting for step t's read
+        let next: tf.Tensor | undefined, nextPending: Promise<Int32Array> | undefined;
+        if (t + 1 < R) {
+          const r0 = performance.now();
+          next = tf.tidy(() => {
+            const logits = this.forward(sess, samp, basePos, place(nb, 1, P + t, t), true)!;
+            return sampler(logits, t + 1);
+          });
+          nextPending = next.data() as Promise<Int32Array>;
+          stats.recordMs += performance.now() - r0;
+          stats.steps++;
+        }
+        const v = await pending;
+        stats.readBacks++;
+        const lp = new Float32Array(v.buffer, v.byteOffset + nb * 4, nb);
+        for (let b = 0; b < nb; b++) {
+          if (done[b]) continue;
+          const row = (b0 + b) * R + t, token = v[b]!;
+          out.responses[row] = token;
+          out.responseMask[row] = 1;
+          out.logProbs[row] = lp[b]!;
+          stats.tokens++;
+          if (eos.has(token)) { done[b] = 1; live--; }
+        }
+        samp.dispose();
+        if (!next) break;
+        samp = next;
+        pending = nextPending!;
+        if (live === 0) { await pending; samp.dispose(); break; }
+      }
+      stats.decodeMs += performance.now() - t1;
+    } finally {
+      tf.dispose([...sess.caches, sess.mask, sess.rope, basePos]);
+    }
+  }
+
+  /** The prompt columns in chunks of at most maxPrefill tokens; returns the first sampled ids. */
+  private prefill(sess: Session, ids: Int32Array, mask: Int32Array, pos: Int32Array, nb: number, P: number, maxPrefill: number,
+    place: (nTok: number, tPer: number, slot0: number, posAdd: number) => Placement, sampler: (l: tf.Tensor, t: number) => tf.Tensor): tf.Tensor {
+    let start = P - 1; // columns that are padding in every row need no work
+    for (let b = 0; b < nb; b++) for (let s = 0; s < start; s++) if (mask[b * P + s] !== 0) { start = s; break; }
+    const chunk = Math.max(1, Math.floor(maxPrefill / nb));
+    let samp: tf.Tensor | undefined;
+    for (let c0 = start; c0 < P; c0 += chunk) {
+      const T = Math.min(chunk, P - c0), tok = new Int32Array(nb * T), ps = new Int32Array(nb * T);
+      for (let b = 0; b < nb; b++) {
+        tok.set(ids.subarray(b * P + c0, b * P + c0 + T), b * T);
+        ps.set(pos.subarray(b * P + c0, b * P + c0 + T), b * T);
+      }
+      const lastChunk = c0 + T >= P;
+      samp = tf.tidy(() => {
+        const logits = this.forward(sess, tf.tensor1d(tok, "int32"), tf.tensor1d(ps, "int32"), place(nb * T, T, c0, 0), lastChunk);
+        return logits ? sampler(logits, 0) : undefined;
+      });
+    }
+    return samp!;
+  }
+}

@@ -1,0 +1,440 @@
+// WGSL programs of the WebGPU decode engine (webgpu_decoder.ts), in tfjs-backend-webgpu's
+// program shape: `backend.runWebGPUProgram(program, inputs, dtype, uniforms, output?)` wraps
+// getUserCode() with the bindings (`result` read_write, one read-only array per variable
+// name, `uniforms`), and compiles once per shaderKey. Only the ranks of the shapes reach the
+// cache key, so every size baked into the code is in shaderKey; per-call sizes are uniforms.
+// With `output` given the program writes into an existing tensor: that is how the KV cache
+// is updated in place.
+
+export interface DecodeShape {
+  dim: number; hiddenDim: number; nHeads: number; nKvHeads: number; headDim: number; vocabSize: number; normEps: number;
+}
+
+/** What runWebGPUProgram needs of a program (tfjs-backend-webgpu's WebGPUProgram). */
+export interface GpuProgram {
+  variableNames: string[];
+  outputShape: number[];
+  shaderKey: string;
+  dispatchLayout: { x: number[] };
+  dispatch: [number, number, number];
+  workgroupSize: [number, number, number];
+  uniforms?: string;
+  getUserCode(): string;
+}
+
+export type UniformValue = { type: "int32" | "float32" | "uint32"; data: number[] };
+
+/** Workgroups laid out under the per-dimension limit: x up to 32768, then y. */
+export function grid(groups: number): [number, number, number] {
+  const x = Math.max(1, Math.min(groups, 32768));
+  return [x, Math.max(1, Math.ceil(groups / x)), 1];
+}
+
+/** A WGSL f32 literal. */
+const f32 = (x: number): string => (Number.isInteger(x) ? x.toFixed(1) : x.toExponential());
+
+/** A program whose invocations are a flat range of `total` elements, 256 a workgroup. */
+abstract class FlatProgram implements GpuProgram {
+  abstract variableNames: string[];
+  abstract shaderKey: string;
+  dispatchLayout = { x: [0] };
+  dispatch: [number, number, number];
+  workgroupSize: [number, number, number] = [256, 1, 1];
+  abstract uniforms: string;
+  constructor(public outputShape: number[], total: number) {
+    this.dispatch = grid(Math.ceil(total / 256));
+  }
+  abstract getUserCode(): string;
+}
+
+/** result[n, d] = emb[tok[n], d] for n < nTok (tok: the first nTok int32 values). */
+export class EmbedProgram extends FlatProgram {
+  variableNames = ["emb", "tok"];
+  uniforms = "nTok : i32,";
+  shaderKey: string;
+  constructor(private readonly D: number, N: number) {
+    super([N, D], N * D);
+    this.shaderKey = `verlEmbed_${D}`;
+  }
+  getUserCode(): string {
+    const D = this.D;
+    return `
+      fn main(index : i32) {
+        if (index < uniforms.nTok * ${D}) {
+          let n = index / ${D};
+          result[index] = emb[tok[n] * ${D} + index - n * ${D}];
+        }
+      }`;
+  }
+}
+
+/** One workgroup of 256 per row: result = x / sqrt(mean(x^2) + eps) * w. */
+export class RmsNormProgram implements GpuProgram {
+  variableNames = ["x", "w"];
+  uniforms = "nRows : i32,";
+  dispatchLayout = { x: [0] };
+  workgroupSize: [number, number, number] = [256, 1, 1];
+  dispatch: [number, number, number];
+  outputShape: number[];
+  shaderKey: string;
+  constructor(private readonly D: number, private readonly eps: number, N: number) {
+    this.outputShape = [N, D];
+    this.dispatch = grid(N);
+    this.shaderKey = `verlRmsNorm_${D}_${eps}`;
+  }
+  getUserCode(): string {
+    const D = this.D;
+    return `
+      var<workgroup> partial : array<f32, 256>;
+      fn main(index : i32) {
+        let row = index / 256;
+        let tid = i32(localIndex);
+        let live = row < uniforms.nRows;
+        var ss = 0.0;
+        if (live) {
+          for (var d = tid; d < ${D}; d = d + 256) { let v = x[row * ${D} + d]; ss = ss + v * v; }
+        }
+        partial[tid] = ss;
+        workgroupBarrier();
+        for (var s = 128; s > 0; s = s >> 1u) {
+          if (tid < s) { partial[tid] = partial[tid] + partial[tid + s]; }
+          workgroupBarrier();
+        }
+        let r = 1.0 / sqrt(partial[0] / ${f32(D)} + ${f32(this.eps)});
+        if (live) {
+          for (var d = tid; d < ${D}; d = d + 256) { result[row * ${D} + d] = x[row * ${D} + d] * r * w[d]; }
+        }
+      }`;
+  }
+}
+
+/** h = silu(gate) * up for rows [gate (F) | up (F)]. */
+export class SwiGluProgram extends FlatProgram {
+  variableNames = ["gu"];
+  uniforms = "nRows : i32,";
+  shaderKey: string;
+  constructor(private readonly F: number, N: number) {
+    super([N, F], N * F);
+    this.shaderKey = `verlSwiGlu_${F}`;
+  }
+  getUserCode(): string {
+    const F = this.F;
+    return `
+      fn main(index : i32) {
+        if (index < uniforms.nRows * ${F}) {
+          let n = index / ${F};
+          let f = index - n * ${F};
+          let g = gu[n * ${2 * F} + f];
+          result[index] = g / (1.0 + exp(-g)) * gu[n * ${2 * F} + ${F} + f];
+        }
+      }`;
+  }
+}
+
+// Uniforms shared by the two programs that place tokens in the cache: token n belongs to
+// cache row n / tPer at column slot0 + n % tPer, rotary position pos[n] + posAdd; the KV
+// cache of a layer is [2 (k, v), rows, kvHeads, maxLen, headDim], v at vOff; rope is
+// [2 (cos, sin), positions, headDim / 2], sin at ropeOff.
+const PLACE_UNIFORMS = "nTok : i32, tPer : i32, slot0 : i32, posAdd : i32, maxLen : i32, vOff : i32, ropeOff : i32,";
+
+export interface Placement { nTok: number; tPer: number; slot0: number; posAdd: number; maxLen: number; vOff: number; ropeOff: number }
+
+export function placementUniforms(p: Placement): UniformValue[] {
+  return [p.nTok, p.tPer, p.slot0, p.posAdd, p.maxLen, p.vOff, p.ropeOff].map((v) => ({ type: "int32", data: [v] }));
+}
+
+/** The rotary rotation (HF halves) of element d of a head whose first half starts at `lo`, in WGSL. */
+function ropeSnippet(half: number): string {
+  return `
+      fn verlRope(lo : i32, bo : i32, d : i32, p : i32) -> f32 {
+        let i = d % ${half};
+        let x1 = qkv[lo + i] + bias[bo + i];
+        let x2 = qkv[lo + i + ${half}] + bias[bo + i + ${half}];
+        let c = rope[p * ${half} + i];
+        let s = rope[uniforms.ropeOff + p * ${half} + i];
+        if (d < ${half}) { return x1 * c - x2 * s; }
+        return x2 * c + x1 * s;
+      }`;
+}
+
+/**
+ * Writes the new tokens' k (bias, rotary) and v (bias) into one layer's KV cache, in place
+ * (the cache tensor is passed as the output). Invocations: nTok x kvHeads x headDim.
+ */
+export class CacheWriteProgram extends FlatProgram {
+  variableNames = ["qkv", "bias", "rope", "pos"];
+  uniforms = PLACE_UNIFORMS;
+  shaderKey: string;
+  constructor(private readonly s: DecodeShape, N: number, cacheSize: number) {
+    super([cacheSize], N * s.nKvHeads * s.headDim);
+    this.shaderKey = `verlCacheWrite_${s.nHeads}_${s.nKvHeads}_${s.headDim}`;
+  }
+  getUserCode(): string {
+    const { nHeads: NH, nKvHeads: KVH, headDim: HD } = this.s, W = (NH + 2 * KVH) * HD;
+    return `${ropeSnippet(HD / 2)}
+      fn main(index : i32) {
+        if (index < uniforms.nTok * ${KVH * HD}) {
+          let d = index % ${HD};
+          let j = (index / ${HD}) % ${KVH};
+          let n = index / ${KVH * HD};
+          let b = n / uniforms.tPer;
+          let slot = uniforms.slot0 + n % uniforms.tPer;
+          let p = pos[n] + uniforms.posAdd;
+          let dst = ((b * ${KVH} + j) * uniforms.maxLen + slot) * ${HD} + d;
+          result[dst] = verlRope(n * ${W} + ${NH * HD} + j * ${HD}, ${NH * HD} + j * ${HD}, d, p);
+          result[uniforms.vOff + dst] = qkv[n * ${W} + ${(NH + KVH) * HD} + j * ${HD} + d] + bias[${(NH + KVH) * HD} + j * ${HD} + d];
+        }
+      }`;
+  }
+}
+
+/**
+ * Attention of each new token over its cache row: one workgroup of 64 per (token, query
+ * head); q gets its bias, rotary and 1/sqrt(d) here; keys are the columns up to the token's
+ * own whose mask is set, read in tiles of 256 with a running max and sum (flash-decoding in
+ * one pass). Masked columns are never read (their cache may hold anything). Output [nTok, heads * headDim].
+ */
+export class AttentionProgram implements GpuProgram {
+  variableNames = ["qkv", "bias", "rope", "pos", "mask", "kv"];
+  uniforms = PLACE_UNIFORMS;
+  dispatchLayout = { x: [0] };
+  workgroupSize: [number, number, number] = [64, 1, 1];
+  dispatch: [number, number, number];
+  outputShape: number[];
+  shaderKey: string;
+  constructor(private readonly s: DecodeShape, N: number) {
+    this.outputShape = [N, s.nHeads * s.headDim];
+    this.dispatch = grid(N * s.nHeads);
+    this.shaderKey = `verlAttention_${s.nHeads}_${s.nKvHeads}_${s.headDim}`;
+  }
+  getUserCode(): string {
+    const { nHeads: NH, nKvHeads: KVH, headDim: HD } = this.s, W = (NH + 2 * KVH) * HD, G = NH / KVH;
+    const WG = 64, TILE = 256, ACC = Math.ceil(HD / WG);
+    return `${ropeSnippet(HD / 2)}
+      var<workgroup> qs : array<f32, ${HD}>;
+      var<workgroup> sc : array<f32, ${TILE}>;
+      var<workgroup> red : array<f32, ${WG}>;
+      var<workgroup> groupShared : i32;
+      fn main(index : i32) {
+        let tid = i32(localIndex);
+        if (tid == 0) { groupShared = i32(workgroupId.y * numWorkgroups.x + workgroupId.x); }
+        let gid = workgroupUniformLoad(&groupShared);
+        let live = gid < uniforms.nTok * ${NH};
+        let n = min(gid / ${NH}, uniforms.nTok - 1);
+        let h = gid % ${NH};
+        let j = h / ${G};
+        let b = n / uniforms.tPer;
+        let slot = uniforms.slot0 + n % uniforms.tPer;
+        let p = pos[n] + uniforms.posAdd;
+        for (var d = tid; d < ${HD}; d = d + ${WG}) {
+          qs[d] = verlRope(n * ${W} + h * ${HD}, h * ${HD}, d, p) * ${f32(1 / Math.sqrt(HD))};
+        }
+        workgroupBarrier();
+        let kBase = (b * ${KVH} + j) * uniforms.maxLen * ${HD};
+        let vBase = uniforms.vOff + kBase;
+        let mBase = b * uniforms.maxLen;
+        var m = -3.0e38;
+        var l = 0.0;
+        var acc : array<f32, ${ACC}>;
+        for (var t0 = 0; t0 <= slot; t0 = t0 + ${TILE}) {
+          let cnt = min(${TILE}, slot + 1 - t0);
+          var tm = -3.0e38;
+          for (var c = tid; c < cnt; c = c + ${WG}) {
+            var sv = -3.0e38;
+            if (mask[mBase + t0 + c] != 0) {
+              let kr = kBase + (t0 + c) * ${HD};
+              var kd = 0.0;
+              for (var d = 0; d < ${HD}; d = d + 1) { kd = kd + qs[d] * kv[kr + d]; }
+              sv = kd;
+            }
+            sc[c] = sv;
+            tm = max(tm, sv);
+          }
+          red[tid] = tm;
+          workgroupBarrier();
+          for (var st = ${WG / 2}; st > 0; st = st >> 1u) {
+            if (tid < st) { red[tid] = max(red[tid], red[tid + st]); }
+            workgroupBarrier();
+          }
+          let newM = max(m, red[0]);
+          workgroupBarrier();
+          var ts = 0.0;
+          for (var c = tid; c < cnt; c = c + ${WG}) {
+            var e = 0.0;
+            if (sc[c] > -1.0e38) { e = exp(sc[c] - newM); }
+            sc[c] = e;
+            ts = ts + e;
+          }
+          red[tid] = ts;
+          workgroupBarrier();
+          for (var st = ${WG / 2}; st > 0; st = st >> 1u) {
+            if (tid < st) { red[tid] = red[tid] + red[tid + st]; }
+            workgroupBarrier();
+          }
+          let corr = exp(m - newM);
+          l = l * corr + red[0];
+          for (var a = 0; a < ${ACC}; a = a + 1) {
+            let d = tid + a * ${WG};
+            if (d < ${HD}) {
+              var v = acc[a] * corr;
+              for (var c = 0; c < cnt; c = c + 1) {
+                let pc = sc[c];
+                if (pc > 0.0) { v = v + pc * kv[vBase + (t0 + c) * ${HD} + d]; }
+              }
+              acc[a] = v;
+            }
+          }
+          m = newM;
+          workgroupBarrier();
+        }
+        if (live) {
+          for (var a = 0; a < ${ACC}; a = a + 1) {
+            let d = tid + a * ${WG};
+            if (d < ${HD}) {
+              var o = 0.0;
+              if (l > 0.0) { o = acc[a] / l; }
+              result[n * ${NH * HD} + h * ${HD} + d] = o;
+            }
+          }
+        }
+      }`;
+  }
+}
+
+export interface SamplerSettings { invT: number; topK: number; topP: number; greedy: boolean; seed: number; step: number }
+
+/**
+ * One token per row, on the device: greedy (first maximum), or a draw from
+ * softmax(logits / T) restricted to the top-k, then the top-p nucleus of what is left, by
+ * Gumbel-max with counter-based noise (seed, step, row, token). The top-k and top-p cut-offs
+ * are exact thresholds found by a bitwise search over order-preserving keys of the scaled
+ * logits (ties at a cut-off are all kept). Output [2 * rows] int32: the tokens, then the
+ * bits of each token's log-prob under softmax(logits / T) (T = 1 when greedy).
+ */
+export class SamplerProgram implements GpuProgram {
+  variableNames = ["logits"];
+  uniforms = "nRows : i32, invT : f32, topK : i32, topP : f32, greedy : i32, seed : u32, step : u32,";
+  dispatchLayout = { x: [0] };
+  workgroupSize: [number, number, number] = [256, 1, 1];
+  dispatch: [number, number, number];
+  outputShape: number[];
+  shaderKey: string;
+  constructor(private readonly V: number, R: number) {
+    this.outputShape = [2 * R];
+    this.dispatch = grid(R);
+    this.shaderKey = `verlSampler_${V}`;
+  }
+  static uniforms(R: number, s: SamplerSettings): UniformValue[] {
+    return [
+      { type: "int32", data: [R] }, { type: "float32", data: [s.invT] }, { type: "int32", data: [s.topK] },
+      { type: "float32", data: [s.topP] }, { type: "int32", data: [s.greedy ? 1 : 0] },
+      { type: "uint32", data: [s.seed >>> 0] }, { type: "uint32", data: [s.step >>> 0] },
+    ];
+  }
+  getUserCode(): string {
+    const V = this.V;
+    // every thread runs the same number of iterations over the vocabulary (no loop whose trip
+    // count differs between threads comes before a barrier: llvmpipe summed wrongly after one)
+    // reductions over the workgroup written out in place (barriers only in the entry function)
+    const sum = (arr: string, dst: string, v: string) => `${arr}[tid] = ${v};
+        workgroupBarrier();
+        for (var s = 128; s > 0; s = s >> 1u) {
+          if (tid < s) { ${arr}[tid] = ${arr}[tid] + ${arr}[tid + s]; }
+          workgroupBarrier();
+        }
+        let ${dst} = ${arr}[0];
+        workgroupBarrier();`;
+    // the largest value, ties to the smallest index
+    const argMax = (dst: string, v: string, i: string) => `rf[tid] = ${v};
+        ri[tid] = ${i};
+        workgroupBarrier();
+        for (var s = 128; s > 0; s = s >> 1u) {
+          if (tid < s) {
+            let ov = rf[tid + s];
+            let oi = ri[tid + s];
+            if (ov > rf[tid] || (ov == rf[tid] && oi < ri[tid])) { rf[tid] = ov; ri[tid] = oi; }
+          }
+          workgroupBarrier();
+        }
+        let ${dst} = ri[0];
+        workgroupBarrier();`;
+    const each = (body: string) => `for (var k = 0; k < ${Math.ceil(V / 256)}; k = k + 1) { let i = tid + k * 256; if (i < ${V}) { ${body} } }`;
+    return `
+      var<workgroup> rf : array<f32, 256>;
+      var<workgroup> ri : array<i32, 256>;
+      var<workgroup> ru : array<u32, 256>;
+      var<workgroup> goalShared : f32;
+      fn verlKey(z : f32) -> u32 {
+        let b = bitcast<u32>(z);
+        if ((b & 0x80000000u) != 0u) { return ~b; }
+        return b | 0x80000000u;
+      }
+      fn verlHash(v : u32) -> u32 {
+        let s = v * 747796405u + 2891336453u;
+        let w = ((s >> ((s >> 28u) + 4u)) ^ s) * 277803737u;
+        return (w >> 22u) ^ w;
+      }
+      fn main(index : i32) {
+        let tid = i32(localIndex);
+        let row = index / 256;
+        let r = min(row, uniforms.nRows - 1);
+        let base = r * ${V};
+        let invT = uniforms.invT;
+        var bm = -3.0e38;
+        var bi = ${V};
+        ${each("let z = logits[base + i] * invT; if (z > bm) { bm = z; bi = i; }")}
+        ${argMax("arg", "bm", "bi")}
+        let m = logits[base + arg] * invT;
+        var se = 0.0;
+        ${each("se = se + exp(logits[base + i] * invT - m);")}
+        ${sum("rf", "seAll", "se")}
+        let logZ = m + log(seAll);
+        var token = arg;
+        if (uniforms.greedy == 0) {
+          var low = 0u;
+          if (uniforms.topK > 0 && uniforms.topK < ${V}) {
+            var prefix = 0u;
+            for (var bit = 31; bit >= 0; bit = bit - 1) {
+              let cand = prefix | (1u << u32(bit));
+              var cnt = 0u;
+              ${each("if (verlKey(logits[base + i] * invT) >= cand) { cnt = cnt + 1u; }")}
+              ${sum("ru", "cntAll", "cnt")}
+              if (cntAll >= u32(uniforms.topK)) { prefix = cand; }
+            }
+            low = prefix;
+          }
+          if (uniforms.topP < 1.0) {
+            var mass = 0.0;
+            ${each("let z = logits[base + i] * invT; if (verlKey(z) >= low) { mass = mass + exp(z - m); }")}
+            ${sum("rf", "massAll", "mass")}
+            // kept in workgroup memory: llvmpipe lost a private value live across the barriers below
+            if (tid == 0) { goalShared = uniforms.topP * massAll; }
+            var prefix = 0u;
+            for (var bit = 31; bit >= 0; bit = bit - 1) {
+              let th = max(prefix | (1u << u32(bit)), low);
+              var ms = 0.0;
+              ${each("let z = logits[base + i] * invT; if (verlKey(z) >= th) { ms = ms + exp(z - m); }")}
+              ${sum("rf", "msAll", "ms")}
+              if (msAll >= goalShared) { prefix = prefix | (1u << u32(bit)); }
+            }
+            low = max(prefix, low);
+          }
+          let rs = verlHash(verlHash(uniforms.seed) ^ verlHash(uniforms.step * 2654435761u + u32(r)));
+          var gb = -3.0e38;
+          var gi = ${V};
+          ${each(`let z = logits[base + i] * invT;
+            if (verlKey(z) >= low) {
+              let u = (f32(verlHash(rs ^ verlHash(u32(i))) >> 8u) + 0.5) / 16777216.0;
+              let g = z - log(-log(u));
+              if (g > gb) { gb = g; gi = i; }
+            }`)}
+          ${argMax("drawn", "gb", "gi")}
+          token = drawn;
+        }
+        if (tid == 0 && row < uniforms.nRows) {
+          result[row] = token;
+          result[uniforms.nRows + row] = bitcast<i32>(logits[base + token] * invT - logZ);
+        }
+      }`;
+  }
+}

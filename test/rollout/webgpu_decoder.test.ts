@@ -1,0 +1,153 @@
+// The WebGPU decode engine against the host decoder. Runs only where a WebGPU adapter
+// exists (the H200 through scripts/gpu-run.sh, or this CPU machine through Dawn's OpenGL
+// backend on Mesa's llvmpipe: docs/gpu.md, "Testing WebGPU code without a GPU"); skips
+// clearly elsewhere. The error off WebGPU is checked everywhere.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import * as tf from "@tensorflow/tfjs";
+import { initBackend } from "../../src/engine/backend.js";
+import { loadLlama2c } from "../../src/models/llama2c.js";
+import { initModel } from "../../src/models/init.js";
+import { makeConfig } from "../../src/models/config.js";
+import type { LlamaModel } from "../../src/models/llama.js";
+import { generate, defaultSamplingParams, computeLogProb, leftPadPrompts } from "../../src/rollout/index.js";
+import { readParamsForDecode } from "../../src/rollout/decode_weights.js";
+import { WebGpuDecoder } from "../../src/rollout/webgpu_decoder.js";
+import type { DataProto } from "../../src/protocol/data_proto.js";
+import { Rng } from "../../src/utils/rng.js";
+import { storiesBin, STORIES_MISSING, ONCE_UPON_A_TIME } from "../models/stories.js";
+
+let adapter: string | undefined;
+async function webgpu(): Promise<string | undefined> {
+  if (adapter !== undefined) return adapter || undefined;
+  try {
+    await initBackend("webgpu");
+    adapter = "webgpu";
+  } catch (e) {
+    adapter = "";
+    skipReason = `no WebGPU adapter here (${(e as Error).message.split("\n")[0]})`;
+  }
+  return adapter || undefined;
+}
+let skipReason = "";
+
+const ints = (d: DataProto, key: string) => Array.from(d.batch[key]!.data);
+const greedy = (responseLength: number) => defaultSamplingParams({ temperature: 0, responseLength, eosTokenIds: [2], padTokenId: 0, calculateLogProbs: true });
+
+/** The WebGPU engine's output and the host engine's for the same batch. */
+async function both(m: LlamaModel, batch: DataProto, params: ReturnType<typeof greedy>, opts = {}): Promise<[DataProto, DataProto]> {
+  const gpu = await new WebGpuDecoder(opts).generate(m, batch, params, new Rng(0));
+  await readParamsForDecode(m);
+  return [gpu, generate(m, batch, params, new Rng(0))];
+}
+
+function maxDiff(a: DataProto, b: DataProto, key: string): number {
+  const mask = a.batch["response_mask"]!.data, x = a.batch[key]!.data, y = b.batch[key]!.data;
+  let m = 0;
+  for (let i = 0; i < mask.length; i++) if (mask[i]) m = Math.max(m, Math.abs(x[i]! - y[i]!));
+  return m;
+}
+
+test("off the WebGPU backend the engine says which backend it needs", async () => {
+  const prev = tf.getBackend();
+  await tf.setBackend("cpu");
+  const m = initModel(makeConfig({ vocabSize: 16, dim: 8, nLayers: 1, nHeads: 2 }), new Rng(1));
+  try {
+    await assert.rejects(new WebGpuDecoder().generate(m, leftPadPrompts([[1, 2]], 0), greedy(2), new Rng(0)), /rollout engine 'webgpu' decodes on the WebGPU backend \(trainer.device=webgpu\); this thread's backend is 'cpu'/);
+  } finally {
+    m.dispose();
+    if (prev) await tf.setBackend(prev);
+  }
+});
+
+test("stories260K: greedy tokens and log-probs match the host decoder", async (t) => {
+  const bin = storiesBin();
+  if (!bin) return t.skip(STORIES_MISSING);
+  if (!(await webgpu())) return t.skip(skipReason);
+  const m = loadLlama2c(bin);
+  try {
+    const batch = leftPadPrompts([ONCE_UPON_A_TIME, [1, 403], [1, 378, 261, 407], [1, 261, 403, 407, 378, 261]], 0);
+    const [gpu, host] = await both(m, batch, greedy(48));
+    assert.deepEqual(ints(gpu, "responses"), ints(host, "responses"));
+    assert.deepEqual(ints(gpu, "response_mask"), ints(host, "response_mask"));
+    assert.deepEqual(ints(gpu, "input_ids"), ints(host, "input_ids"));
+    assert.deepEqual(ints(gpu, "position_ids"), ints(host, "position_ids"));
+    const d = maxDiff(gpu, host, "rollout_log_probs");
+    assert.ok(d < 1e-3, `log-prob disagreement ${d}`);
+  } finally {
+    m.dispose();
+  }
+});
+
+test("q/k/v biases, untied head, grouped heads, chunked prefill and sub-batches match the host decoder", async (t) => {
+  if (!(await webgpu())) return t.skip(skipReason);
+  const cfg = makeConfig({ vocabSize: 300, dim: 32, hiddenDim: 48, nLayers: 2, nHeads: 4, nKvHeads: 2, attentionBias: true, tieWordEmbeddings: false, maxSeqLen: 128 });
+  const m = initModel(cfg, new Rng(7));
+  try {
+    const rng = new Rng(3), prompts = Array.from({ length: 5 }, (_, i) => Array.from({ length: 3 + 2 * i }, () => 1 + Math.floor(rng.random() * 299)));
+    const batch = leftPadPrompts(prompts, 0);
+    const params = { ...greedy(20), eosTokenIds: [] };
+    const [gpu, host] = await both(m, batch, params, { maxPrefillTokens: 10, maxCacheBytes: 2 * cfg.nLayers * cfg.nKvHeads * cfg.headDim * 40 * 4 * 2 });
+    assert.deepEqual(ints(gpu, "responses"), ints(host, "responses"));
+    const d = maxDiff(gpu, host, "rollout_log_probs");
+    assert.ok(d < 1e-3, `log-prob disagreement ${d}`);
+  } finally {
+    m.dispose();
+  }
+});
+
+test("sampling on the device: same seed same tokens, top-k 1 is greedy, log-probs are the training forward's", async (t) => {
+  const bin = storiesBin();
+  if (!bin) return t.skip(STORIES_MISSING);
+  if (!(await webgpu())) return t.skip(skipReason);
+  const m = loadLlama2c(bin);
+  try {
+    const batch = leftPadPrompts([ONCE_UPON_A_TIME, [1, 403]], 0);
+    const sample = defaultSamplingParams({ temperature: 1, topK: 50, topP: 0.9, responseLength: 24, eosTokenIds: [2], padTokenId: 0, calculateLogProbs: true, n: 4 });
+    const dec = new WebGpuDecoder();
+    const a = await dec.generate(m, batch, sample, new Rng(5)), b = await dec.generate(m, batch, sample, new Rng(5));
+    assert.deepEqual(ints(a, "responses"), ints(b, "responses"));
+    const c = await dec.generate(m, batch, sample, new Rng(6));
+    assert.notDeepEqual(ints(a, "responses"), ints(c, "responses"));
+    // the sampled tokens' log-probs under softmax(logits / T), as compute_log_prob gives them
+    const lp = await computeLogProb(m, a, { microBatchSize: 8, temperature: 1 });
+    const mask = a.batch["response_mask"]!.data, roll = a.batch["rollout_log_probs"]!.data;
+    let md = 0;
+    for (let i = 0; i < mask.length; i++) if (mask[i]) md = Math.max(md, Math.abs(lp.logProbs.data[i]! - roll[i]!));
+    assert.ok(md < 1e-3, `log-prob disagreement ${md}`);
+    // top-k 1 (and a tiny nucleus) leave only the most likely token
+    const g = await dec.generate(m, batch, greedy(24), new Rng(0));
+    for (const cut of [{ topK: 1, topP: 1 }, { topK: -1, topP: 1e-6 }]) {
+      const s = await dec.generate(m, batch, { ...sample, ...cut, n: 1 }, new Rng(9));
+      assert.deepEqual(ints(s, "responses"), ints(g, "responses"), JSON.stringify(cut));
+    }
+  } finally {
+    m.dispose();
+  }
+});
+
+test("the first sampled token follows softmax(logits / T) restricted to the top-k", async (t) => {
+  const bin = storiesBin();
+  if (!bin) return t.skip(STORIES_MISSING);
+  if (!(await webgpu())) return t.skip(skipReason);
+  const m = loadLlama2c(bin);
+  try {
+    const rows = 2048, T = 1.5, K = 8;
+    const batch = leftPadPrompts([ONCE_UPON_A_TIME], 0);
+    const params = defaultSamplingParams({ temperature: T, topK: K, responseLength: 1, padTokenId: 0, n: rows });
+    const out = await new WebGpuDecoder().generate(m, batch, params, new Rng(11));
+    const logits = tf.tidy(() => m.forward(tf.tensor2d(ONCE_UPON_A_TIME, [1, 5], "int32")).slice([0, 4, 0], [1, 1, -1]).reshape([-1]));
+    const z = Array.from(await logits.data()).map((x) => x / T);
+    logits.dispose();
+    const top = z.map((v, i) => [v, i] as const).sort((a, b) => b[0] - a[0]).slice(0, K);
+    const mx = top[0]![0], w = top.map(([v]) => Math.exp(v - mx)), sum = w.reduce((s, x) => s + x, 0);
+    const counts = new Map<number, number>();
+    for (const tkn of ints(out, "responses")) counts.set(tkn, (counts.get(tkn) ?? 0) + 1);
+    for (const tkn of counts.keys()) assert.ok(top.some(([, i]) => i === tkn), `token ${tkn} is outside the top ${K}`);
+    let tv = 0;
+    top.forEach(([, i], j) => { tv += Math.abs((counts.get(i) ?? 0) / rows - w[j]! / sum); });
+    assert.ok(tv / 2 < 0.05, `total variation from softmax(z / T) over the top-${K}: ${tv / 2}`);
+  } finally {
+    m.dispose();
+  }
+});
