@@ -25,8 +25,9 @@ function concatRows(parts: Float32Array[]): Float32Array {
   return out;
 }
 
-const paramIds = (model: LlamaModel): object[] => [...model.params.values()].map((v) => v.dataId);
-const sameIds = (a: object[], b: object[]): boolean => a.length === b.length && a.every((id, i) => id === b[i]);
+/** The identity of a model's current weights: the optimizer assigns new tensors, so their data ids change. */
+export const paramIds = (model: LlamaModel): object[] => [...model.params.values()].map((v) => v.dataId);
+export const sameIds = (a: object[], b: object[]): boolean => a.length === b.length && a.every((id, i) => id === b[i]);
 
 // Parameters read back asynchronously, per model, valid while no parameter changed:
 // a GPU backend under Node cannot read synchronously, so the worker reads them with
