@@ -56,10 +56,10 @@ export type LlamaGpuSetting = "auto" | "cpu" | "vulkan" | "cuda";
 
 const loaded = new Map<LlamaGpuSetting, Promise<Llama>>();
 
-async function importModule(): Promise<NodeLlamaCppModule> {
-  const name = "node-llama-cpp"; // a variable: the package is optional, tsc must not resolve it
+/** Import node-llama-cpp (the specifier is a parameter: tsc must not resolve an optional package, and tests name a missing one). */
+export async function importNodeLlamaCpp(specifier = "node-llama-cpp"): Promise<NodeLlamaCppModule> {
   try {
-    return (await import(name)) as NodeLlamaCppModule;
+    return (await import(specifier)) as NodeLlamaCppModule;
   } catch (e) {
     throw new Error(
       `actor_rollout_ref.rollout.name=llama_cpp needs the optional package node-llama-cpp@${NODE_LLAMA_CPP_VERSION} ` +
@@ -73,7 +73,7 @@ export function loadLlama(gpu: LlamaGpuSetting): Promise<Llama> {
   let p = loaded.get(gpu);
   if (!p) {
     p = (async () => {
-      const mod = await importModule();
+      const mod = await importNodeLlamaCpp();
       try {
         return await mod.getLlama({
           gpu: gpu === "cpu" ? false : gpu, build: "never", usePrebuiltBinaries: true, skipDownload: true,

@@ -22,6 +22,10 @@ function freeBytes(dir: string): number {
   }
 }
 
+// a RAM disk outlives the process: remove the weight files on exit too
+const exitCleanup = new Set<string>();
+process.once("exit", () => { for (const p of exitCleanup) rmSync(p, { force: true }); });
+
 export interface WeightSyncOptions {
   weightType: GgufWeightType;
   /** Where the GGUF goes: a RAM disk by default; the system temp dir when it lacks room. */
@@ -52,6 +56,7 @@ export class GgufWeightSync {
     const read = async (name: string) => (await model.p(name).data()) as Float32Array;
     await writeGguf(path, c, ggufVocab(tokenizer, c.vocabSize), read, { weightType: this.opts.weightType });
     this.path = path;
+    exitCleanup.add(path);
     // a parameter may have changed while we read: keep the ids we read from
     this.ids = ids;
     this.handle = await this.llama.loadModel({ modelPath: path, gpuLayers: this.opts.gpuLayers, useMmap: true, checkTensors: false });
@@ -64,7 +69,7 @@ export class GgufWeightSync {
     this.handle = undefined;
     this.ids = [];
     if (h) await h.dispose();
-    if (this.path) rmSync(this.path, { force: true });
+    if (this.path) { rmSync(this.path, { force: true }); exitCleanup.delete(this.path); }
     this.path = undefined;
   }
 }
