@@ -43,6 +43,12 @@ const BENCHES: Record<string, BenchSpec> = {
     script: "controller.js", full: [], quick: [], wrap: true, timeoutS: 300,
     env: {}, // its own defaults; VERL_BENCH_CALLS etc. pass through the environment
   },
+  // llama_cpp vs the host decoder at a tiny shape on CPU (one llama.cpp thread: its default spins on small
+  // shared VMs); the 0.5B figure on the GPU comes from scripts/gpu-rollout-bench.sh
+  rollout_engines: {
+    script: "rollout_engines.js", full: ["--shape", "tiny", "--threads", "1"], quick: ["--shape", "tiny", "--threads", "1", "--new", "16"],
+    wrap: true, timeoutS: 300,
+  },
   single_thread: {
     script: "generation.js", full: [], quick: [], wrap: true, timeoutS: 300,
     env: { VERL_BENCH_QUICK: "0" },
