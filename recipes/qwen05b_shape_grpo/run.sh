@@ -21,7 +21,7 @@ WORD="${WORD:-dog}"
 STEPS="${STEPS:-5}"
 OUT="${OUT:-$OUTPUTS/qwen05b_shape_grpo}"
 [ -e "$TOKENIZER" ] || skip "tokenizer $TOKENIZER is absent (set TOKENIZER)"
-if [ "$ROLLOUT" = "llama_cpp" ] && ! (cd "$ROOT" && node -e 'import("node-llama-cpp").catch(() => process.exit(1))' 2>/dev/null); then
+if [ "$ROLLOUT" = "llama_cpp" ] && [ "$VERL" = "node $ROOT/bin/verl.js" ] && ! (cd "$ROOT" && node -e 'import("node-llama-cpp").catch(() => process.exit(1))' 2>/dev/null); then
   skip "rollout.name=llama_cpp needs the optional package node-llama-cpp@3.21.1 (or set ROLLOUT=tfjs)"
 fi
 [[ "$WORD" =~ ^[a-zA-Z]+$ ]] || { echo "WORD must be one word of letters, got '$WORD'" >&2; exit 2; }
