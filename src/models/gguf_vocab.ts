@@ -4,8 +4,9 @@
 // allows it is the real one, so the file also works as a standalone model:
 // - llama.c's tok512.bin: sentencepiece ("llama") with its scores, byte tokens <0xXX>;
 // - Hugging Face tokenizer.json BPE: byte-fallback (sentencepiece-converted) models
-//   as "llama" with merge ranks as scores, byte-level models as "gpt2" with merges;
-// - anything else (the character tokenizer): its pieces as a plain "llama" table.
+//   as "llama" with merge ranks as scores, byte-level models as "gpt2" with merges.
+// Other tokenizers (the character tokenizer) are refused: llama.cpp aborts the process
+// on a table without byte tokens.
 // Ids the model has beyond the tokenizer (padded embeddings) get [PAD<id>] entries.
 import type { Tokenizer } from "./tokenizer.js";
 import { Llama2cTokenizer } from "./tokenizers/llama2c.js";
@@ -83,20 +84,19 @@ function hfVocab(tok: HfTokenizer, vocabSize: number): GgufVocab {
   return { model: "gpt2", pre: "default", ...fill(tokens, types, vocabSize), merges, ...ids };
 }
 
-/** A plain table from the tokenizer's own pieces, for tokenizers GGUF has no type for. */
-function pieceVocab(tok: Tokenizer, vocabSize: number): GgufVocab {
-  const special = new Set([tok.bosTokenId, tok.eosTokenId, tok.padTokenId, ...tok.eosTokenIds].filter((x): x is number => x !== null));
-  const tokens: string[] = [], types: number[] = [];
-  for (let id = 0; id < tok.vocabSize; id++) {
-    tokens.push(tok.decode([id], { skipSpecialTokens: false }).replaceAll(" ", SPM_SPACE));
-    types.push(special.has(id) ? CONTROL : NORMAL);
-  }
-  return { model: "llama", ...fill(tokens, types, vocabSize, []), bosId: tok.bosTokenId, eosId: tok.eosTokenId, padId: tok.padTokenId };
+/**
+ * llama.cpp looks up the newline token while loading a vocabulary (<0x0A> in a sentencepiece
+ * table, "Ċ" in a byte-level one) and aborts the process when it is missing: check first.
+ */
+function checkNewline(v: GgufVocab, origin: string): GgufVocab {
+  const nl = v.model === "llama" ? "<0x0A>" : "\u010a";
+  if (!v.tokens.includes(nl)) throw new Error(`gguf: the ${origin} vocabulary has no newline token ${JSON.stringify(nl)}, which llama.cpp requires`);
+  return v;
 }
 
 /** The GGUF tokenizer table for `tok`, padded to `vocabSize` (the model's embedding rows). */
 export function ggufVocab(tok: Tokenizer, vocabSize: number): GgufVocab {
-  if (tok instanceof Llama2cTokenizer) return llama2cVocab(tok, vocabSize);
-  if (tok instanceof HfTokenizer && (tok.tokenizerJson.model as Json | undefined)?.type === "BPE") return hfVocab(tok, vocabSize);
-  return pieceVocab(tok, vocabSize);
+  if (tok instanceof Llama2cTokenizer) return checkNewline(llama2cVocab(tok, vocabSize), "llama.c");
+  if (tok instanceof HfTokenizer && (tok.tokenizerJson.model as Json | undefined)?.type === "BPE") return checkNewline(hfVocab(tok, vocabSize), "tokenizer.json");
+  throw new Error(`gguf: no GGUF tokenizer table for ${tok.constructor.name} (llama.c tokenizers and Hugging Face BPE tokenizer.json are supported; llama.cpp needs a real vocabulary to load)`);
 }
