@@ -10,7 +10,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -d node_modules/node-llama-cpp ] && [ -d node_modules/@node-llama-cpp/linux-x64-vulkan ] || {
   echo "node-llama-cpp and @node-llama-cpp/linux-x64-vulkan must be installed (npm ci on linux-x64)" >&2; exit 2; }
-[ -d .gpu/app/dist ] || bash scripts/gpu-bundle.sh
+# always rebuild the app (dist is compiled from this checkout); Node and dawn.node are kept
+bash scripts/gpu-bundle.sh
 APP=.gpu/app
 meta=$(mktemp -d)
 nice -n 19 npx esbuild node_modules/node-llama-cpp/dist/index.js --bundle --platform=node --format=esm --target=node20 \
@@ -26,6 +27,9 @@ tar -cf - -T "$meta/files" | tar -xf - -C "$APP"
 # keep the baseline and the server generations (halves the archive; the bundle must stay < 64 MiB)
 bins=node_modules/@node-llama-cpp/linux-x64-vulkan/bins
 find "$bins" -type f | grep -vE 'libggml-cpu-(alderlake|cannonlake|cascadelake|cooperlake|ivybridge|piledriver|sandybridge)\.so$' > "$meta/bins"
-nice -n 19 tar -cf - -T "$meta/bins" | nice -n 19 xz -T2 -9e > .gpu/llama-vulkan.tar.xz
+# (minutes under xz -9e: kept from an earlier run unless the package changed)
+if [ ! -s .gpu/llama-vulkan.tar.xz ] || [ "$bins" -nt .gpu/llama-vulkan.tar.xz ]; then
+  nice -n 19 tar -cf - -T "$meta/bins" | nice -n 19 xz -T2 -9e > .gpu/llama-vulkan.tar.xz.tmp && mv .gpu/llama-vulkan.tar.xz.tmp .gpu/llama-vulkan.tar.xz
+fi
 rm -rf "$meta"
 du -sh .gpu .gpu/llama-vulkan.tar.xz .gl
