@@ -49,6 +49,12 @@ const BENCHES: Record<string, BenchSpec> = {
   },
   // The same all-reduce in one process, across two host agents on loopback, and across two network namespaces.
   allreduce_hosts: { script: "allreduce_hosts.js", full: ["--iters", "8"], quick: ["--iters", "3", "--mib", "4"], timeoutS: 300 },
+  // llama_cpp vs the host decoder at a tiny shape on CPU (one llama.cpp thread: its default spins on small
+  // shared VMs); the 0.5B figure on the GPU comes from scripts/gpu-rollout-bench.sh
+  rollout_engines: {
+    script: "rollout_engines.js", full: ["--shape", "tiny", "--threads", "1"], quick: ["--shape", "tiny", "--threads", "1", "--new", "16"],
+    wrap: true, timeoutS: 300,
+  },
   single_thread: {
     script: "generation.js", full: [], quick: [], wrap: true, timeoutS: 300,
     env: { VERL_BENCH_QUICK: "0" },

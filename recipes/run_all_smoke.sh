@@ -8,7 +8,7 @@ mkdir -p "$LOGS"
 LIST=(
   quickstart.sh
   arithmetic/sft.sh arithmetic/run_grpo.sh arithmetic/run_rloo.sh arithmetic/run_reinforce_plus_plus.sh
-  stories_grpo/run.sh gsm8k_grpo/run.sh gsm8k_ppo/run.sh
+  stories_grpo/run.sh gsm8k_grpo/run.sh gsm8k_ppo/run.sh qwen05b_shape_grpo/run.sh
 )
 [ -f "$RECIPES/gsm8k_multiturn/run.sh" ] && LIST+=(gsm8k_multiturn/run.sh)
 

@@ -53,24 +53,7 @@ nice -n 19 npx esbuild $(cat "$meta/entries") --bundle --platform=node --format=
   --outdir="$meta/out" --metafile="$meta/meta.json" --log-level=error --main-fields=main --conditions=node \
   --external:webgpu --external:@tensorflow/tfjs-node-gpu --external:@tensorflow/tfjs-node \
   --external:tsx --external:pino-pretty --external:'*.node'
-node -e '
-const fs = require("fs"), path = require("path");
-const meta = JSON.parse(fs.readFileSync(process.argv[1], "utf8"));
-const files = new Set();
-for (const f of Object.keys(meta.inputs)) {
-  if (!f.startsWith("node_modules/")) continue;
-  files.add(f);
-  // the package.json files from the file up to its package root (Node reads them: "exports", "main", "type")
-  const at = f.lastIndexOf("node_modules/") + "node_modules/".length, parts = f.slice(at).split("/");
-  const root = f.slice(0, at) + parts.slice(0, parts[0].startsWith("@") ? 2 : 1).join("/");
-  for (let d = path.dirname(f); d.length >= root.length; d = path.dirname(d)) {
-    if (fs.existsSync(path.join(d, "package.json"))) files.add(path.join(d, "package.json"));
-  }
-  // binaries loaded by path at run time (tfjs-backend-wasm, parquet-wasm)
-  for (const w of fs.readdirSync(path.dirname(f))) if (w.endsWith(".wasm")) files.add(path.join(path.dirname(f), w));
-}
-fs.writeFileSync(process.argv[2], [...files].sort().join("\n") + "\n");
-' "$meta/meta.json" "$meta/files"
+node scripts/esbuild-inputs.mjs "$meta/meta.json" "$meta/files" --wasm
 # piscina starts its threads from its own dist/worker.js, by path: the whole (small) package
 find node_modules/piscina -type f -not -name '*.map' -not -name '*.ts' >> "$meta/files"
 sort -u -o "$meta/files" "$meta/files"

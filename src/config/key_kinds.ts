@@ -25,8 +25,8 @@ export interface KeyRule {
 const A = "actor_rollout_ref.actor", R = "actor_rollout_ref.rollout", M = "actor_rollout_ref.model", REF = "actor_rollout_ref.ref";
 const OPTIM = "{betas,clip_grad,lr,lr_scheduler_type,lr_warmup_steps,lr_warmup_steps_ratio,min_lr_ratio,num_cycles,optimizer,total_training_steps,weight_decay,warmup_style}";
 
-/** rollout.name: the engines verl names all run on verl-ts's own generation engine; more come through the rollout registry. */
-export const ROLLOUT_NAMES = ["tfjs", "hf", "naive", "vllm", "sglang"] as const;
+/** rollout.name: the built-in engines (src/rollout/engines); more come through registerRolloutEngine. */
+export const ROLLOUT_NAMES = ["tfjs", "hf", "naive", "vllm", "sglang", "webgpu", "llama_cpp"] as const;
 /** actor/critic strategy: verl's names, each trained here as data parallel over worker threads. */
 export const STRATEGIES = ["dp", "fsdp", "fsdp2", "megatron"] as const;
 
@@ -53,7 +53,7 @@ export const KEY_RULES: readonly KeyRule[] = [
     what: "multi-turn rollout",
   },
   { keys: `${R}.val_kwargs.{do_sample,n,temperature,top_k,top_p}`, kind: "honoured", what: "validation sampling" },
-  { keys: `{${R},rollout}.name`, kind: "honoured", what: "the rollout engine (all run on verl-ts's generation engine)", values: ROLLOUT_NAMES },
+  { keys: `{${R},rollout}.name`, kind: "honoured", what: "the rollout engine (tfjs/hf/naive: host decoder; webgpu: GPU decoder; vllm/sglang: the GPU decoder on a WebGPU rank, else the host; llama_cpp)", values: ROLLOUT_NAMES },
   { keys: `${R}.seed_per_sample`, kind: "honoured", what: "sampling", own: true },
   {
     keys: `${R}.{calculate_log_probs,do_sample,ignore_eos,log_prob_max_token_len_per_gpu,log_prob_micro_batch_size,log_prob_micro_batch_size_per_gpu,log_prob_use_dynamic_bsz,max_num_seqs,n,prompt_length,response_length,temperature,top_k,top_p}`,
@@ -112,7 +112,8 @@ export const KEY_RULES: readonly KeyRule[] = [
   { keys: "**.router_replay.**", kind: "not_built", what: "MoE router replay" },
   { keys: "**.mtp.**", kind: "not_built", what: "multi-token prediction (MTP)" },
   { keys: `${R}.mtp`, kind: "not_built", what: "multi-token prediction (MTP)" },
-  { keys: "algorithm.rollout_correction.**", kind: "not_built", what: "rollout importance-sampling correction (rollout_correction)" },
+  { keys: "algorithm.rollout_correction.{bypass_mode,loss_type}", kind: "not_built", what: "rollout correction's bypass mode (old log-probs from the rollout engine)" },
+  { keys: "algorithm.rollout_correction.**", kind: "honoured", what: "rollout correction (src/trainer/ppo/rollout_corr.ts)" },
   { keys: `${R}.{over_sample_rate,skip_rollout,skip_dump_dir,enable_rollout_routing_replay,quantization,quantization_config_file}`, kind: "not_built", what: "verl's rollout extras (over-sampling, rollout skipping/dumps, routing replay, quantized rollout)" },
   { keys: `${R}.multi_turn.{use_inference_chat_template,num_repeat_rollouts}`, kind: "not_built", what: "multi-turn inference chat templates / repeated rollouts" },
   { keys: `${R}.agent.custom_async_server.**`, kind: "not_built", what: "a custom async rollout server" },
@@ -142,6 +143,7 @@ export const KEY_RULES: readonly KeyRule[] = [
     kind: "inert",
     what: "vLLM/SGLang/TRT-LLM",
   },
+  { keys: `${R}.engine_kwargs.llama_cpp.**`, kind: "honoured", what: "the llama_cpp rollout engine", own: true },
   { keys: `${R}.{engine_kwargs,checkpoint_engine,prometheus,trace,layer_name_map}.**`, kind: "inert", what: "vLLM/SGLang/TRT-LLM" },
   { keys: `${R}.engine_kwargs`, kind: "inert", what: "vLLM/SGLang/TRT-LLM" },
   { keys: `${R}.multi_turn.tokenization_sanity_check_mode`, kind: "inert", what: "SGLang" },

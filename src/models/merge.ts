@@ -35,6 +35,18 @@ export function mergedWeightSync(model: LlamaModel, name: string): Float32Array 
   return tf.tidy(() => tf.add(v, model.lora!.mergedDelta(mod)).dataSync() as Float32Array);
 }
 
+/** One merged parameter read back asynchronously (WebGPU has no synchronous read). */
+export async function mergedWeight(model: LlamaModel, name: string): Promise<Float32Array> {
+  const v = model.p(name), mod = name.endsWith(".weight") ? name.slice(0, -".weight".length) : "";
+  if (!model.lora?.has(mod)) return (await v.data()) as Float32Array;
+  const m = tf.tidy(() => tf.add(v, model.lora!.mergedDelta(mod)));
+  try {
+    return (await m.data()) as Float32Array;
+  } finally {
+    m.dispose();
+  }
+}
+
 /** Every merged parameter read back asynchronously (float32 copies). */
 export async function mergedHostWeights(model: LlamaModel): Promise<Map<string, { data: Float32Array; shape: number[] }>> {
   const out = new Map<string, { data: Float32Array; shape: number[] }>();

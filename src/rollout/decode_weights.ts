@@ -26,9 +26,9 @@ function concatRows(parts: Float32Array[]): Float32Array {
   return out;
 }
 
-// weights and LoRA adapters: the decoder runs on the merged W + scale B A
-const paramIds = (model: LlamaModel): object[] => weightIdentity(model);
-const sameIds = (a: object[], b: object[]): boolean => a.length === b.length && a.every((id, i) => id === b[i]);
+/** The identity of a model's current weights and LoRA adapters (the optimizer assigns new tensors, so their data ids change); the decoder runs on the merged W + scale B A. */
+export const paramIds = (model: LlamaModel): object[] => weightIdentity(model);
+export const sameIds = (a: object[], b: object[]): boolean => a.length === b.length && a.every((id, i) => id === b[i]);
 
 // Parameters read back asynchronously, per model, valid while no parameter changed:
 // a GPU backend under Node cannot read synchronously, so the worker reads them with

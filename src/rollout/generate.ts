@@ -24,17 +24,10 @@ function int32(t: TensorData | undefined, key: string): Int32Array {
   return int32Values(t);
 }
 
-/** The left-padded prompts of `batch` (repeated n times when params.n > 1) as host arrays, checked. */
-export function generationInputs(batch: DataProto, params: SamplingParams, vocabSize: number): { data: DataProto; ids: Int32Array; mask: Int32Array; pos: Int32Array; B: number; P: number } {
+/** The left-padded prompts of `batch` (repeated n times when params.n > 1) as host arrays, with the sampling parameters checked. */
+export function generationInputs(batch: DataProto, params: SamplingParams, vocabSize: number): ReturnType<typeof promptRows> {
   checkSamplingParams(params);
-  const data = (params.n ?? 1) > 1 ? batch.repeat(params.n!, true) : batch;
-  const ids = int32(data.batch["input_ids"], "input_ids");
-  const [B, P] = data.batch["input_ids"]!.shape as [number, number];
-  const mask = int32(data.batch["attention_mask"], "attention_mask");
-  const pos = data.batch["position_ids"] ? int32(data.batch["position_ids"], "position_ids") : positionsOf(mask, B, P);
-  if (mask.length !== B * P || pos.length !== B * P) throw new Error(`generate: attention_mask and position_ids must match input_ids [${B}, ${P}]`);
-  for (const id of ids) if (id < 0 || id >= vocabSize) throw new Error(`generate: input_ids holds token id ${id}, outside the model's vocabulary [0, ${vocabSize})`);
-  return { data, ids, mask, pos, B, P };
+  return promptRows(batch, params, vocabSize);
 }
 
 /**
@@ -83,7 +76,19 @@ export function generate(model: LlamaModel, batch: DataProto, params: SamplingPa
       dec.dispose();
     }
   }
-  return assemble(data, { ids, mask, pos, B, P, R, responses, responseMask, logProbs: params.calculateLogProbs ? logProbs : undefined });
+  return assembleRollout(data, { ids, mask, pos, B, P, R, responses, responseMask, logProbs: params.calculateLogProbs ? logProbs : undefined });
+}
+
+/** The prompt rows of a generation batch (each repeated n times first), checked against the vocabulary. */
+export function promptRows(batch: DataProto, params: SamplingParams, vocabSize: number): { data: DataProto; ids: Int32Array; mask: Int32Array; pos: Int32Array; B: number; P: number } {
+  const data = (params.n ?? 1) > 1 ? batch.repeat(params.n!, true) : batch;
+  const ids = int32(data.batch["input_ids"], "input_ids");
+  const [B, P] = data.batch["input_ids"]!.shape as [number, number];
+  const mask = int32(data.batch["attention_mask"], "attention_mask");
+  const pos = data.batch["position_ids"] ? int32(data.batch["position_ids"], "position_ids") : positionsOf(mask, B, P);
+  if (mask.length !== B * P || pos.length !== B * P) throw new Error(`generate: attention_mask and position_ids must match input_ids [${B}, ${P}]`);
+  for (const id of ids) if (id < 0 || id >= vocabSize) throw new Error(`generate: input_ids holds token id ${id}, outside the model's vocabulary [0, ${vocabSize})`);
+  return { data, ids, mask, pos, B, P };
 }
 
 /** verl's positions for a left-padded prompt: cumsum(mask) - 1, clipped at 0. */
@@ -96,13 +101,13 @@ function positionsOf(mask: Int32Array, B: number, P: number): Int32Array {
   return pos;
 }
 
-export interface Generated {
+export interface GeneratedRows {
   ids: Int32Array; mask: Int32Array; pos: Int32Array; B: number; P: number; R: number;
   responses: Int32Array; responseMask: Int32Array; logProbs?: Float32Array;
 }
 
-/** The generated rows in verl's layout (prompts, responses, masks, positions, rollout_log_probs). */
-export function assemble(data: DataProto, g: Generated): DataProto {
+/** verl's rollout output (prompts, responses, response_mask, input_ids, attention_mask, position_ids, rollout_log_probs) from generated rows. */
+export function assembleRollout(data: DataProto, g: GeneratedRows): DataProto {
   const { B, P, R } = g, L = P + R;
   const inputIds = new Int32Array(B * L), attn = new Int32Array(B * L), position = new Int32Array(B * L);
   for (let b = 0; b < B; b++) {

@@ -6,3 +6,5 @@ export { KvCache } from "./kv_cache.js";
 export { readParamsForDecode } from "./decode_weights.js";
 export { logProbsFromLogits, entropyFromLogits, responseLogProbs, computeLogProb, type LogProbOptions, type ComputeLogProbOptions } from "./log_probs.js";
 export { leftPadPrompts } from "./prompts.js";
+export { assembleRollout, promptRows, type GeneratedRows } from "./generate.js";
+export * from "./engines/index.js";

@@ -12,9 +12,11 @@
 import * as tf from "@tensorflow/tfjs";
 import type { LlamaModel } from "../models/llama.js";
 import { ropeInvFreq } from "../models/llama.js";
+import type { RopeScaling } from "../models/rope.js";
+import { weightIdentity } from "../models/merge.js";
 import type { DataProto } from "../protocol/data_proto.js";
 import type { Rng } from "../utils/rng.js";
-import { assemble, generationInputs } from "./generate.js";
+import { assembleRollout, generationInputs } from "./generate.js";
 import { isGreedy, type SamplingParams } from "./sampling.js";
 import {
   AttentionProgram, CacheWriteProgram, EmbedProgram, RmsNormProgram, SamplerProgram, SwiGluProgram,
@@ -46,12 +48,19 @@ export interface WebGpuDecodeStats {
 interface LayerWeights { wqkv: tf.Tensor2D; bqkv: tf.Tensor1D; wo: tf.Tensor2D; wgu: tf.Tensor2D; wd: tf.Tensor2D }
 interface GpuWeights { ids: object[]; transposed: boolean; layers: LayerWeights[]; lmHead: tf.Tensor2D }
 
-const paramIds = (model: LlamaModel): object[] => [...model.params.values()].map((v) => v.dataId);
+// weights and LoRA adapters: the decoder runs on the merged W + scale B A
+const paramIds = (model: LlamaModel): object[] => weightIdentity(model);
 const weightCache = new WeakMap<LlamaModel, GpuWeights>();
 
 function disposeWeights(w: GpuWeights, model: LlamaModel): void {
   for (const l of w.layers) tf.dispose([l.wqkv, l.bqkv, l.wo, l.wgu, l.wd]);
   if (w.transposed) w.lmHead.dispose(); // otherwise it is the model's own variable
+}
+
+/** A parameter as the rollout sees it: W + (alpha / r) B A under LoRA (inside the caller's tidy). */
+function merged(model: LlamaModel, name: string): tf.Tensor {
+  const mod = name.endsWith(".weight") ? name.slice(0, -".weight".length) : "";
+  return model.lora?.has(mod) ? tf.add(model.p(name), model.lora.mergedDelta(mod)) : model.p(name);
 }
 
 /** The model's weights in the decoder's layout, rebuilt on the device when a parameter changed. */
@@ -64,7 +73,7 @@ function gpuWeights(model: LlamaModel, transposed: boolean): GpuWeights {
   const lay = (w: tf.Tensor): tf.Tensor2D => (transposed ? w.transpose() : w.clone()) as tf.Tensor2D;
   // tidy keeps the tensors of the returned objects and frees the concatenations
   const layers: LayerWeights[] = tf.tidy(() => Array.from({ length: c.nLayers }, (_, i) => {
-    const p = (n: string) => model.p(`model.layers.${i}.${n}`);
+    const p = (n: string) => merged(model, `model.layers.${i}.${n}`);
     const proj = ["q_proj", "k_proj", "v_proj"];
     return {
       wqkv: lay(tf.concat(proj.map((n) => p(`self_attn.${n}.weight`)), 0)),
@@ -82,8 +91,8 @@ function gpuWeights(model: LlamaModel, transposed: boolean): GpuWeights {
 }
 
 /** cos and sin of p * invFreq for p < n as [2, n, headDim / 2], float32 angles as the host decoder computes them. */
-function ropeTable(headDim: number, theta: number, n: number): Float32Array {
-  const inv = ropeInvFreq(headDim, theta), h = headDim / 2, t = new Float32Array(2 * n * h);
+function ropeTable(headDim: number, theta: number, scaling: RopeScaling | null, n: number): Float32Array {
+  const inv = ropeInvFreq(headDim, theta, scaling), h = headDim / 2, t = new Float32Array(2 * n * h);
   for (let p = 0; p < n; p++) {
     for (let i = 0; i < h; i++) {
       const a = Math.fround(p * inv[i]!);
@@ -127,7 +136,7 @@ export class WebGpuDecoder {
       await step.run(rowsOf(ids), rowsOf(mask), rowsOf(pos), nb, P, params, seed, out, b0, stats, this.opts.maxPrefillTokens ?? 8192);
     }
     this.lastStats = stats;
-    return assemble(data, { ids, mask, pos, B, P, R, ...out, logProbs: params.calculateLogProbs ? out.logProbs : undefined });
+    return assembleRollout(data, { ids, mask, pos, B, P, R, ...out, logProbs: params.calculateLogProbs ? out.logProbs : undefined });
   }
 }
 
@@ -197,7 +206,7 @@ class DecodeStep {
       rows: nb, maxLen, ropeRows,
       caches: Array.from({ length: c.nLayers }, () => tf.zeros([2 * nb * c.nKvHeads * maxLen * c.headDim]) as tf.Tensor1D),
       mask: tf.tensor1d(fullMask, "int32"),
-      rope: tf.tensor1d(ropeTable(c.headDim, c.ropeTheta, ropeRows)),
+      rope: tf.tensor1d(ropeTable(c.headDim, c.ropeTheta, c.ropeScaling ?? null, ropeRows)),
     };
     const place = (nTok: number, tPer: number, slot0: number, posAdd: number): Placement =>
       ({ nTok, tPer, slot0, posAdd, maxLen, vOff: nb * c.nKvHeads * maxLen * c.headDim, ropeOff: ropeRows * (c.headDim / 2) });

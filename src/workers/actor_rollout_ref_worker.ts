@@ -6,9 +6,9 @@ import * as tf from "@tensorflow/tfjs";
 import type { Config } from "../config/index.js";
 import { LlamaModel, type Tokenizer } from "../models/index.js";
 import { DataProto } from "../protocol/index.js";
-import { generate, readParamsForDecode, type SamplingParams } from "../rollout/index.js";
+import { createRolloutEngine, readParamsForDecode, type RolloutEngine, type SamplingParams } from "../rollout/index.js";
 import { AgentLoopManager, ContinuousBatchingServer, needsAgentLoop } from "../agent_loop/index.js";
-import { Dispatch, register, Worker } from "../single_controller/index.js";
+import { Dispatch, onThreadClose, register, Worker } from "../single_controller/index.js";
 import { Rng } from "../utils/rng.js";
 import { DataParallelPPOActor } from "./actor/dp_actor.js";
 import type { MicroBatchSpec } from "./batching.js";
@@ -38,6 +38,8 @@ interface ActorState {
   refLogProbSpec?: MicroBatchSpec;
   /** Multi-turn / tool rollouts: agent loops on a continuous-batching server over the actor's weights. */
   agentLoops?: AgentLoopManager;
+  /** The engine rollout.name selects (the host decoder, llama_cpp, or a registered one). */
+  rolloutEngine?: RolloutEngine;
 }
 
 /** A frozen copy of a model's weights (the reference policy). */
@@ -107,6 +109,8 @@ export class ActorRolloutRefWorker extends Worker {
       state.model = model;
       state.optimizer = optimizer;
       state.actor = new DataParallelPPOActor(model, optimizer, { ...actorOpts, seed: seed + this.rank });
+      const engine = (state.rolloutEngine = createRolloutEngine(rolloutCfg.str("name", "tfjs"), { rollout: rolloutCfg, rank: this.rank }));
+      onThreadClose(() => engine.dispose());
     }
     this.s = state;
     return { backend: common.backend, numParams: model.trainableVariables().reduce((a, v) => a + v.size, 0) };
@@ -140,30 +144,29 @@ export class ActorRolloutRefWorker extends Worker {
   }
 
   /**
-   * Responses for left-padded prompts (input_ids, attention_mask, position_ids). Rows that
-   * carry a `rollout_seed` (rollout.seed_per_sample) are sampled from their own stream, so
-   * the samples do not depend on how the batch is split over ranks.
+   * Responses for left-padded prompts (input_ids, attention_mask, position_ids), from the
+   * engine rollout.name selects. Rows that carry a `rollout_seed` (rollout.seed_per_sample)
+   * are sampled from their own stream, so the samples do not depend on how the batch is
+   * split over ranks.
    */
   @register({ dispatchMode: Dispatch.DP_COMPUTE_PROTO })
   async generateSequences(prompts: DataProto): Promise<DataProto> {
     const { model } = this.requireActor("generateSequences");
+    const engine = this.state.rolloutEngine!;
     const rng = this.samplingRng(prompts.metaInfo);
-    // the host decode engine copies the weights: read them asynchronously first (WebGPU has no sync read)
-    await readParamsForDecode(model);
-    if (needsAgentLoop(this.config, prompts)) return this.generateWithAgentLoops(model, prompts, rng);
+    if (needsAgentLoop(this.config, prompts)) {
+      if (engine.name !== "tfjs") throw new Error(`actor_rollout_ref.rollout.name=${engine.name}: agent-loop (multi-turn) rollouts run on the host engine only (rollout.name=tfjs)`);
+      await readParamsForDecode(model);
+      return this.generateWithAgentLoops(model, prompts, rng);
+    }
     const params = this.samplingParams(prompts.metaInfo);
     const gen = prompts.select(["input_ids", "attention_mask", "position_ids"].filter((k) => k in prompts.batch), [], []);
     const seeds = prompts.nonTensorBatch.rollout_seed;
-    let out: DataProto;
-    if (seeds) {
-      const parts = seeds.map((seed, i) => {
-        if (typeof seed !== "number") throw new Error(`generateSequences: rollout_seed at row ${i} must be a number`);
-        return generate(model, gen.slice(i, i + 1), params, new Rng(seed));
-      });
-      out = DataProto.concat(parts);
-    } else {
-      out = generate(model, gen, params, rng);
-    }
+    const rowSeeds = seeds?.map((seed, i) => {
+      if (typeof seed !== "number") throw new Error(`generateSequences: rollout_seed at row ${i} must be a number`);
+      return seed;
+    });
+    const out = await engine.generate({ model, tokenizer: this.state.tokenizer, prompts: gen, params, rng, rowSeeds });
     return new DataProto(out.batch, {}, {});
   }
 

@@ -168,6 +168,11 @@ export class HfTokenizer implements Tokenizer {
     return this.sources.chatTemplate ?? pickTemplate(this.sources.tokenizerConfig?.chat_template, wantTools);
   }
 
+  /** The parsed tokenizer.json (read-only; the GGUF export reads its vocabulary and merges). */
+  get tokenizerJson(): Readonly<Json> {
+    return this.sources.tokenizerJson;
+  }
+
   get hasChatTemplate(): boolean {
     return this.template(false) !== undefined;
   }

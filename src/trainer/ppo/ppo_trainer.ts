@@ -19,6 +19,7 @@ import {
   aggLoss, applyKlPenalty, computeAdvantage, getKlController, type AlgoConfig, type KlController, type KlCtrlConfig,
 } from "./core_algos/index.js";
 import { nonFiniteRewardMetrics, perOptimizerStep, SkippedStepGuard } from "./fault_guards.js";
+import { applyRolloutCorrection } from "./rollout_corr.js";
 import { computeDataMetrics, computeThroughputMetrics, computeTimingMetrics, reduceMetrics } from "./metric_utils.js";
 import { callProto, type PpoWorkers } from "./resources.js";
 import { balanceBatchOrder } from "./seqlen_balancing.js";
@@ -173,6 +174,8 @@ export class PPOTrainer {
         for (const [k, v] of Object.entries(reward.rewardExtraInfo)) if (v.length === batch.length) batch.nonTensorBatch[k] = v;
         if (this.klCtrl) Object.assign(metrics, await applyKlPenalty(batch, this.klCtrl, cfg.str("algorithm.kl_penalty", "kl")));
         else batch.batch.token_level_rewards = reward.rewardTensor;
+        // the rollout engine's numerics vs the trainer's: IS weights, rejection, rollout_corr/ metrics
+        Object.assign(metrics, applyRolloutCorrection(batch, cfg.section("algorithm.rollout_correction")));
         batch = await computeAdvantage(batch, {
           advEstimator: cfg.str("algorithm.adv_estimator"), numRepeat: n, config: cfg.section("algorithm") as AlgoConfig, rng: this.rng,
         });

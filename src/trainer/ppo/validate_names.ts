@@ -1,7 +1,8 @@
 // The names and sampling ranges a PPO config dispatches on, checked against the registries once
 // external_lib has registered its own and before any worker thread starts, so a typo fails in a
 // second with every valid name listed instead of at step 1 after a full rollout.
-import { ConfigError, getPath, ROLLOUT_NAMES, STRATEGIES, type Config } from "../../config/index.js";
+import { ConfigError, getPath, STRATEGIES, type Config } from "../../config/index.js";
+import { rolloutEngineNames } from "../../rollout/engines/index.js";
 import { knownRewardManagers } from "../../reward/managers/index.js";
 import { KL_PENALTY_KINDS } from "./core_algos/kl.js";
 import { listAdvEstimators, listPolicyLosses } from "./core_algos/registry.js";
@@ -48,7 +49,7 @@ export function validatePpoNames(cfg: Config): void {
   oneOf(cfg, "algorithm.kl_ctrl.type", KL_CTRL_TYPES, errors);
   oneOf(cfg, `${A}.kl_loss_type`, KL_NAMES, errors);
   oneOf(cfg, "algorithm.kl_penalty", KL_NAMES, errors);
-  oneOf(cfg, `${R}.name`, ROLLOUT_NAMES, errors);
+  oneOf(cfg, `${R}.name`, rolloutEngineNames(), errors);
   for (const role of [A, "critic", "actor_rollout_ref.ref", "reward_model"]) oneOf(cfg, `${role}.strategy`, STRATEGIES, errors);
   optimizerName(cfg, `${A}.optim.optimizer`, errors);
   optimizerName(cfg, "critic.optim.optimizer", errors);

@@ -16,7 +16,7 @@ test("every bad name and range is listed in one error (exit 2) with the valid na
     (e: unknown) => {
       const m = (e as Error).message;
       assert.ok(e instanceof ConfigError && e.exitCode === 2);
-      for (const want of [/adv_estimator is "grpoo"; choose one of gae, grpo/, /loss_mode is "vanila"; choose one of vanilla/, /reward_manager is "nope".*naive/, /kl_ctrl\.type is "fixd"; choose one of fixed, adaptive/, /kl_loss_type is "k9"/, /temperature is -1/, /top_p is 1\.5/, /top_k is 0/, /val_kwargs\.n is 0/, /rollout\.name is "trt"; choose one of tfjs, hf, naive, vllm, sglang/]) assert.match(m, want);
+      for (const want of [/adv_estimator is "grpoo"; choose one of gae, grpo/, /loss_mode is "vanila"; choose one of vanilla/, /reward_manager is "nope".*naive/, /kl_ctrl\.type is "fixd"; choose one of fixed, adaptive/, /kl_loss_type is "k9"/, /temperature is -1/, /top_p is 1\.5/, /top_k is 0/, /val_kwargs\.n is 0/, /rollout\.name is "trt"; choose one of tfjs, hf, naive, llama_cpp, webgpu, vllm, sglang/]) assert.match(m, want);
       return true;
     },
   );

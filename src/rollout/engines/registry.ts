@@ -1,0 +1,56 @@
+// Rollout engines by name, as verl picks vLLM / SGLang / HF by
+// actor_rollout_ref.rollout.name. An engine turns left-padded prompts into verl's
+// rollout batch with the actor's current weights; it owns whatever copy of the
+// weights it needs and refreshes it when they change (verl's weight sync).
+// Users add engines with `registerRolloutEngine` (e.g. from an external_lib module).
+import type { DataProto } from "../../protocol/data_proto.js";
+import type { LlamaModel } from "../../models/llama.js";
+import type { Tokenizer } from "../../models/tokenizer.js";
+import type { ConfigView } from "../../workers/config_view.js";
+import type { Rng } from "../../utils/rng.js";
+import type { SamplingParams } from "../sampling.js";
+import { NamedRegistry } from "../../agent_loop/named_registry.js";
+
+export interface RolloutRequest {
+  /** The actor (live weights). */
+  model: LlamaModel;
+  tokenizer: Tokenizer;
+  /** input_ids, attention_mask (+ position_ids), prompts left-padded, one row per prompt. */
+  prompts: DataProto;
+  params: SamplingParams;
+  /** The rank's sampling stream (used when rows carry no seed). */
+  rng: Rng;
+  /** One seed per prompt row (rollout.seed_per_sample): its samples then do not depend on the batch split. */
+  rowSeeds?: number[];
+}
+
+export interface RolloutEngine {
+  readonly name: string;
+  generate(req: RolloutRequest): Promise<DataProto>;
+  /** Release what the engine holds (native contexts, weight files). */
+  dispose(): Promise<void>;
+}
+
+export interface RolloutEngineContext {
+  /** actor_rollout_ref.rollout */
+  rollout: ConfigView;
+  rank: number;
+}
+
+export type RolloutEngineFactory = (ctx: RolloutEngineContext) => RolloutEngine;
+
+const engines = new NamedRegistry<RolloutEngineFactory>("rollout engine (actor_rollout_ref.rollout.name)");
+
+/** Register an engine under one or more names. */
+export function registerRolloutEngine(names: string | readonly string[], factory: RolloutEngineFactory): void {
+  for (const n of typeof names === "string" ? [names] : names) engines.register(n, factory);
+}
+
+export function rolloutEngineNames(): string[] {
+  return engines.names();
+}
+
+/** Build the engine that `actor_rollout_ref.rollout.name` selects. */
+export function createRolloutEngine(name: string, ctx: RolloutEngineContext): RolloutEngine {
+  return engines.get(name)(ctx);
+}

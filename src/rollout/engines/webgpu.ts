@@ -1,0 +1,45 @@
+// The GPU engine: WebGpuDecoder (rollout/webgpu_decoder.ts) decodes on the WebGPU
+// device beside the trainer, KV cache and sampling on the GPU, weights re-laid out
+// on the device when the optimizer changed them (verl's weight sync without a copy
+// through the host). Registered as "webgpu"; verl's "vllm" and "sglang" pick it
+// when the rank's backend is WebGPU and the host decoder otherwise, so a verl
+// script's rollout.name=vllm gets the fast engine wherever there is one.
+import * as tf from "@tensorflow/tfjs";
+import { DataProto } from "../../protocol/data_proto.js";
+import { Rng } from "../../utils/rng.js";
+import { WebGpuDecoder } from "../webgpu_decoder.js";
+import { HostRolloutEngine } from "./host.js";
+import { registerRolloutEngine, type RolloutEngine, type RolloutRequest } from "./registry.js";
+
+export class WebGpuRolloutEngine implements RolloutEngine {
+  readonly name = "webgpu";
+  private readonly decoder = new WebGpuDecoder();
+
+  async generate(req: RolloutRequest): Promise<DataProto> {
+    const { model, prompts, params, rng, rowSeeds } = req;
+    if (!rowSeeds) return this.decoder.generate(model, prompts, params, rng);
+    if (rowSeeds.length !== prompts.length) throw new Error(`rollout: ${rowSeeds.length} row seeds for ${prompts.length} prompts`);
+    const parts: DataProto[] = [];
+    for (let i = 0; i < rowSeeds.length; i++) parts.push(await this.decoder.generate(model, prompts.slice(i, i + 1), params, new Rng(rowSeeds[i]!)));
+    return DataProto.concat(parts);
+  }
+
+  async dispose(): Promise<void> {}
+}
+
+/** verl's inference-engine names: the GPU engine on a WebGPU rank, the host decoder elsewhere. */
+export class BestAvailableRolloutEngine implements RolloutEngine {
+  readonly name = "auto";
+  private gpu: WebGpuRolloutEngine | undefined;
+  private host: HostRolloutEngine | undefined;
+
+  generate(req: RolloutRequest): Promise<DataProto> {
+    if (tf.getBackend() === "webgpu") return (this.gpu ??= new WebGpuRolloutEngine()).generate(req);
+    return (this.host ??= new HostRolloutEngine()).generate(req);
+  }
+
+  async dispose(): Promise<void> {}
+}
+
+registerRolloutEngine("webgpu", () => new WebGpuRolloutEngine());
+registerRolloutEngine(["vllm", "sglang"], () => new BestAvailableRolloutEngine());
