@@ -2,21 +2,22 @@
 # GRPO on a fresh policy of Qwen2.5-0.5B's shape (hidden 896, intermediate 4864, 24 layers,
 # 14 heads, 2 KV heads, q/k/v biases; the stories tokenizer, so 358M parameters), the size
 # issue 17 measures: 16 prompts x 4 samples, responses up to 64 tokens. The reward is the
-# stories recipe's (1 when the story mentions WORD). Rollout runs on the llama_cpp engine by
-# default (weights synced to llama.cpp by GGUF each step) with verl's token-level rollout
-# correction; ROLLOUT=tfjs uses the host decoder instead.
+# stories recipe's (1 when the story mentions WORD). Rollout runs on rollout.name=vllm by default,
+# as verl's scripts say: the WebGPU decoder on a WebGPU rank, the host decoder elsewhere; with
+# verl's token-level rollout correction. ROLLOUT=webgpu, tfjs or llama_cpp (weights synced to
+# llama.cpp by GGUF each step) pick an engine.
 #
-#   bash recipes/qwen05b_shape_grpo/run.sh trainer.device=webgpu       # on a GPU (5 steps)
+#   bash recipes/qwen05b_shape_grpo/run.sh trainer.device=webgpu       # on a GPU (5 steps; docs/gpu.md)
 #   SMOKE=1 bash recipes/qwen05b_shape_grpo/run.sh                     # the same code paths at a tiny size, seconds on CPU
 #   ROLLOUT=tfjs STEPS=2 bash recipes/qwen05b_shape_grpo/run.sh
 #
-# Env: TOKENIZER (default ../shared/models/stories260K/tok512.bin), ROLLOUT (llama_cpp), WORD (dog),
+# Env: TOKENIZER (default ../shared/models/stories260K/tok512.bin), ROLLOUT (vllm), WORD (dog),
 # STEPS (5), OUT (outputs/qwen05b_shape_grpo). Extra arguments are passed to `verl train` as overrides.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../common.sh"
 
 TOKENIZER="${TOKENIZER:-$SHARED/models/stories260K/tok512.bin}"
-ROLLOUT="${ROLLOUT:-llama_cpp}"
+ROLLOUT="${ROLLOUT:-vllm}"
 WORD="${WORD:-dog}"
 STEPS="${STEPS:-5}"
 OUT="${OUT:-$OUTPUTS/qwen05b_shape_grpo}"
