@@ -50,14 +50,20 @@ async function greedyBoth(model: LlamaModel, tok: Tokenizer, prompts: number[][]
   }
 }
 
-test("llama_cpp engine: stories260K GGUF decodes greedily token for token as the host decoder (f32 KV), log-probs agree", async (t) => {
+
+/** stories260K and its tokenizer on the cpu backend, or undefined after skipping `t` with the reason. */
+async function storiesOrSkip(t: { skip(msg: string): void }): Promise<{ model: ReturnType<typeof loadLlama2c>; tok: Awaited<ReturnType<typeof loadTokenizer>> } | undefined> {
   const bin = storiesBin(), tokPath = tok512Bin();
-  if (!bin || !tokPath) return t.skip(STORIES_MISSING);
-  const missing = await llamaCppMissing();
-  if (missing) return t.skip(missing);
+  const missing = !bin || !tokPath ? STORIES_MISSING : await llamaCppMissing();
+  if (missing) { t.skip(missing); return undefined; }
   await initBackend("cpu");
-  const model = loadLlama2c(bin);
-  const tok = await loadTokenizer(tokPath);
+  return { model: loadLlama2c(bin!), tok: await loadTokenizer(tokPath!) };
+}
+
+test("llama_cpp engine: stories260K GGUF decodes greedily token for token as the host decoder (f32 KV), log-probs agree", async (t) => {
+  const stories = await storiesOrSkip(t);
+  if (!stories) return;
+  const { model, tok } = stories;
   try {
     const prompts = [[1, 403, 407, 261, 378], [1, 403], [1, 378, 261, 407], [1, 1035 % 512, 300, 301, 302, 303]];
     const { host, llama } = await greedyBoth(model, tok, prompts, 24);
@@ -104,13 +110,9 @@ test("llama_cpp engine: a tiny Hugging Face folder (q/k/v biases, untied head, B
 });
 
 test("llama_cpp engine: sampling is seeded, n samples per prompt differ, and rollout log-probs match the trainer's at the rollout temperature", async (t) => {
-  const bin = storiesBin(), tokPath = tok512Bin();
-  if (!bin || !tokPath) return t.skip(STORIES_MISSING);
-  const missing = await llamaCppMissing();
-  if (missing) return t.skip(missing);
-  await initBackend("cpu");
-  const model = loadLlama2c(bin);
-  const tok = await loadTokenizer(tokPath);
+  const stories = await storiesOrSkip(t);
+  if (!stories) return;
+  const { model, tok } = stories;
   const engine = new LlamaCppRolloutEngine(settings(), "test-sample");
   try {
     const batch = leftPadPrompts([[1, 403, 407, 261, 378], [1, 378]], tok.padTokenId);
