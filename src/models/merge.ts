@@ -12,39 +12,42 @@ export function weightIdentity(model: LlamaModel): object[] {
 }
 
 /**
- * Each parameter by HF name, merged. `fn` gets the tensor (the variable itself when
- * unadapted, a temporary merged tensor otherwise, disposed after `fn` returns).
+ * One parameter as the rollout and the export see it: the variable itself when unadapted, else a new
+ * tensor W + (alpha / r) B A that the caller disposes (or makes inside a tidy).
  */
-export async function forEachMergedWeight(model: LlamaModel, fn: (name: string, t: tf.Tensor) => Promise<void> | void): Promise<void> {
-  for (const [name, v] of model.params) {
-    const mod = name.endsWith(".weight") ? name.slice(0, -".weight".length) : "";
-    if (!model.lora?.has(mod)) { await fn(name, v); continue; }
-    const merged = tf.tidy(() => tf.add(v, model.lora!.mergedDelta(mod)));
-    try {
-      await fn(name, merged);
-    } finally {
-      merged.dispose();
-    }
+export function mergedTensor(model: LlamaModel, name: string): tf.Tensor {
+  const v = model.p(name), mod = name.endsWith(".weight") ? name.slice(0, -".weight".length) : "";
+  return model.lora?.has(mod) ? tf.tidy(() => tf.add(v, model.lora!.mergedDelta(mod))) : v;
+}
+
+/** Runs `fn` on the merged tensor of `name`, disposing a temporary one afterwards. */
+async function withMerged<T>(model: LlamaModel, name: string, fn: (t: tf.Tensor) => T | Promise<T>): Promise<T> {
+  const t = mergedTensor(model, name);
+  try {
+    return await fn(t);
+  } finally {
+    if (t !== model.p(name)) t.dispose();
   }
+}
+
+/** Each parameter by HF name, merged; `fn` gets the tensor (a temporary one is disposed after `fn` returns). */
+export async function forEachMergedWeight(model: LlamaModel, fn: (name: string, t: tf.Tensor) => Promise<void> | void): Promise<void> {
+  for (const name of model.params.keys()) await withMerged(model, name, (t) => fn(name, t));
 }
 
 /** One merged parameter, read synchronously (backends that allow it). */
 export function mergedWeightSync(model: LlamaModel, name: string): Float32Array {
-  const v = model.p(name), mod = name.slice(0, -".weight".length);
-  if (!model.lora?.has(mod)) return v.dataSync() as Float32Array;
-  return tf.tidy(() => tf.add(v, model.lora!.mergedDelta(mod)).dataSync() as Float32Array);
+  const t = mergedTensor(model, name);
+  try {
+    return t.dataSync() as Float32Array;
+  } finally {
+    if (t !== model.p(name)) t.dispose();
+  }
 }
 
 /** One merged parameter read back asynchronously (WebGPU has no synchronous read). */
-export async function mergedWeight(model: LlamaModel, name: string): Promise<Float32Array> {
-  const v = model.p(name), mod = name.endsWith(".weight") ? name.slice(0, -".weight".length) : "";
-  if (!model.lora?.has(mod)) return (await v.data()) as Float32Array;
-  const m = tf.tidy(() => tf.add(v, model.lora!.mergedDelta(mod)));
-  try {
-    return (await m.data()) as Float32Array;
-  } finally {
-    m.dispose();
-  }
+export function mergedWeight(model: LlamaModel, name: string): Promise<Float32Array> {
+  return withMerged(model, name, async (t) => (await t.data()) as Float32Array);
 }
 
 /** Every merged parameter read back asynchronously (float32 copies). */

@@ -8,6 +8,8 @@ import { availableParallelism } from "node:os";
 import { logger } from "../utils/logger.js";
 import { scorerModules } from "./scorers/registry.js";
 import { ScoringPool, type TaskOutcome } from "./scoring_pool.js";
+import { PythonScoringPool } from "./python_pool.js";
+import { isPythonModule } from "./python_reward.js";
 import type { RewardFnSource } from "./types.js";
 
 export interface ContainmentOptions {
@@ -31,9 +33,12 @@ export function containmentOptions(rewardKwargs: Record<string, unknown>): Conta
   };
 }
 
-/** A pool of scoring threads, started on first use; `custom` null = the registered scorers only. */
+/**
+ * A pool of scoring threads, started on first use; `custom` null = the registered scorers only.
+ * A Python reward function (custom_reward_function.path=*.py) gets python3 processes instead.
+ */
 export class LazyScoringPool {
-  private pool: ScoringPool | null = null;
+  private pool: ScoringPool | PythonScoringPool | null = null;
 
   constructor(private readonly custom: RewardFnSource | null, readonly opts: ContainmentOptions) {
     if (!custom) {
@@ -44,10 +49,12 @@ export class LazyScoringPool {
     }
   }
 
-  async get(): Promise<ScoringPool> {
+  async get(): Promise<ScoringPool | PythonScoringPool> {
+    const size = this.opts.numWorkers, timeoutMs = this.opts.timeoutS * 1000;
+    if (!this.pool && this.custom && isPythonModule(this.custom.path)) this.pool = new PythonScoringPool({ size, timeoutMs, source: this.custom });
     this.pool ??= new ScoringPool({
-      size: this.opts.numWorkers,
-      timeoutMs: this.opts.timeoutS * 1000,
+      size,
+      timeoutMs,
       workerData: { scorerModules: scorerModules().modules, custom: this.custom },
     });
     try {
@@ -104,6 +111,8 @@ export class ContainedRewardFunction {
   /** One call of the batch form with the whole batch's lists. */
   async scoreBatch(batch: { dataSources: string[]; solutionStrs: string[]; groundTruths: unknown[]; extraInfos: (Record<string, unknown> | null)[]; kwargs: Record<string, unknown> }): Promise<unknown> {
     const pool = await this.threads.get();
+    // the batch manager calls a Python batch function in its own process (python_reward.ts), never here
+    if (!(pool instanceof ScoringPool)) throw new Error(`reward function ${this.source.name} (${this.source.path}): the batch form runs in-process for Python files`);
     const o = await pool.scoreBatch(batch);
     if (o.kind === "ok") return o.value;
     const sources = [...new Set(batch.dataSources)].map((d) => JSON.stringify(d)).join(", ");

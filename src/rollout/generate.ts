@@ -24,12 +24,6 @@ function int32(t: TensorData | undefined, key: string): Int32Array {
   return int32Values(t);
 }
 
-/** The left-padded prompts of `batch` (repeated n times when params.n > 1) as host arrays, with the sampling parameters checked. */
-export function generationInputs(batch: DataProto, params: SamplingParams, vocabSize: number): ReturnType<typeof promptRows> {
-  checkSamplingParams(params);
-  return promptRows(batch, params, vocabSize);
-}
-
 /**
  * Generate up to `params.responseLength` tokens for each prompt row of `batch`
  * (input_ids, attention_mask, position_ids; prompts left-padded). With
@@ -37,7 +31,7 @@ export function generationInputs(batch: DataProto, params: SamplingParams, vocab
  * fields and meta info are carried through.
  */
 export function generate(model: LlamaModel, batch: DataProto, params: SamplingParams, rng: Rng, opts: GenerateOptions = {}): DataProto {
-  const { data, ids, mask, pos, B, P } = generationInputs(batch, params, model.config.vocabSize);
+  const { data, ids, mask, pos, B, P } = promptRows(batch, params, model.config.vocabSize);
   const R = params.responseLength, V = model.config.vocabSize;
 
   const c = model.config;
@@ -79,8 +73,9 @@ export function generate(model: LlamaModel, batch: DataProto, params: SamplingPa
   return assembleRollout(data, { ids, mask, pos, B, P, R, responses, responseMask, logProbs: params.calculateLogProbs ? logProbs : undefined });
 }
 
-/** The prompt rows of a generation batch (each repeated n times first), checked against the vocabulary. */
+/** The prompt rows of a generation batch (each repeated n times first), checked against the vocabulary, and the sampling parameters checked: every engine starts here. */
 export function promptRows(batch: DataProto, params: SamplingParams, vocabSize: number): { data: DataProto; ids: Int32Array; mask: Int32Array; pos: Int32Array; B: number; P: number } {
+  checkSamplingParams(params);
   const data = (params.n ?? 1) > 1 ? batch.repeat(params.n!, true) : batch;
   const ids = int32(data.batch["input_ids"], "input_ids");
   const [B, P] = data.batch["input_ids"]!.shape as [number, number];

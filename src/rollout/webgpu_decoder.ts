@@ -13,10 +13,11 @@ import * as tf from "@tensorflow/tfjs";
 import type { LlamaModel } from "../models/llama.js";
 import { ropeInvFreq } from "../models/llama.js";
 import type { RopeScaling } from "../models/rope.js";
-import { weightIdentity } from "../models/merge.js";
+import { mergedTensor } from "../models/merge.js";
+import { paramIds, sameIds } from "./decode_weights.js";
 import type { DataProto } from "../protocol/data_proto.js";
 import type { Rng } from "../utils/rng.js";
-import { assembleRollout, generationInputs } from "./generate.js";
+import { assembleRollout, promptRows } from "./generate.js";
 import { isGreedy, type SamplingParams } from "./sampling.js";
 import {
   AttentionProgram, CacheWriteProgram, EmbedProgram, RmsNormProgram, SamplerProgram, SwiGluProgram,
@@ -48,8 +49,6 @@ export interface WebGpuDecodeStats {
 interface LayerWeights { wqkv: tf.Tensor2D; bqkv: tf.Tensor1D; wo: tf.Tensor2D; wgu: tf.Tensor2D; wd: tf.Tensor2D }
 interface GpuWeights { ids: object[]; transposed: boolean; layers: LayerWeights[]; lmHead: tf.Tensor2D }
 
-// weights and LoRA adapters: the decoder runs on the merged W + scale B A
-const paramIds = (model: LlamaModel): object[] => weightIdentity(model);
 const weightCache = new WeakMap<LlamaModel, GpuWeights>();
 
 function disposeWeights(w: GpuWeights, model: LlamaModel): void {
@@ -57,23 +56,17 @@ function disposeWeights(w: GpuWeights, model: LlamaModel): void {
   if (w.transposed) w.lmHead.dispose(); // otherwise it is the model's own variable
 }
 
-/** A parameter as the rollout sees it: W + (alpha / r) B A under LoRA (inside the caller's tidy). */
-function merged(model: LlamaModel, name: string): tf.Tensor {
-  const mod = name.endsWith(".weight") ? name.slice(0, -".weight".length) : "";
-  return model.lora?.has(mod) ? tf.add(model.p(name), model.lora.mergedDelta(mod)) : model.p(name);
-}
-
 /** The model's weights in the decoder's layout, rebuilt on the device when a parameter changed. */
 function gpuWeights(model: LlamaModel, transposed: boolean): GpuWeights {
   const ids = paramIds(model), hit = weightCache.get(model);
-  if (hit && hit.transposed === transposed && hit.ids.length === ids.length && hit.ids.every((id, i) => id === ids[i])) return hit;
+  if (hit && hit.transposed === transposed && sameIds(hit.ids, ids)) return hit;
   if (hit) disposeWeights(hit, model);
   else model.onDispose(() => { const w = weightCache.get(model); if (w) disposeWeights(w, model); weightCache.delete(model); });
   const c = model.config, W = (c.nHeads + 2 * c.nKvHeads) * c.headDim;
   const lay = (w: tf.Tensor): tf.Tensor2D => (transposed ? w.transpose() : w.clone()) as tf.Tensor2D;
   // tidy keeps the tensors of the returned objects and frees the concatenations
   const layers: LayerWeights[] = tf.tidy(() => Array.from({ length: c.nLayers }, (_, i) => {
-    const p = (n: string) => merged(model, `model.layers.${i}.${n}`);
+    const p = (n: string) => mergedTensor(model, `model.layers.${i}.${n}`);
     const proj = ["q_proj", "k_proj", "v_proj"];
     return {
       wqkv: lay(tf.concat(proj.map((n) => p(`self_attn.${n}.weight`)), 0)),
@@ -120,7 +113,7 @@ export class WebGpuDecoder {
       throw new Error(`rollout engine 'webgpu' decodes on the WebGPU backend (trainer.device=webgpu); this thread's backend is '${tf.getBackend()}'`);
     }
     const c = model.config, V = c.vocabSize, R = params.responseLength;
-    const { data, ids, mask, pos, B, P } = generationInputs(batch, params, V);
+    const { data, ids, mask, pos, B, P } = promptRows(batch, params, V);
     const backend = tf.backend() as unknown as WebGpuBackendLike;
     const w = gpuWeights(model, this.opts.transposedWeights ?? true);
     const maxLen = P + R, layerBytesPerRow = 2 * c.nKvHeads * c.headDim * maxLen * 4;

@@ -138,33 +138,29 @@ export class ResourcePool {
   constructor(opts: ResourcePoolOptions | number = {}) {
     const o: ResourcePoolOptions = typeof opts === "number" ? { worldSize: opts } : opts;
     this.name = o.name ?? "global_pool";
+    const worldSize = o.remote ? o.remote.worldSize : o.worldSize ?? os.availableParallelism();
+    if (!Number.isInteger(worldSize) || worldSize < 1) throw new Error(`ResourcePool: worldSize must be a positive integer, got ${worldSize}`);
+    this.worldSize = worldSize;
+    const heartbeatBuffer = createHeartbeatBuffer(worldSize);
+    this.heartbeats = new Int32Array(heartbeatBuffer);
+    this.outstanding = Array.from({ length: worldSize }, () => []);
+    this.lastBeat = Array.from({ length: worldSize }, () => ({ count: 0, at: Date.now() }));
     if (o.remote) {
-      this.worldSize = o.remote.worldSize;
       this.collectiveBuffers = createCollectiveBuffers(1);
       this.collective = o.remote.control;
       this.rankPools = o.remote.backends;
       // Each host agent's own pool watches its threads' heartbeats; a stuck rank there fails that host.
-      this.heartbeats = new Int32Array(createHeartbeatBuffer(this.worldSize));
       this.heartbeatTimeoutMs = 0;
-      this.outstanding = Array.from({ length: this.worldSize }, () => []);
-      this.lastBeat = Array.from({ length: this.worldSize }, () => ({ count: 0, at: Date.now() }));
       o.remote.onRankLost((rank, reason) => this.fail(rank, reason));
       return;
     }
-    const worldSize = o.worldSize ?? os.availableParallelism();
-    if (!Number.isInteger(worldSize) || worldSize < 1) throw new Error(`ResourcePool: worldSize must be a positive integer, got ${worldSize}`);
     if (!existsSync(fileURLToPath(ENTRY))) {
       throw new Error(`ResourcePool: the compiled worker script ${fileURLToPath(ENTRY)} is missing; build with tsc and run from the compiled output (dist/), not from .ts sources`);
     }
-    this.worldSize = worldSize;
     this.collectiveBuffers = createCollectiveBuffers(worldSize, o);
     this.collective = new Collective(this.collectiveBuffers, worldSize);
-    const heartbeatBuffer = createHeartbeatBuffer(worldSize);
-    this.heartbeats = new Int32Array(heartbeatBuffer);
     this.heartbeatTimeoutMs = o.heartbeatTimeoutMs ?? DEFAULT_HEARTBEAT_TIMEOUT_MS;
     if (!(this.heartbeatTimeoutMs >= 0)) throw new Error(`ResourcePool: heartbeatTimeoutMs must be >= 0, got ${this.heartbeatTimeoutMs}`);
-    this.outstanding = Array.from({ length: worldSize }, () => []);
-    this.lastBeat = Array.from({ length: worldSize }, () => ({ count: 0, at: Date.now() }));
     this.rankPools = [];
     for (let rank = 0; rank < worldSize; rank++) this.rankPools.push(this.startRank(rank, o, heartbeatBuffer));
     if (this.heartbeatTimeoutMs > 0) {

@@ -6,9 +6,6 @@
 import type { DataProto } from "../../protocol/data_proto.js";
 import { logger } from "../../utils/logger.js";
 import { containmentOptions, LazyScoringPool } from "../contained.js";
-import { PythonScoringPool } from "../python_pool.js";
-import { isPythonModule } from "../python_reward.js";
-import type { ScoringPool } from "../scoring_pool.js";
 import type { RewardManager, RewardManagerOptions, RewardResult } from "../types.js";
 import { SampleExaminer, float32Column, placeScore, readDecodedRows, rewardFromRmScores, zeroRewards } from "./common.js";
 
@@ -25,8 +22,6 @@ export class PrimeRewardManager implements RewardManager {
   readonly numWorkers: number;
   readonly timeoutS: number;
   private readonly threads: LazyScoringPool;
-  /** A Python reward function runs in python3 processes, one sample each, instead of threads. */
-  private python: PythonScoringPool | null = null;
 
   constructor(private readonly opts: RewardManagerOptions) {
     const contain = containmentOptions(opts.rewardKwargs);
@@ -46,7 +41,7 @@ export class PrimeRewardManager implements RewardManager {
     if (fromRm) return fromRm;
     const tok = this.opts.tokenizer;
     const { rows, responses } = readDecodedRows(data, tok, this.opts.rewardFnKey);
-    const pool = await this.getPool();
+    const pool = await this.threads.get();
     const outcomes = await Promise.all(rows.map((r, i) => pool.score({
       dataSource: r.dataSource, solutionStr: responses[i]!, groundTruth: r.groundTruth ?? null, extraInfo: r.extraInfo,
     })));
@@ -78,22 +73,7 @@ export class PrimeRewardManager implements RewardManager {
     return { rewardTensor: rewards, rewardExtraInfo: alignedExtraInfo(dicts), metrics: { "reward/timeout_count": timeouts, "reward/error_count": errors } };
   }
 
-  private async getPool(): Promise<ScoringPool | PythonScoringPool> {
-    const source = this.opts.computeScoreSource;
-    if (!source || !isPythonModule(source.path)) return this.threads.get();
-    this.python ??= new PythonScoringPool({ size: this.numWorkers, timeoutMs: this.timeoutS * 1000, source });
-    try {
-      await this.python.ready();
-    } catch (e) {
-      await this.close();
-      throw e;
-    }
-    return this.python;
-  }
-
-  async close(): Promise<void> {
-    const p = this.python;
-    this.python = null;
-    await Promise.all([this.threads.close(), p?.close()]);
+  close(): Promise<void> {
+    return this.threads.close();
   }
 }

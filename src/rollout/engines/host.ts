@@ -2,11 +2,10 @@
 // over the actor's own weights, no copy to sync beyond the decoder's cached layout.
 // Registered as "tfjs" (verl-ts's default), "hf" and "naive"; verl's "vllm" and
 // "sglang" select it too on a CPU rank (engines/webgpu.ts), so verl's configs run unchanged.
-import { DataProto } from "../../protocol/data_proto.js";
-import { Rng } from "../../utils/rng.js";
+import type { DataProto } from "../../protocol/data_proto.js";
 import { readParamsForDecode } from "../decode_weights.js";
 import { generate } from "../generate.js";
-import { registerRolloutEngine, type RolloutEngine, type RolloutRequest } from "./registry.js";
+import { generateSeeded, registerRolloutEngine, type RolloutEngine, type RolloutRequest } from "./registry.js";
 
 export const HOST_ENGINE_NAMES = ["tfjs", "hf", "naive"] as const;
 
@@ -14,12 +13,9 @@ export class HostRolloutEngine implements RolloutEngine {
   readonly name = "tfjs";
 
   async generate(req: RolloutRequest): Promise<DataProto> {
-    const { model, prompts, params, rng, rowSeeds } = req;
     // the decoder copies the weights: read them asynchronously first (WebGPU has no sync read)
-    await readParamsForDecode(model);
-    if (!rowSeeds) return generate(model, prompts, params, rng);
-    if (rowSeeds.length !== prompts.length) throw new Error(`rollout: ${rowSeeds.length} row seeds for ${prompts.length} prompts`);
-    return DataProto.concat(rowSeeds.map((seed, i) => generate(model, prompts.slice(i, i + 1), params, new Rng(seed))));
+    await readParamsForDecode(req.model);
+    return generateSeeded(req, (prompts, rng) => generate(req.model, prompts, req.params, rng));
   }
 
   async dispose(): Promise<void> {}

@@ -3,11 +3,11 @@
 // rollout batch with the actor's current weights; it owns whatever copy of the
 // weights it needs and refreshes it when they change (verl's weight sync).
 // Users add engines with `registerRolloutEngine` (e.g. from an external_lib module).
-import type { DataProto } from "../../protocol/data_proto.js";
+import { DataProto } from "../../protocol/data_proto.js";
+import { Rng } from "../../utils/rng.js";
 import type { LlamaModel } from "../../models/llama.js";
 import type { Tokenizer } from "../../models/tokenizer.js";
 import type { ConfigView } from "../../workers/config_view.js";
-import type { Rng } from "../../utils/rng.js";
 import type { SamplingParams } from "../sampling.js";
 import { NamedRegistry } from "../../agent_loop/named_registry.js";
 
@@ -53,4 +53,18 @@ export function rolloutEngineNames(): string[] {
 /** Build the engine that `actor_rollout_ref.rollout.name` selects. */
 export function createRolloutEngine(name: string, ctx: RolloutEngineContext): RolloutEngine {
   return engines.get(name)(ctx);
+}
+
+/**
+ * An engine's generate honouring rollout.seed_per_sample: without row seeds the whole batch on the
+ * rank's stream, with them each prompt row on its own stream (its samples then do not depend on the
+ * batch split), one row after the other.
+ */
+export async function generateSeeded(req: RolloutRequest, gen: (prompts: DataProto, rng: Rng) => DataProto | Promise<DataProto>): Promise<DataProto> {
+  const { prompts, rowSeeds } = req;
+  if (!rowSeeds) return gen(prompts, req.rng);
+  if (rowSeeds.length !== prompts.length) throw new Error(`rollout: ${rowSeeds.length} row seeds for ${prompts.length} prompts`);
+  const parts: DataProto[] = [];
+  for (let i = 0; i < rowSeeds.length; i++) parts.push(await gen(prompts.slice(i, i + 1), new Rng(rowSeeds[i]!)));
+  return DataProto.concat(parts);
 }

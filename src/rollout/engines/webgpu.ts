@@ -5,23 +5,17 @@
 // when the rank's backend is WebGPU and the host decoder otherwise, so a verl
 // script's rollout.name=vllm gets the fast engine wherever there is one.
 import * as tf from "@tensorflow/tfjs";
-import { DataProto } from "../../protocol/data_proto.js";
-import { Rng } from "../../utils/rng.js";
+import type { DataProto } from "../../protocol/data_proto.js";
 import { WebGpuDecoder } from "../webgpu_decoder.js";
 import { HostRolloutEngine } from "./host.js";
-import { registerRolloutEngine, type RolloutEngine, type RolloutRequest } from "./registry.js";
+import { generateSeeded, registerRolloutEngine, type RolloutEngine, type RolloutRequest } from "./registry.js";
 
 export class WebGpuRolloutEngine implements RolloutEngine {
   readonly name = "webgpu";
   private readonly decoder = new WebGpuDecoder();
 
   async generate(req: RolloutRequest): Promise<DataProto> {
-    const { model, prompts, params, rng, rowSeeds } = req;
-    if (!rowSeeds) return this.decoder.generate(model, prompts, params, rng);
-    if (rowSeeds.length !== prompts.length) throw new Error(`rollout: ${rowSeeds.length} row seeds for ${prompts.length} prompts`);
-    const parts: DataProto[] = [];
-    for (let i = 0; i < rowSeeds.length; i++) parts.push(await this.decoder.generate(model, prompts.slice(i, i + 1), params, new Rng(rowSeeds[i]!)));
-    return DataProto.concat(parts);
+    return generateSeeded(req, (prompts, rng) => this.decoder.generate(req.model, prompts, req.params, rng));
   }
 
   async dispose(): Promise<void> {}

@@ -9,7 +9,7 @@ import type { DataProto } from "../../protocol/data_proto.js";
 import type { ConfigView } from "../../workers/config_view.js";
 import type { GgufWeightType } from "../../models/gguf.js";
 import { assembleRollout, promptRows } from "../generate.js";
-import { checkSamplingParams, isGreedy, type SamplingParams } from "../sampling.js";
+import { isGreedy, type SamplingParams } from "../sampling.js";
 import { registerRolloutEngine, type RolloutEngine, type RolloutRequest } from "../engines/registry.js";
 import { loadLlama, type Llama, type LlamaContext, type LlamaContextSequence, type LlamaGpuSetting, type LlamaModelHandle } from "./binding.js";
 import { GgufWeightSync } from "./weights.js";
@@ -76,7 +76,6 @@ export class LlamaCppRolloutEngine implements RolloutEngine {
 
   async generate(req: RolloutRequest): Promise<DataProto> {
     const { model, tokenizer, params } = req;
-    checkSamplingParams(params);
     const { data, ids, mask, pos, B, P } = promptRows(req.prompts, params, model.config.vocabSize);
     const R = params.responseLength, n = params.n ?? 1;
     if (req.rowSeeds && req.rowSeeds.length !== req.prompts.length) throw new Error(`llama_cpp rollout: ${req.rowSeeds.length} row seeds for ${req.prompts.length} prompts`);
