@@ -17,7 +17,6 @@ dawn=.gpu/app/node_modules/webgpu/dist/linux-x64/dawn.node
 [ -f "$dawn" ] || [ ! -f .gpu/dawn.node.xz ] || python3 -c "import lzma,shutil,sys; shutil.copyfileobj(lzma.open('.gpu/dawn.node.xz'), open(sys.argv[1],'wb'))" "$dawn"
 export VK_DRIVER_FILES="${VK_DRIVER_FILES:-/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json}"
 export __EGL_VENDOR_LIBRARY_FILENAMES="${__EGL_VENDOR_LIBRARY_FILENAMES:-/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json}"
-export WEBGPU_DEFERRED_SUBMIT_BATCH_SIZE="${WEBGPU_DEFERRED_SUBMIT_BATCH_SIZE:-200}"
 /tmp/node --version >&2
 NODE=(/tmp/node --max-old-space-size=16384)
 case "${1:-bench}" in
