@@ -12,6 +12,8 @@ export interface AttentionShape {
   /** query heads per kv head */
   group: number;
   seqLen: number;
+  /** Gemma 2's attn_logit_softcapping: scores become cap * tanh(scores / cap) before the mask */
+  softcap?: number | null;
 }
 
 type GradArgs = (tf.Tensor | tf.GradSaveFunc)[];
@@ -26,7 +28,8 @@ type GradArgs = (tf.Tensor | tf.GradSaveFunc)[];
 export function groupedAttention(q: tf.Tensor3D, k: tf.Tensor3D, v: tf.Tensor3D, bias: tf.Tensor, s: AttentionShape, keyStart?: Int32Array): tf.Tensor3D {
   const T = s.seqLen, TG = T * s.group, K = s.kvHeads, hd = q.shape[2];
   // On wasm, when every sequence sees a contiguous run of keys, the fused SIMD kernels do it all.
-  if (keyStart && fusedAttentionAvailable(hd)) return fusedGroupedAttention(q, k, v, keyStart, { ...s, headDim: hd });
+  const cap = s.softcap ?? null;
+  if (keyStart && cap === null && fusedAttentionAvailable(hd)) return fusedGroupedAttention(q, k, v, keyStart, { ...s, headDim: hd });
   // Work on a few sequences at a time so the [rows, T*group, T] temporaries stay
   // near 32 MB whatever the batch (the wasm heap cannot shrink once grown).
   const per = Math.max(1, Math.floor(8_000_000 / (K * TG * T)));
@@ -34,8 +37,15 @@ export function groupedAttention(q: tf.Tensor3D, k: tf.Tensor3D, v: tf.Tensor3D,
   for (let b0 = 0; b0 < s.batch; b0 += per) chunks.push([b0, Math.min(s.batch, b0 + per)]);
   const rows = (t: tf.Tensor3D, [b0, b1]: [number, number]) => (chunks.length === 1 ? t : t.slice([b0 * K, 0, 0], [(b1 - b0) * K, -1, -1]));
   const biasRows = (b: tf.Tensor, [b0, b1]: [number, number]) => (chunks.length === 1 || b.shape[0] === 1 ? b : b.slice([b0, 0, 0, 0, 0], [b1 - b0, -1, -1, -1, -1]));
-  const probs = (qs: tf.Tensor3D, ks: tf.Tensor3D, bs: tf.Tensor) =>
-    tf.softmax(tf.matMul(qs, ks, false, true).reshape([-1, K, T, s.group, T]).add(bs)).reshape([-1, TG, T]) as tf.Tensor3D;
+  // scores q k^T, soft-capped when the model says so (tanh kept for the backward pass)
+  const scores = (qs: tf.Tensor3D, ks: tf.Tensor3D): { s: tf.Tensor; t?: tf.Tensor } => {
+    const raw = tf.matMul(qs, ks, false, true);
+    if (cap === null) return { s: raw };
+    const t = tf.tanh(raw.div(cap));
+    return { s: t.mul(cap), t };
+  };
+  const softmaxOf = (sc: tf.Tensor, bs: tf.Tensor) => tf.softmax(sc.reshape([-1, K, T, s.group, T]).add(bs)).reshape([-1, TG, T]) as tf.Tensor3D;
+  const probs = (qs: tf.Tensor3D, ks: tf.Tensor3D, bs: tf.Tensor) => softmaxOf(scores(qs, ks).s, bs);
   const concat = (parts: tf.Tensor[]) => (parts.length === 1 ? parts[0]! : tf.concat(parts, 0));
   // the bias is an input (with a zero gradient) so that the tape keeps it alive for the backward pass
   const attend = tf.customGrad((...args: GradArgs) => {
@@ -47,10 +57,11 @@ export function groupedAttention(q: tf.Tensor3D, k: tf.Tensor3D, v: tf.Tensor3D,
         const [q0, k0, v0, b0] = saved as [tf.Tensor3D, tf.Tensor3D, tf.Tensor3D, tf.Tensor];
         const parts = chunks.map((c) => tf.tidy(() => {
           const dO = rows(dy as tf.Tensor3D, c), qc = rows(q0, c), kc = rows(k0, c);
-          const p = probs(qc, kc, biasRows(b0, c));
+          const sc = scores(qc, kc), p = softmaxOf(sc.s, biasRows(b0, c));
           const dV = tf.matMul(p, dO, true, false);
           const dP = tf.matMul(dO, rows(v0, c), false, true);
-          const dS = p.mul(dP.sub(dP.mul(p).sum(-1, true))); // softmax backward
+          let dS = p.mul(dP.sub(dP.mul(p).sum(-1, true))); // softmax backward
+          if (sc.t) dS = dS.mul(tf.sub(1, tf.square(sc.t))); // through cap * tanh(s / cap)
           return [tf.matMul(dS, kc), tf.matMul(dS, qc, true, false), dV];
         }));
         const grads = [0, 1, 2].map((i) => concat(parts.map((p) => p[i]!)));

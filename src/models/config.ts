@@ -1,6 +1,35 @@
-// The architecture hyper-parameters of a Llama-family decoder, and their mapping
-// to and from a Hugging Face config.json (LlamaForCausalLM / Qwen2ForCausalLM).
-import { readRopeConfig, ropeToHf, type RopeScaling } from "./rope.js";
+// The architecture hyper-parameters of a decoder (the families of families.ts),
+// and their mapping to and from a Hugging Face config.json.
+import { FAMILIES, readFamilyConfig, SUPPORTED_ARCHITECTURES, type Family } from "./families.js";
+import { ropeToHf, type RopeScaling } from "./rope.js";
+import { parameterShapes } from "./shapes.js";
+
+/** Qwen3-MoE's sparse feed-forward: top-k of numExperts SwiGLU experts per token. */
+export interface MoeConfig {
+  numExperts: number;
+  /** num_experts_per_tok */
+  topK: number;
+  /** moe_intermediate_size (each expert's SwiGLU width) */
+  intermediateSize: number;
+  /** renormalise the top-k routing weights to sum to 1 */
+  normTopkProb: boolean;
+  /** per layer: sparse (experts) or a dense MLP of intermediate_size (decoder_sparse_step, mlp_only_layers) */
+  sparseLayers: boolean[];
+  /** router_aux_loss_coef: weight of the load-balancing loss in the training loss */
+  routerAuxLossCoef: number;
+  /** output_router_logits as config.json says (written back on export) */
+  outputRouterLogits: boolean;
+}
+
+/** Gemma's attention and output details. */
+export interface GemmaConfig {
+  /** attn_logit_softcapping: scores become cap * tanh(scores / cap); null = off */
+  attnSoftcap: number | null;
+  /** final_logit_softcapping: the same on the logits */
+  finalSoftcap: number | null;
+  /** queries scale by query_pre_attn_scalar^-0.5 instead of head_dim^-0.5 */
+  queryPreAttnScalar: number;
+}
 
 export interface ModelConfig {
   vocabSize: number;
@@ -22,8 +51,24 @@ export interface ModelConfig {
   /** q/k/v projections carry biases (Qwen2) */
   attentionBias: boolean;
   headDim: number;
-  /** HF model_type written on save; "qwen2" when attentionBias, else "llama" unless set */
-  modelType?: "llama" | "qwen2";
+  /** HF model_type (the family, families.ts) written on save; "qwen2" when attentionBias, else "llama" unless set */
+  modelType?: Family;
+  /** o_proj carries a bias (attention_bias in Llama, Qwen3, Gemma) */
+  attentionOutBias?: boolean;
+  /** gate/up/down projections carry biases (Llama mlp_bias) */
+  mlpBias?: boolean;
+  /** per-head RMSNorm of q and k before RoPE (Qwen3, Gemma 3) */
+  qkNorm?: boolean;
+  /** attention window of the sliding layers: a query sees itself and the window - 1 keys before it */
+  slidingWindow?: number;
+  /** per layer: sliding-window attention (else full) */
+  slidingLayers?: boolean[];
+  /** RoPE of the sliding layers when it differs from the full layers' (Gemma 3's local base) */
+  localRope?: { theta: number; scaling: RopeScaling | null };
+  /** Gemma: (1 + w) norms, GeGLU, scaled embeddings, sandwich norms, soft-capping */
+  gemma?: GemmaConfig;
+  /** Qwen3-MoE experts */
+  moe?: MoeConfig;
   bosTokenId?: number | null;
   eosTokenId?: number | number[] | null;
   padTokenId?: number | null;
@@ -55,75 +100,68 @@ export function validateConfig(c: ModelConfig): void {
   if (c.nHeads % c.nKvHeads !== 0) throw new Error(`model config: nHeads (${c.nHeads}) must be a multiple of nKvHeads (${c.nKvHeads})`);
   if (c.headDim % 2 !== 0) throw new Error(`model config: headDim (${c.headDim}) must be even for rotary embeddings`);
   if (!(c.ropeTheta > 0) || !(c.normEps > 0)) throw new Error("model config: ropeTheta and normEps must be positive");
+  if (c.slidingLayers && c.slidingLayers.length !== c.nLayers) throw new Error(`model config: slidingLayers lists ${c.slidingLayers.length} layers, the model has ${c.nLayers}`);
+  if (c.slidingLayers?.some(Boolean) && !(Number.isInteger(c.slidingWindow) && c.slidingWindow! > 0)) throw new Error(`model config: sliding layers need a positive integer slidingWindow, got ${String(c.slidingWindow)}`);
+  if (c.moe && c.moe.sparseLayers.length !== c.nLayers) throw new Error(`model config: moe.sparseLayers lists ${c.moe.sparseLayers.length} layers, the model has ${c.nLayers}`);
+}
+
+/** The family of a config (llama unless it says otherwise; biased q/k/v without one means Qwen2). */
+export function familyOfConfig(c: ModelConfig): Family {
+  return c.modelType ?? (c.attentionBias ? "qwen2" : "llama");
+}
+
+/** The attention window of layer `i` (null: full attention). */
+export function layerWindow(c: ModelConfig, i: number): number | null {
+  return c.slidingLayers?.[i] ? c.slidingWindow! : null;
+}
+
+/** The rotary theta and scaling of layer `i`. */
+export function layerRope(c: ModelConfig, i: number): { theta: number; scaling: RopeScaling | null } {
+  return c.localRope && c.slidingLayers?.[i] ? c.localRope : { theta: c.ropeTheta, scaling: c.ropeScaling ?? null };
+}
+
+/** Whether layer `i` has experts. */
+export function isSparseLayer(c: ModelConfig, i: number): boolean {
+  return c.moe?.sparseLayers[i] ?? false;
 }
 
 /** The number of parameters (embedding counted once when tied). */
 export function numParams(c: ModelConfig): number {
-  const attn = c.dim * c.nHeads * c.headDim * 2 + c.dim * c.nKvHeads * c.headDim * 2 +
-    (c.attentionBias ? (c.nHeads + 2 * c.nKvHeads) * c.headDim : 0);
-  const layer = attn + 3 * c.dim * c.hiddenDim + 2 * c.dim;
-  return c.vocabSize * c.dim * (c.tieWordEmbeddings ? 1 : 2) + c.nLayers * layer + c.dim;
+  let n = 0;
+  for (const shape of parameterShapes(c).values()) n += shape.reduce((a, b) => a * b, 1);
+  return n;
 }
 
 type Json = Record<string, unknown>;
 
-function num(j: Json, key: string, file: string, fallback?: number): number {
-  const v = j[key];
-  if (v === undefined || v === null) {
-    if (fallback !== undefined) return fallback;
-    throw new Error(`${file}: missing '${key}'`);
-  }
-  if (typeof v !== "number") throw new Error(`${file}: '${key}' must be a number, got ${JSON.stringify(v)}`);
-  return v;
-}
+export { SUPPORTED_ARCHITECTURES };
 
-export const SUPPORTED_ARCHITECTURES = [
-  "LlamaForCausalLM", "Qwen2ForCausalLM", "LlamaForTokenClassification", "Qwen2ForTokenClassification",
-] as const;
-
-/** Parse a Hugging Face config.json object. `file` names the source in errors. */
+/** Parse a Hugging Face config.json object (any family of families.ts). `file` names the source in errors. */
 export function fromHfConfig(j: Json, file = "config.json"): ModelConfig {
-  const archs = Array.isArray(j["architectures"]) ? (j["architectures"] as unknown[]).map(String) : [];
-  const modelType = typeof j["model_type"] === "string" ? (j["model_type"] as string) : undefined;
-  const known = archs.some((a) => (SUPPORTED_ARCHITECTURES as readonly string[]).includes(a)) || modelType === "llama" || modelType === "qwen2";
-  if (!known) {
-    throw new Error(`${file}: unsupported model (architectures ${JSON.stringify(archs)}, model_type ${String(modelType)}); supported: ${SUPPORTED_ARCHITECTURES.join(", ")}`);
-  }
-  const isQwen2 = modelType === "qwen2" || archs.some((a) => a.startsWith("Qwen2"));
-  const dim = num(j, "hidden_size", file);
-  const nHeads = num(j, "num_attention_heads", file);
-  const maxSeqLen = num(j, "max_position_embeddings", file, 2048);
-  const rope = readRopeConfig(j, file, maxSeqLen);
-  return makeConfig({
-    vocabSize: num(j, "vocab_size", file),
-    dim,
-    hiddenDim: num(j, "intermediate_size", file),
-    nLayers: num(j, "num_hidden_layers", file),
-    nHeads,
-    nKvHeads: num(j, "num_key_value_heads", file, nHeads),
-    maxSeqLen,
-    ropeTheta: rope.theta,
-    ropeScaling: rope.scaling,
-    normEps: num(j, "rms_norm_eps", file, 1e-6),
-    // LlamaConfig and Qwen2Config both default to untied when the key is absent.
-    tieWordEmbeddings: Boolean(j["tie_word_embeddings"] ?? false),
-    attentionBias: isQwen2 ? true : Boolean(j["attention_bias"]),
-    headDim: num(j, "head_dim", file, dim / nHeads),
-    modelType: isQwen2 ? "qwen2" : "llama",
-    bosTokenId: typeof j["bos_token_id"] === "number" ? (j["bos_token_id"] as number) : null,
-    eosTokenId: typeof j["eos_token_id"] === "number" || Array.isArray(j["eos_token_id"]) ? (j["eos_token_id"] as number | number[]) : null,
-    padTokenId: typeof j["pad_token_id"] === "number" ? (j["pad_token_id"] as number) : null,
-  });
+  return makeConfig(readFamilyConfig(j, file));
 }
 
-/** A config.json object that transformers reads back as the same architecture. */
+/** A config.json object that transformers reads back as the same architecture (same family, same flags). */
 export function toHfConfig(c: ModelConfig, opts: { valueHead?: boolean } = {}): Json {
-  const qwen = (c.modelType ?? (c.attentionBias ? "qwen2" : "llama")) === "qwen2";
-  if (qwen && !c.attentionBias) throw new Error("toHfConfig: Qwen2 always has q/k/v biases; set attentionBias or modelType 'llama'");
-  const arch = (qwen ? "Qwen2" : "Llama") + (opts.valueHead ? "ForTokenClassification" : "ForCausalLM");
+  const family = familyOfConfig(c), spec = FAMILIES[family];
+  if (spec.qkvBiasAlways && !c.attentionBias) throw new Error("toHfConfig: Qwen2 always has q/k/v biases; set attentionBias or modelType 'llama'");
+  if (spec.qkvBiasAlways && c.attentionOutBias) throw new Error("toHfConfig: Qwen2 has no o_proj bias");
+  if (!spec.qkvBiasAlways && c.attentionBias !== (c.attentionOutBias ?? c.attentionBias) && family !== "llama") {
+    throw new Error(`toHfConfig: ${family}'s attention_bias biases q, k, v and o together`);
+  }
+  if (family === "llama" && c.attentionBias && c.attentionOutBias === false) {
+    throw new Error("toHfConfig: a Llama with q/k/v biases but no o_proj bias has no transformers architecture (save it as modelType 'qwen2')");
+  }
+  if (c.mlpBias && family !== "llama") throw new Error(`toHfConfig: only Llama has mlp_bias, not ${family}`);
+  if (c.qkNorm !== undefined && c.qkNorm !== spec.qkNorm) throw new Error(`toHfConfig: ${family} ${spec.qkNorm ? "always has" : "has no"} q/k norms`);
+  const arch = opts.valueHead ? spec.aliases.find((a) => a.endsWith("ForTokenClassification"))! : spec.arch;
+  const rope = c.localRope
+    ? { rope_parameters: { full_attention: ropeToHf(c.ropeTheta, c.ropeScaling ?? null)["rope_parameters"], sliding_attention: ropeToHf(c.localRope.theta, c.localRope.scaling)["rope_parameters"] },
+        rope_theta: c.ropeTheta, rope_local_base_freq: c.localRope.theta, rope_scaling: ropeToHf(c.ropeTheta, c.ropeScaling ?? null)["rope_scaling"] }
+    : ropeToHf(c.ropeTheta, c.ropeScaling ?? null);
   const j: Json = {
     architectures: [arch],
-    model_type: qwen ? "qwen2" : "llama",
+    model_type: family,
     vocab_size: c.vocabSize,
     hidden_size: c.dim,
     intermediate_size: c.hiddenDim,
@@ -132,18 +170,44 @@ export function toHfConfig(c: ModelConfig, opts: { valueHead?: boolean } = {}): 
     num_key_value_heads: c.nKvHeads,
     head_dim: c.headDim,
     max_position_embeddings: c.maxSeqLen,
-    ...ropeToHf(c.ropeTheta, c.ropeScaling ?? null),
+    ...rope,
     rms_norm_eps: c.normEps,
     tie_word_embeddings: c.tieWordEmbeddings,
-    hidden_act: "silu",
+    [spec.gemma ? "hidden_activation" : "hidden_act"]: spec.act,
     initializer_range: 0.02,
     torch_dtype: "float32",
     use_cache: true,
+    attention_dropout: 0.0,
     bos_token_id: c.bosTokenId ?? null,
     eos_token_id: c.eosTokenId ?? null,
     pad_token_id: c.padTokenId ?? null,
   };
-  if (!qwen) { j["attention_bias"] = c.attentionBias; j["mlp_bias"] = false; j["pretraining_tp"] = 1; }
+  if (!spec.qkvBiasAlways && family !== "mistral") j["attention_bias"] = c.attentionBias;
+  if (family === "llama") { j["mlp_bias"] = c.mlpBias ?? false; j["pretraining_tp"] = 1; }
+  // sliding window: the window and which layers use it, in the keys each config class reads
+  const sliding = c.slidingLayers ?? new Array<boolean>(c.nLayers).fill(false);
+  const anySliding = sliding.some(Boolean);
+  if (family !== "llama") j["sliding_window"] = anySliding ? c.slidingWindow! : null;
+  if (family === "mistral" && anySliding && !sliding.every(Boolean)) throw new Error("toHfConfig: Mistral's sliding window applies to every layer");
+  if (family === "qwen2" || family === "qwen3" || family === "qwen3_moe") {
+    const first = sliding.indexOf(true);
+    if (anySliding && !sliding.every((s, i) => s === i >= first)) throw new Error(`toHfConfig: ${family}'s sliding layers must be the last ones (from max_window_layers on)`);
+    j["use_sliding_window"] = anySliding;
+    j["max_window_layers"] = anySliding ? first : c.nLayers;
+  }
+  if (family !== "llama" && family !== "mistral") j["layer_types"] = sliding.map((s) => (s ? "sliding_attention" : "full_attention"));
+  if (c.gemma) {
+    j["attn_logit_softcapping"] = c.gemma.attnSoftcap;
+    j["final_logit_softcapping"] = c.gemma.finalSoftcap;
+    j["query_pre_attn_scalar"] = c.gemma.queryPreAttnScalar;
+  }
+  if (c.moe) {
+    Object.assign(j, {
+      num_experts: c.moe.numExperts, num_experts_per_tok: c.moe.topK, moe_intermediate_size: c.moe.intermediateSize,
+      norm_topk_prob: c.moe.normTopkProb, router_aux_loss_coef: c.moe.routerAuxLossCoef, output_router_logits: c.moe.outputRouterLogits,
+      decoder_sparse_step: 1, mlp_only_layers: c.moe.sparseLayers.flatMap((s, i) => (s ? [] : [i])),
+    });
+  }
   if (opts.valueHead) { j["num_labels"] = 1; j["id2label"] = { "0": "LABEL_0" }; j["label2id"] = { LABEL_0: 0 }; }
   return j;
 }

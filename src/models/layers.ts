@@ -44,3 +44,33 @@ export function swiGlu(gu: tf.Tensor2D): tf.Tensor2D {
   });
   return op(gu) as tf.Tensor2D;
 }
+
+/** sqrt(2/pi) and the cubic term of PyTorch's tanh-approximated GELU (gelu_pytorch_tanh). */
+const GELU_BETA = Math.sqrt(2 / Math.PI), GELU_KAPPA = 0.044715;
+
+/** gelu_tanh(gate) * up for gu = [gate | up] (Gemma's GeGLU), with the same hand-written-gradient discipline. */
+export function geGlu(gu: tf.Tensor2D): tf.Tensor2D {
+  const inner = (g: tf.Tensor) => tf.tanh(tf.mul(GELU_BETA, tf.add(g, tf.mul(GELU_KAPPA, tf.mul(g, tf.square(g))))));
+  const op = tf.customGrad((...args: GradArgs) => {
+    const [x, save] = args as [tf.Tensor2D, tf.GradSaveFunc];
+    save([x]);
+    return {
+      // 0.5 g (1 + tanh(beta (g + kappa g^3))) * up
+      value: tf.tidy(() => { const [g, u] = tf.split(x, 2, 1); return tf.mul(tf.mul(tf.mul(0.5, g!), tf.add(1, inner(g!))), u!); }),
+      gradFunc: (dy: tf.Tensor | tf.Tensor[], saved: tf.Tensor[]) => tf.tidy(() => {
+        const [g, u] = tf.split(saved[0]!, 2, 1), t = inner(g!), d = dy as tf.Tensor;
+        const gelu = tf.mul(tf.mul(0.5, g!), tf.add(1, t));
+        // d gelu/dg = 0.5 (1 + t) + 0.5 g (1 - t^2) beta (1 + 3 kappa g^2)
+        const dGelu = tf.add(tf.mul(0.5, tf.add(1, t)),
+          tf.mul(tf.mul(tf.mul(0.5, g!), tf.sub(1, tf.square(t))), tf.mul(GELU_BETA, tf.add(1, tf.mul(3 * GELU_KAPPA, tf.square(g!))))));
+        return [tf.concat([tf.mul(tf.mul(d, u!), dGelu), tf.mul(d, gelu)], 1)];
+      }),
+    };
+  });
+  return op(gu) as tf.Tensor2D;
+}
+
+/** cap * tanh(x / cap): Gemma's soft-capping of attention scores and logits. */
+export function softcap(x: tf.Tensor, cap: number): tf.Tensor {
+  return tf.mul(tf.tanh(tf.div(x, cap)), cap);
+}

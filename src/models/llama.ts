@@ -8,11 +8,14 @@ import * as tf from "@tensorflow/tfjs";
 import { frozenLinear, linear, matmul } from "../engine/matmul.js";
 import { groupedAttention } from "./attention.js";
 import { checkpoint } from "./checkpointing.js";
-import { rmsNorm, swiGlu } from "./layers.js";
+import { geGlu, rmsNorm, softcap, swiGlu } from "./layers.js";
 import type { LoraAdapter } from "./lora.js";
 import { loraLinear } from "./lora_linear.js";
 import { segmentView } from "./packing.js";
-import type { ModelConfig } from "./config.js";
+import { isSparseLayer, layerWindow, type ModelConfig } from "./config.js";
+import { parameterShapes } from "./shapes.js";
+
+export { parameterShapes };
 import { ropeInvFreq, type RopeScaling } from "./rope.js";
 
 /**
@@ -28,6 +31,8 @@ export interface ForwardOptions {
   positionIds?: tf.Tensor2D | ArrayLike<number>;
   /** Lengths of the sequences packed back to back in a [1, N] input (remove-padding); they sum to N. */
   segments?: ArrayLike<number>;
+  /** MoE: receives each sparse layer's router logits [N, numExperts], in layer order (kept: the caller disposes them). */
+  routerLogits?: tf.Tensor[];
 }
 
 function hostInts(x: tf.Tensor2D | ArrayLike<number> | undefined, B: number, T: number, what: string): ArrayLike<number> | undefined {
@@ -35,33 +40,6 @@ function hostInts(x: tf.Tensor2D | ArrayLike<number> | undefined, B: number, T: 
   const v = x instanceof tf.Tensor ? x.dataSync() : x;
   if (v.length !== B * T) throw new Error(`LlamaModel: ${what} holds ${v.length} values, input_ids [${B}, ${T}] needs ${B * T}`);
   return v;
-}
-
-/** Every parameter name and shape the config implies (HF names). */
-export function parameterShapes(c: ModelConfig, opts: { lmHead?: boolean } = {}): Map<string, number[]> {
-  const s = new Map<string, number[]>();
-  const q = c.nHeads * c.headDim, kv = c.nKvHeads * c.headDim;
-  s.set("model.embed_tokens.weight", [c.vocabSize, c.dim]);
-  for (let i = 0; i < c.nLayers; i++) {
-    const p = `model.layers.${i}.`;
-    s.set(p + "input_layernorm.weight", [c.dim]);
-    s.set(p + "self_attn.q_proj.weight", [q, c.dim]);
-    s.set(p + "self_attn.k_proj.weight", [kv, c.dim]);
-    s.set(p + "self_attn.v_proj.weight", [kv, c.dim]);
-    if (c.attentionBias) {
-      s.set(p + "self_attn.q_proj.bias", [q]);
-      s.set(p + "self_attn.k_proj.bias", [kv]);
-      s.set(p + "self_attn.v_proj.bias", [kv]);
-    }
-    s.set(p + "self_attn.o_proj.weight", [c.dim, q]);
-    s.set(p + "post_attention_layernorm.weight", [c.dim]);
-    s.set(p + "mlp.gate_proj.weight", [c.hiddenDim, c.dim]);
-    s.set(p + "mlp.up_proj.weight", [c.hiddenDim, c.dim]);
-    s.set(p + "mlp.down_proj.weight", [c.dim, c.hiddenDim]);
-  }
-  s.set("model.norm.weight", [c.dim]);
-  if (!c.tieWordEmbeddings && opts.lmHead !== false) s.set("lm_head.weight", [c.vocabSize, c.dim]);
-  return s;
 }
 
 /** Check that `params` holds exactly the expected names and shapes. */
@@ -133,13 +111,17 @@ export function contiguousKeyStart(mask: ArrayLike<number> | undefined, B: numbe
   return start;
 }
 
-/** Additive attention bias [B, 1, T, 1, T]: 0 where query t may see key s (s <= t and s is real), else -1e9. */
-function attentionBias(mask: ArrayLike<number> | undefined, B: number, T: number): tf.Tensor {
+/**
+ * Additive attention bias [B, 1, T, 1, T]: 0 where query t may see key s (s <= t and s is real), else -1e9.
+ * With a sliding `window` (transformers' sliding_window_overlay: kv_idx > q_idx - window), only the keys
+ * t - window < s <= t: a query sees itself and the window - 1 columns before it.
+ */
+function attentionBias(mask: ArrayLike<number> | undefined, B: number, T: number, window: number | null = null): tf.Tensor {
   const bias = new Float32Array(B * T * T);
   for (let b = 0; b < B; b++) {
     for (let t = 0; t < T; t++) {
       for (let s = 0; s < T; s++) {
-        const visible = s <= t && (!mask || mask[b * T + s] !== 0);
+        const visible = s <= t && (window === null || s > t - window) && (!mask || mask[b * T + s] !== 0);
         bias[(b * T + t) * T + s] = visible ? 0 : -1e9;
       }
     }
@@ -150,16 +132,32 @@ function attentionBias(mask: ArrayLike<number> | undefined, B: number, T: number
 /** The per-forward constants every decoder layer reads (rebuilt from saved copies when a layer is recomputed). */
 interface LayerContext {
   cos: tf.Tensor; sin: tf.Tensor; rot: tf.Tensor2D; bias: tf.Tensor;
+  /** Sliding layers: their windowed bias, and their own rotary tables when their RoPE differs (Gemma 3). */
+  slidingBias?: tf.Tensor; localCos?: tf.Tensor; localSin?: tf.Tensor;
   /** Packed input: gathers between packed token rows and the per-segment attention view. */
   toPadded?: tf.Tensor1D; toPacked?: tf.Tensor1D;
 }
+
+const CONTEXT_KEYS = ["cos", "sin", "rot", "bias", "slidingBias", "localCos", "localSin", "toPadded", "toPacked"] as const;
 
 /** Host-side shape of the attention: batch and length of the (possibly per-segment) view. */
 interface AttentionView { batch: number; seqLen: number; keyStart?: Int32Array }
 
 /** The linear modules of one layer that run as one fused product. */
 const QKV = ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"];
-const GATE_UP = ["mlp.gate_proj", "mlp.up_proj"];
+
+/** 1 at each row's k largest entries, else 0; no gradient (the selection is a constant of the step). */
+function topKMask(p: tf.Tensor, k: number): tf.Tensor {
+  const op = tf.customGrad((...args: (tf.Tensor | tf.GradSaveFunc)[]) => {
+    const x = args[0] as tf.Tensor;
+    const E = x.shape[x.shape.length - 1]!;
+    return {
+      value: tf.tidy(() => tf.oneHot(tf.topk(x, k).indices, E).sum(-2).toFloat()),
+      gradFunc: (dy: tf.Tensor | tf.Tensor[]) => [tf.zerosLike(dy as tf.Tensor)],
+    };
+  });
+  return op(p) as tf.Tensor;
+}
 
 export class LlamaModel {
   /** False for the trunk of a value model saved without an (untied) lm_head. */
@@ -233,33 +231,84 @@ export class LlamaModel {
     return [...this.trainableParams().keys()].filter((n) => n.startsWith(p));
   }
 
+  /** RMSNorm with Gemma's (1 + w) weight where the family has it. */
+  private norm(x: tf.Tensor, w: tf.Tensor): tf.Tensor {
+    return rmsNorm(x, this.config.gemma ? tf.add(w, 1) : w, this.config.normEps); // w * x / sqrt(mean(x^2) + eps)
+  }
+
   /** One decoder layer on token rows x [N, dim]. */
-  private decoderLayer(i: number, x: tf.Tensor, ctx: LayerContext, view: AttentionView, w: (n: string) => tf.Tensor): tf.Tensor {
+  private decoderLayer(i: number, x: tf.Tensor, ctx: LayerContext, view: AttentionView, w: (n: string) => tf.Tensor, router?: tf.Tensor[]): tf.Tensor {
     const c = this.config, hd = c.headDim, g = c.nHeads / c.nKvHeads, N = x.shape[0]!;
-    const { batch: B, seqLen: T } = view;
-    const rms = (t: tf.Tensor, n: string) => rmsNorm(t, w(`model.layers.${i}.${n}`), c.normEps); // w * x / sqrt(mean(x^2) + eps)
+    const { batch: B, seqLen: T } = view, L = `model.layers.${i}.`;
+    const sliding = layerWindow(c, i) !== null;
     // attention: one fused q/k/v projection, rotary on q and k together
-    const n1 = rms(x, "input_layernorm.weight");
+    const n1 = this.norm(x, w(L + "input_layernorm.weight"));
     let qkv = this.project(n1, i, QKV, w);
-    if (c.attentionBias) qkv = qkv.add(tf.concat(QKV.map((m) => w(`model.layers.${i}.${m}.bias`))));
-    const [qk0, v0] = tf.split(qkv.reshape([N, c.nHeads + 2 * c.nKvHeads, hd]), [c.nHeads + c.nKvHeads, c.nKvHeads], 1);
+    if (c.attentionBias) qkv = qkv.add(tf.concat(QKV.map((m) => w(`${L}${m}.bias`))));
+    let [qk0, v0] = tf.split(qkv.reshape([N, c.nHeads + 2 * c.nKvHeads, hd]), [c.nHeads + c.nKvHeads, c.nKvHeads], 1);
+    if (c.qkNorm) { // Qwen3 / Gemma 3: each head's q and k RMS-normed over head_dim before RoPE
+      const [q, k] = tf.split(qk0!, [c.nHeads, c.nKvHeads], 1);
+      qk0 = tf.concat([
+        this.norm(q!.reshape([-1, hd]), w(L + "self_attn.q_norm.weight")).reshape([N, c.nHeads, hd]),
+        this.norm(k!.reshape([-1, hd]), w(L + "self_attn.k_norm.weight")).reshape([N, c.nKvHeads, hd]),
+      ], 1);
+    }
+    const cos = sliding && ctx.localCos ? ctx.localCos : ctx.cos, sin = sliding && ctx.localSin ? ctx.localSin : ctx.sin;
     const qkRot = matmul(qk0!.reshape([-1, hd]) as tf.Tensor2D, ctx.rot).reshape(qk0!.shape);
-    let qk = qk0!.mul(ctx.cos).add(qkRot.mul(ctx.sin)), vv: tf.Tensor = v0!;
+    let qk = qk0!.mul(cos).add(qkRot.mul(sin)), vv: tf.Tensor = v0!;
     // packed rows: attention runs per sequence, on a right-padded [segments, longest] view
     if (ctx.toPadded) { qk = tf.gather(qk, ctx.toPadded); vv = tf.gather(vv, ctx.toPadded); }
     const [q0, k0] = tf.split(qk, [c.nHeads, c.nKvHeads], 1);
     // group the g query heads that share a kv head: rows of q are (t, j) pairs
-    const q = q0!.mul(1 / Math.sqrt(hd)).reshape([B, T, c.nKvHeads, g * hd]).transpose([0, 2, 1, 3]).reshape([B * c.nKvHeads, T * g, hd]) as tf.Tensor3D;
+    const scale = c.gemma ? 1 / Math.sqrt(c.gemma.queryPreAttnScalar) : 1 / Math.sqrt(hd);
+    const q = q0!.mul(scale).reshape([B, T, c.nKvHeads, g * hd]).transpose([0, 2, 1, 3]).reshape([B * c.nKvHeads, T * g, hd]) as tf.Tensor3D;
     const k = k0!.reshape([B, T, c.nKvHeads, hd]).transpose([0, 2, 1, 3]).reshape([B * c.nKvHeads, T, hd]) as tf.Tensor3D;
     const v = vv.reshape([B, T, c.nKvHeads, hd]).transpose([0, 2, 1, 3]).reshape([B * c.nKvHeads, T, hd]) as tf.Tensor3D;
-    // softmax(q k^T + bias) v, computed in attention.ts to keep the backward pass lean
-    const o = groupedAttention(q, k, v, ctx.bias, { batch: B, kvHeads: c.nKvHeads, group: g, seqLen: T }, view.keyStart);
+    // softmax(q k^T + bias) v, computed in attention.ts to keep the backward pass lean; sliding layers see a window
+    const shape = { batch: B, kvHeads: c.nKvHeads, group: g, seqLen: T, softcap: c.gemma?.attnSoftcap ?? null };
+    const o = groupedAttention(q, k, v, sliding ? ctx.slidingBias! : ctx.bias, shape, sliding ? undefined : view.keyStart);
     let att = o.reshape([B, c.nKvHeads, T, g * hd]).transpose([0, 2, 1, 3]).reshape([B * T, c.nHeads * hd]);
     if (ctx.toPacked) att = tf.gather(att, ctx.toPacked);
-    const h = x.add(this.project(att, i, ["self_attn.o_proj"], w));
-    // SwiGLU feed-forward with one fused gate/up projection
-    const gu = this.project(rms(h, "post_attention_layernorm.weight"), i, GATE_UP, w) as tf.Tensor2D;
-    return h.add(this.project(swiGlu(gu), i, ["mlp.down_proj"], w)); // silu(gate) * up
+    let ao = this.project(att, i, ["self_attn.o_proj"], w);
+    if (c.attentionOutBias) ao = ao.add(w(L + "self_attn.o_proj.bias"));
+    // Gemma normalises the attention output before the residual, and has its own pre-feed-forward norm
+    if (c.gemma) ao = this.norm(ao, w(L + "post_attention_layernorm.weight"));
+    const h = x.add(ao);
+    const n2 = this.norm(h, w(L + (c.gemma ? "pre_feedforward_layernorm.weight" : "post_attention_layernorm.weight")));
+    let f = isSparseLayer(c, i) ? this.experts(n2, i, w, router) : this.mlp(n2, i, "mlp.", w);
+    if (c.gemma) f = this.norm(f, w(L + "post_feedforward_layernorm.weight"));
+    return h.add(f);
+  }
+
+  /** The gated feed-forward under `prefix` (mlp. or mlp.experts.e.): one fused gate/up product, act(gate) * up, down. */
+  private mlp(x: tf.Tensor, i: number, prefix: string, w: (n: string) => tf.Tensor): tf.Tensor {
+    const c = this.config, L = `model.layers.${i}.${prefix}`, bias = c.mlpBias && prefix === "mlp.";
+    let gu = this.project(x, i, [prefix + "gate_proj", prefix + "up_proj"], w) as tf.Tensor2D;
+    if (bias) gu = gu.add(tf.concat([w(L + "gate_proj.bias"), w(L + "up_proj.bias")])) as tf.Tensor2D;
+    const hidden = c.gemma ? geGlu(gu) : swiGlu(gu); // gelu_tanh(gate) * up, or silu(gate) * up
+    const out = this.project(hidden, i, [prefix + "down_proj"], w);
+    return bias ? out.add(w(L + "down_proj.bias")) : out;
+  }
+
+  /**
+   * Qwen3-MoE's sparse block: router logits x W_gate^T, softmax, the top-k experts of each token
+   * (their weights renormalised to 1 with norm_topk_prob), out = sum_k weight_k * expert_k(x).
+   * Correct first: every expert runs on every token and unselected ones are weighted 0 (no
+   * gather/scatter kernel yet), so the cost is numExperts / topK times a routed one.
+   */
+  private experts(x: tf.Tensor, i: number, w: (n: string) => tf.Tensor, router?: tf.Tensor[]): tf.Tensor {
+    const moe = this.config.moe!;
+    const logits = this.project(x, i, ["mlp.gate"], w); // [N, E]
+    if (router) router.push(tf.keep(logits));
+    const probs = tf.softmax(logits);
+    let weights = probs.mul(topKMask(probs, moe.topK));
+    if (moe.normTopkProb) weights = weights.div(weights.sum(-1, true));
+    let out: tf.Tensor | undefined;
+    for (let e = 0; e < moe.numExperts; e++) {
+      const y = this.mlp(x, i, `mlp.experts.${e}.`, w).mul(weights.slice([0, e], [-1, 1]));
+      out = out ? out.add(y) : y;
+    }
+    return out!;
   }
 
   /**
@@ -269,29 +318,34 @@ export class LlamaModel {
    */
   hiddenStates(inputIds: tf.Tensor2D, opts: ForwardOptions = {}): tf.Tensor3D {
     const c = this.config, [B, T] = inputIds.shape, hd = c.headDim;
+    if (opts.routerLogits && this.gradientCheckpointing) throw new Error("LlamaModel: router logits (MoE aux loss) with gradient checkpointing are not built; turn enable_gradient_checkpointing off");
     return tf.tidy(() => {
       const mask = hostInts(opts.attentionMask, B, T, "attentionMask");
       const pos = hostInts(opts.positionIds, B, T, "positionIds") ?? positionsFromMask(mask, B, T);
       const rope = ropeTables(pos, hd, c.ropeTheta, c.ropeScaling ?? null);
+      const local = c.localRope ? ropeTables(pos, hd, c.localRope.theta, c.localRope.scaling) : undefined;
       const seg = opts.segments ? segmentView(opts.segments, B, T) : undefined;
       const view: AttentionView = seg
         ? { batch: seg.count, seqLen: seg.maxLen, keyStart: new Int32Array(seg.count) }
         : { batch: B, seqLen: T, keyStart: contiguousKeyStart(mask, B, T) };
-      const consts: tf.Tensor[] = [
-        tf.tensor(rope.cos, [B * T, 1, hd]), tf.tensor(rope.sin, [B * T, 1, hd]), rotateHalfMatrix(hd),
-        attentionBias(seg ? seg.mask : mask, view.batch, view.seqLen),
-        ...(seg ? [tf.tensor1d(seg.toPadded, "int32"), tf.tensor1d(seg.toPacked, "int32")] : []),
-      ];
-      const context = (cs: tf.Tensor[]): LayerContext => ({
-        cos: cs[0]!, sin: cs[1]!, rot: cs[2]! as tf.Tensor2D, bias: cs[3]!,
-        ...(seg ? { toPadded: cs[4]! as tf.Tensor1D, toPacked: cs[5]! as tf.Tensor1D } : {}),
-      });
+      const window = c.slidingLayers?.some(Boolean) ? c.slidingWindow! : null;
+      const built: Partial<Record<(typeof CONTEXT_KEYS)[number], tf.Tensor>> = {
+        cos: tf.tensor(rope.cos, [B * T, 1, hd]), sin: tf.tensor(rope.sin, [B * T, 1, hd]), rot: rotateHalfMatrix(hd),
+        bias: attentionBias(seg ? seg.mask : mask, view.batch, view.seqLen),
+        ...(window !== null ? { slidingBias: attentionBias(seg ? seg.mask : mask, view.batch, view.seqLen, window) } : {}),
+        ...(local ? { localCos: tf.tensor(local.cos, [B * T, 1, hd]), localSin: tf.tensor(local.sin, [B * T, 1, hd]) } : {}),
+        ...(seg ? { toPadded: tf.tensor1d(seg.toPadded, "int32"), toPacked: tf.tensor1d(seg.toPacked, "int32") } : {}),
+      };
+      const keys = CONTEXT_KEYS.filter((k) => built[k] !== undefined);
+      const consts = keys.map((k) => built[k]!);
+      const context = (cs: tf.Tensor[]): LayerContext => Object.fromEntries(keys.map((k, j) => [k, cs[j]!])) as unknown as LayerContext;
       const ctx = context(consts);
       const plain = (n: string) => this.tensor(n);
 
       let x: tf.Tensor = tf.gather(this.p("model.embed_tokens.weight"), inputIds.reshape([-1]).toInt()); // [B*T, dim]
+      if (c.gemma) x = x.mul(Math.fround(Math.sqrt(c.dim))); // Gemma scales the embeddings by sqrt(hidden_size)
       for (let i = 0; i < c.nLayers; i++) {
-        if (!this.gradientCheckpointing) { x = this.decoderLayer(i, x, ctx, view, plain); continue; }
+        if (!this.gradientCheckpointing) { x = this.decoderLayer(i, x, ctx, view, plain, opts.routerLogits); continue; }
         // recompute in backward: only the layer's input (and the shared constants) stays alive
         const names = this.layerTrainables(i);
         x = checkpoint((xs, ps, cs) => {
@@ -299,7 +353,7 @@ export class LlamaModel {
           return this.decoderLayer(i, xs, context(cs), view, (n) => given.get(n) ?? this.tensor(n));
         }, x, names.map(plain), consts);
       }
-      return rmsNorm(x, this.p("model.norm.weight"), c.normEps).reshape([B, T, c.dim]) as tf.Tensor3D;
+      return this.norm(x, this.p("model.norm.weight")).reshape([B, T, c.dim]) as tf.Tensor3D;
     });
   }
 
@@ -309,8 +363,14 @@ export class LlamaModel {
     return this.p(this.config.tieWordEmbeddings ? "model.embed_tokens.weight" : "lm_head.weight");
   }
 
-  /** Logits [..., vocab] for hidden states [..., dim]. */
+  /** Logits [..., vocab] for hidden states [..., dim] (soft-capped where the family says: Gemma 2's final_logit_softcapping). */
   lmHead(hidden: tf.Tensor): tf.Tensor {
+    const cap = this.config.gemma?.finalSoftcap ?? null;
+    const logits = this.rawLmHead(hidden);
+    return cap === null ? logits : tf.tidy(() => softcap(logits, cap));
+  }
+
+  private rawLmHead(hidden: tf.Tensor): tf.Tensor {
     const w = this.lmHeadWeight() as tf.Tensor2D;
     const head = this.lora?.modules.get("lm_head");
     if (head) {
