@@ -8,8 +8,17 @@ import type { LlamaModel } from "../models/llama.js";
 import { forEachMergedWeight, mergedWeightSync, weightIdentity } from "../models/merge.js";
 
 export interface LayerWeights {
-  attnNorm: Float32Array; wqkv: HostWeight; bqkv?: Float32Array; wo: HostWeight;
-  ffnNorm: Float32Array; wgu: HostWeight; wd: HostWeight;
+  attnNorm: Float32Array; wqkv: HostWeight; bqkv?: Float32Array; wo: HostWeight; bo?: Float32Array;
+  /** Qwen3 / Gemma 3: per-head norms of q and k */
+  qNorm?: Float32Array; kNorm?: Float32Array;
+  /** Gemma: the attention output's norm (post_attention_layernorm) and the feed-forward output's */
+  postAttnNorm?: Float32Array; postFfnNorm?: Float32Array;
+  /** the norm before the feed-forward (post_attention_layernorm, or Gemma's pre_feedforward_layernorm) */
+  ffnNorm: Float32Array;
+  /** dense feed-forward (absent on a sparse MoE layer) */
+  wgu?: HostWeight; bgu?: Float32Array; wd?: HostWeight; bd?: Float32Array;
+  /** MoE: the router [E, D] and each expert's fused gate/up and down */
+  experts?: { router: HostWeight; wgu: HostWeight[]; wd: HostWeight[] };
 }
 
 export interface DecodeWeights {
@@ -56,21 +65,37 @@ export function prepareDecodeWeights(model: LlamaModel, kernels: HostKernels): D
   const host = snap && sameIds(snap.ids, paramIds(model)) ? snap.arrays : undefined;
   const c = model.config, read = (n: string) => host?.get(n) ?? mergedWeightSync(model, n);
   const Q = c.nHeads * c.headDim, KV = c.nKvHeads * c.headDim, D = c.dim, F = c.hiddenDim;
+  // Gemma's norms multiply by (1 + w): folded into the weights once, in float32 as transformers adds them
+  const norm = (n: string) => (c.gemma ? read(n).map((v) => Math.fround(1 + v)) : read(n));
   const layers: LayerWeights[] = [];
   for (let i = 0; i < c.nLayers; i++) {
-    const p = (n: string) => read(`model.layers.${i}.${n}`);
+    const L = `model.layers.${i}.`, p = (n: string) => read(L + n);
+    const gateUp = (pre: string, width: number) => kernels.weight(concatRows([p(pre + "gate_proj.weight"), p(pre + "up_proj.weight")]), 2 * width, D);
+    const moe = c.moe?.sparseLayers[i] ? c.moe : undefined;
     layers.push({
-      attnNorm: p("input_layernorm.weight"),
+      attnNorm: norm(L + "input_layernorm.weight"),
       wqkv: kernels.weight(concatRows([p("self_attn.q_proj.weight"), p("self_attn.k_proj.weight"), p("self_attn.v_proj.weight")]), Q + 2 * KV, D),
       bqkv: c.attentionBias ? concatRows([p("self_attn.q_proj.bias"), p("self_attn.k_proj.bias"), p("self_attn.v_proj.bias")]) : undefined,
       wo: kernels.weight(p("self_attn.o_proj.weight"), D, Q),
-      ffnNorm: p("post_attention_layernorm.weight"),
-      wgu: kernels.weight(concatRows([p("mlp.gate_proj.weight"), p("mlp.up_proj.weight")]), 2 * F, D),
-      wd: kernels.weight(p("mlp.down_proj.weight"), D, F),
+      bo: c.attentionOutBias ? p("self_attn.o_proj.bias") : undefined,
+      ...(c.qkNorm ? { qNorm: norm(L + "self_attn.q_norm.weight"), kNorm: norm(L + "self_attn.k_norm.weight") } : {}),
+      ...(c.gemma ? { postAttnNorm: norm(L + "post_attention_layernorm.weight"), postFfnNorm: norm(L + "post_feedforward_layernorm.weight") } : {}),
+      ffnNorm: norm(L + (c.gemma ? "pre_feedforward_layernorm.weight" : "post_attention_layernorm.weight")),
+      ...(moe ? {
+        experts: {
+          router: kernels.weight(p("mlp.gate.weight"), moe.numExperts, D),
+          wgu: Array.from({ length: moe.numExperts }, (_, e) => gateUp(`mlp.experts.${e}.`, moe.intermediateSize)),
+          wd: Array.from({ length: moe.numExperts }, (_, e) => kernels.weight(p(`mlp.experts.${e}.down_proj.weight`), D, moe.intermediateSize)),
+        },
+      } : {
+        wgu: gateUp("mlp.", F),
+        wd: kernels.weight(p("mlp.down_proj.weight"), D, F),
+        ...(c.mlpBias ? { bgu: concatRows([p("mlp.gate_proj.bias"), p("mlp.up_proj.bias")]), bd: p("mlp.down_proj.bias") } : {}),
+      }),
     });
   }
   const emb = read("model.embed_tokens.weight");
-  return { layers, emb, finalNorm: read("model.norm.weight"), lmHead: kernels.weight(c.tieWordEmbeddings ? emb : read("lm_head.weight"), c.vocabSize, D) };
+  return { layers, emb, finalNorm: norm("model.norm.weight"), lmHead: kernels.weight(c.tieWordEmbeddings ? emb : read("lm_head.weight"), c.vocabSize, D) };
 }
 
 interface Cached { ids: object[]; backend: string; kernels: HostKernels; weights: DecodeWeights }

@@ -8,9 +8,11 @@
 import * as tf from "@tensorflow/tfjs";
 import { hostKernels, type HostBuffer, type HostKernels } from "../engine/host_kernels.js";
 import type { ModelConfig } from "../models/config.js";
+import { layerWindow } from "../models/config.js";
 import { ropeInvFreq, type LlamaModel } from "../models/llama.js";
+import type { RopeScaling } from "../models/rope.js";
 import { KvCache } from "./kv_cache.js";
-import { cachedDecodeWeights, prepareDecodeWeights, type DecodeWeights } from "./decode_weights.js";
+import { cachedDecodeWeights, prepareDecodeWeights, type DecodeWeights, type LayerWeights } from "./decode_weights.js";
 import { SimdArena } from "../engine/simd/arena.js";
 import { buildSwiGluKernel, type SwiGluKernel } from "../engine/simd/swiglu_kernel.js";
 
@@ -38,9 +40,10 @@ export class KvCacheDecoder implements StepDecoder {
   private readonly xn: HostBuffer; private readonly qkv: HostBuffer; private readonly att: HostBuffer;
   private readonly o: HostBuffer; private readonly gu: HostBuffer; private readonly h: HostBuffer;
   private readonly logits: HostBuffer;
-  private readonly invFreq: Float32Array;
-  private ropeCos = new Float32Array(0);
-  private ropeSin = new Float32Array(0);
+  /** rotary tables: [0] the full layers', [1] the sliding layers' when their RoPE differs (Gemma 3) */
+  private readonly ropes: RopeTable[];
+  /** MoE buffers: router logits, one expert's gathered rows, its gate/up, hidden and output */
+  private readonly moe?: { logits: HostBuffer; xe: HostBuffer; gu: HostBuffer; h: HostBuffer; ye: HostBuffer; rows: Int32Array; weights: Float32Array };
 
   constructor(model: LlamaModel, readonly batch: number, readonly maxLen: number, opts: { kernels?: HostKernels; maxRowsPerCall?: number; simd?: boolean } = {}) {
     const c = (this.c = model.config);
@@ -67,8 +70,15 @@ export class KvCacheDecoder implements StepDecoder {
     this.gu = this.kernels.alloc(N * 2 * F);
     this.h = this.kernels.alloc(N * F);
     this.logits = this.kernels.alloc(batch * c.vocabSize);
-    // Dynamic scaling changes nothing within max_position_embeddings; ensureRope refuses positions past it.
-    this.invFreq = ropeInvFreq(c.headDim, c.ropeTheta, c.ropeScaling ?? null);
+    this.ropes = [new RopeTable(c.headDim, c.ropeTheta, c.ropeScaling ?? null)];
+    if (c.localRope) this.ropes.push(new RopeTable(c.headDim, c.localRope.theta, c.localRope.scaling));
+    if (c.moe) {
+      const Fm = c.moe.intermediateSize;
+      this.moe = {
+        logits: this.kernels.alloc(N * c.moe.numExperts), xe: this.kernels.alloc(N * D), gu: this.kernels.alloc(N * 2 * Fm),
+        h: this.kernels.alloc(N * Fm), ye: this.kernels.alloc(N * D), rows: new Int32Array(N), weights: new Float32Array(N),
+      };
+    }
   }
 
   prefill(ids: Int32Array, positions: Int32Array, mask: ArrayLike<number>, P: number): Float32Array {
@@ -140,33 +150,98 @@ export class KvCacheDecoder implements StepDecoder {
       for (let t = 0; t < T; t++) this.cache.mark(b, slotStart[r]! + t, valid ? valid[r * T + t] !== 0 : true);
     }
     const x = this.x, k = this.kernels;
-    this.ensureRope(positions);
+    const ropes = this.ropes.map((r) => r.forCall(positions));
+    // Gemma's queries scale by query_pre_attn_scalar^-0.5; the cache's attention divides by sqrt(head_dim)
+    const qScale = c.gemma ? Math.sqrt(c.headDim / c.gemma.queryPreAttnScalar) : 1;
+    const softcap = c.gemma?.attnSoftcap ?? null;
     for (let n = 0; n < N; n++) {
       const tkn = tokens[n]!;
       if (tkn < 0 || tkn >= c.vocabSize) throw new Error(`KvCacheDecoder: token id ${tkn} outside the vocabulary [0, ${c.vocabSize})`);
       x.set(this.w.emb.subarray(tkn * D, tkn * D + D), n * D);
     }
+    if (c.gemma) { const e = Math.fround(Math.sqrt(D)); for (let i = 0; i < N * D; i++) x[i] = Math.fround(x[i]! * e); }
     for (let l = 0; l < c.nLayers; l++) {
-      const L = this.w.layers[l]!;
+      const L = this.w.layers[l]!, window = layerWindow(c, l);
       rmsNorm(x, this.xn.view(), N, D, L.attnNorm, c.normEps);
       k.matmul(this.xn, N, L.wqkv, this.qkv);
       const qkv = this.qkv.view();
       if (L.bqkv) for (let n = 0; n < N; n++) for (let j = 0; j < W; j++) qkv[n * W + j]! += L.bqkv[j]!;
-      this.ropeAndStore(l, qkv, rows, positions, slotStart, T);
-      this.cache.attend(l, qkv, this.att.view(), rows, slotStart, T);
+      if (L.qNorm) headNorms(qkv, N, W, c.nHeads, c.nKvHeads, c.headDim, L.qNorm, L.kNorm!, c.normEps);
+      if (qScale !== 1) for (let n = 0; n < N; n++) for (let j = 0; j < c.nHeads * c.headDim; j++) qkv[n * W + j]! *= qScale;
+      const rope = ropes[window !== null && ropes.length > 1 ? 1 : 0]!;
+      this.ropeAndStore(l, qkv, rows, positions, slotStart, T, rope);
+      this.cache.attend(l, qkv, this.att.view(), rows, slotStart, T, window, softcap);
       k.matmul(this.att, N, L.wo, this.o);
+      if (L.bo) addBias(this.o.view(), L.bo, N, D);
+      if (L.postAttnNorm) rmsNorm(this.o.view(), this.o.view(), N, D, L.postAttnNorm, c.normEps);
       addInto(x, this.o.view(), N * D);
       rmsNorm(x, this.xn.view(), N, D, L.ffnNorm, c.normEps);
-      k.matmul(this.xn, N, L.wgu, this.gu);
-      this.swiGlu(N, F);
-      k.matmul(this.h, N, L.wd, this.o);
+      if (L.experts) this.experts(L.experts, N);
+      else {
+        k.matmul(this.xn, N, L.wgu!, this.gu);
+        if (L.bgu) addBias(this.gu.view(), L.bgu, N, 2 * F);
+        if (c.gemma) geGlu(this.gu.view(), this.h.view(), N, F);
+        else this.swiGlu(N, F);
+        k.matmul(this.h, N, L.wd!, this.o);
+        if (L.bd) addBias(this.o.view(), L.bd, N, D);
+      }
+      if (L.postFfnNorm) rmsNorm(this.o.view(), this.o.view(), N, D, L.postFfnNorm, c.normEps);
       addInto(x, this.o.view(), N * D);
     }
     // final norm of each row's last token, then the output projection
     const last = T === 1 ? x : gatherLast(x, R, T, D);
     rmsNorm(last, this.xn.view(), R, D, this.w.finalNorm, c.normEps);
     k.matmul(this.xn, R, this.w.lmHead, this.logits);
-    return this.logits.view().subarray(0, R * c.vocabSize);
+    const out = this.logits.view().subarray(0, R * c.vocabSize);
+    const cap = c.gemma?.finalSoftcap ?? null;
+    if (cap !== null) for (let i = 0; i < out.length; i++) out[i] = cap * Math.tanh(out[i]! / cap);
+    return out;
+  }
+
+  /**
+   * Qwen3-MoE's sparse block on the normed rows in xn, into o: softmax of the router logits, each
+   * token's top-k experts (weights renormalised with norm_topk_prob), then per expert (in index
+   * order, as transformers adds them) its tokens gathered, its SwiGLU run, the weighted output added back.
+   */
+  private experts(ex: NonNullable<LayerWeights["experts"]>, N: number): void {
+    const c = this.c, m = c.moe!, E = m.numExperts, D = c.dim, Fm = m.intermediateSize, buf = this.moe!, k = this.kernels;
+    k.matmul(this.xn, N, ex.router, buf.logits);
+    const probs = buf.logits.view(), sel = new Int32Array(N * m.topK), wsel = new Float32Array(N * m.topK);
+    for (let n = 0; n < N; n++) {
+      const row = probs.subarray(n * E, (n + 1) * E);
+      let max = -Infinity, sum = 0;
+      for (let e = 0; e < E; e++) max = Math.max(max, row[e]!);
+      for (let e = 0; e < E; e++) { row[e] = Math.exp(row[e]! - max); sum += row[e]!; }
+      for (let e = 0; e < E; e++) row[e] = row[e]! / sum;
+      let total = 0;
+      for (let j = 0; j < m.topK; j++) { // the k largest, ties to the lower index
+        let best = -1;
+        for (let e = 0; e < E; e++) {
+          if (sel.subarray(n * m.topK, n * m.topK + j).includes(e)) continue;
+          if (best < 0 || row[e]! > row[best]!) best = e;
+        }
+        sel[n * m.topK + j] = best; wsel[n * m.topK + j] = row[best]!; total += row[best]!;
+      }
+      if (m.normTopkProb) for (let j = 0; j < m.topK; j++) wsel[n * m.topK + j] = wsel[n * m.topK + j]! / total;
+    }
+    this.o.view().fill(0, 0, N * D);
+    for (let e = 0; e < E; e++) {
+      let cnt = 0;
+      for (let n = 0; n < N; n++) {
+        for (let j = 0; j < m.topK; j++) if (sel[n * m.topK + j] === e) { buf.rows[cnt] = n; buf.weights[cnt] = wsel[n * m.topK + j]!; cnt++; }
+      }
+      if (cnt === 0) continue;
+      const xn = this.xn.view(), xe = buf.xe.view();
+      for (let r = 0; r < cnt; r++) xe.set(xn.subarray(buf.rows[r]! * D, (buf.rows[r]! + 1) * D), r * D);
+      k.matmul(buf.xe, cnt, ex.wgu[e]!, buf.gu);
+      swiGlu(buf.gu.view(), buf.h.view(), cnt, Fm);
+      k.matmul(buf.h, cnt, ex.wd[e]!, buf.ye);
+      const ye = buf.ye.view(), o = this.o.view();
+      for (let r = 0; r < cnt; r++) {
+        const at = buf.rows[r]! * D, w = buf.weights[r]!;
+        for (let d = 0; d < D; d++) o[at + d]! += ye[r * D + d]! * w;
+      }
+    }
   }
 
   /** h = silu(gate) * up, in the SIMD kernel when there is one. */
@@ -177,36 +252,14 @@ export class KvCacheDecoder implements StepDecoder {
     this.h.view().set(this.glu.h.subarray(0, N * F));
   }
 
-  private ensureRope(positions: Int32Array): void {
-    let maxPos = 0;
-    for (const p of positions) maxPos = Math.max(maxPos, p);
-    const h = this.c.headDim / 2;
-    if (this.ropeCos.length >= (maxPos + 1) * h) return;
-    const scaling = this.c.ropeScaling;
-    if (scaling?.type === "dynamic" && maxPos + 1 > scaling.maxPositionEmbeddings) {
-      // transformers re-derives the base at every length past it, re-rotating nothing already cached: not done here.
-      throw new Error(`decoder: position ${maxPos} is past max_position_embeddings ${scaling.maxPositionEmbeddings}, where dynamic rope scaling would change the frequencies; keep prompt + response within it`);
-    }
-    const n = Math.max(maxPos + 1, 2 * (this.ropeCos.length / h));
-    this.ropeCos = new Float32Array(n * h);
-    this.ropeSin = new Float32Array(n * h);
-    for (let p = 0; p < n; p++) {
-      for (let i = 0; i < h; i++) {
-        const a = Math.fround(p * this.invFreq[i]!); // float32 angle, as the tfjs forward and PyTorch compute it
-        this.ropeCos[p * h + i] = Math.cos(a);
-        this.ropeSin[p * h + i] = Math.sin(a);
-      }
-    }
-  }
-
   /** Rotate q and k in place (HF halves convention) and write k, v into the cache. */
-  private ropeAndStore(l: number, qkv: Float32Array, rows: Int32Array, positions: Int32Array, slotStart: Int32Array, T: number): void {
+  private ropeAndStore(l: number, qkv: Float32Array, rows: Int32Array, positions: Int32Array, slotStart: Int32Array, T: number, rope: RopeRows): void {
     const c = this.c, hd = c.headDim, h = hd / 2, W = (c.nHeads + 2 * c.nKvHeads) * hd;
-    const nRot = c.nHeads + c.nKvHeads, K = this.cache.k[l]!, V = this.cache.v[l]!, cos = this.ropeCos, sin = this.ropeSin;
+    const nRot = c.nHeads + c.nKvHeads, K = this.cache.k[l]!, V = this.cache.v[l]!, { cos, sin } = rope;
     for (let r = 0; r < rows.length; r++) {
       const b = rows[r]!;
       for (let t = 0; t < T; t++) {
-        const n = r * T + t, base = n * W, tp = positions[n]! * h;
+        const n = r * T + t, base = n * W, tp = (rope.byToken ? n : positions[n]!) * h;
         for (let head = 0; head < nRot; head++) {
           const o = base + head * hd;
           for (let i = 0; i < h; i++) {
@@ -227,6 +280,83 @@ export class KvCacheDecoder implements StepDecoder {
 
   dispose(): void {
     this.kernels.dispose();
+  }
+}
+
+/** cos/sin rows for one call: indexed by position, or by token when the frequencies are this call's own. */
+interface RopeRows { cos: Float32Array; sin: Float32Array; byToken: boolean }
+
+/**
+ * A rotary table grown on demand, one row of cos/sin per position. Dynamic (NTK) scaling past
+ * max_position_embeddings does what transformers' dynamic_rope_update does: the frequencies of
+ * a forward call come from its longest position (max position + 1, over the batch), applied to
+ * that call's new tokens; keys already cached keep the rotation they were stored with.
+ */
+class RopeTable {
+  private readonly invFreq: Float32Array;
+  private cos = new Float32Array(0);
+  private sin = new Float32Array(0);
+
+  constructor(private readonly hd: number, private readonly theta: number, private readonly scaling: RopeScaling | null) {
+    this.invFreq = ropeInvFreq(hd, theta, scaling);
+  }
+
+  forCall(positions: Int32Array): RopeRows {
+    let maxPos = 0;
+    for (const p of positions) maxPos = Math.max(maxPos, p);
+    const h = this.hd / 2;
+    if (this.scaling?.type === "dynamic" && maxPos + 1 > this.scaling.maxPositionEmbeddings) {
+      const inv = ropeInvFreq(this.hd, this.theta, this.scaling, maxPos + 1);
+      const cos = new Float32Array(positions.length * h), sin = new Float32Array(positions.length * h);
+      fillRope(cos, sin, positions, inv, h);
+      return { cos, sin, byToken: true };
+    }
+    if (this.cos.length < (maxPos + 1) * h) {
+      const n = Math.max(maxPos + 1, 2 * (this.cos.length / h));
+      this.cos = new Float32Array(n * h);
+      this.sin = new Float32Array(n * h);
+      fillRope(this.cos, this.sin, Int32Array.from({ length: n }, (_, p) => p), this.invFreq, h);
+    }
+    return { cos: this.cos, sin: this.sin, byToken: false };
+  }
+}
+
+function fillRope(cos: Float32Array, sin: Float32Array, positions: ArrayLike<number>, inv: Float32Array, h: number): void {
+  for (let n = 0; n < positions.length; n++) {
+    for (let i = 0; i < h; i++) {
+      const a = Math.fround(positions[n]! * inv[i]!); // float32 angle, as the tfjs forward and PyTorch compute it
+      cos[n * h + i] = Math.cos(a);
+      sin[n * h + i] = Math.sin(a);
+    }
+  }
+}
+
+/** Qwen3 / Gemma 3: RMSNorm of each q head (qn) and k head (kn) over head_dim, in place in the qkv rows. */
+function headNorms(qkv: Float32Array, N: number, W: number, nH: number, nKv: number, hd: number, qn: Float32Array, kn: Float32Array, eps: number): void {
+  for (let n = 0; n < N; n++) {
+    for (let head = 0; head < nH + nKv; head++) {
+      const o = n * W + head * hd, w = head < nH ? qn : kn;
+      let ss = 0;
+      for (let d = 0; d < hd; d++) ss += qkv[o + d]! * qkv[o + d]!;
+      const r = 1 / Math.sqrt(ss / hd + eps);
+      for (let d = 0; d < hd; d++) qkv[o + d] = qkv[o + d]! * r * w[d]!;
+    }
+  }
+}
+
+function addBias(y: Float32Array, b: Float32Array, N: number, width: number): void {
+  for (let n = 0; n < N; n++) for (let j = 0; j < width; j++) y[n * width + j]! += b[j]!;
+}
+
+/** h = gelu_tanh(gate) * up (Gemma's GeGLU), from gu rows laid out [gate (F) | up (F)]. */
+function geGlu(gu: Float32Array, h: Float32Array, N: number, F: number): void {
+  const beta = Math.sqrt(2 / Math.PI);
+  for (let n = 0; n < N; n++) {
+    const gi = n * 2 * F, ho = n * F;
+    for (let j = 0; j < F; j++) {
+      const g = gu[gi + j]!;
+      h[ho + j] = 0.5 * g * (1 + Math.tanh(beta * (g + 0.044715 * g * g * g))) * gu[gi + F + j]!;
+    }
   }
 }
 

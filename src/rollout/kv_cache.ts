@@ -74,10 +74,12 @@ export class KvCache {
   }
 
   /**
-   * Attention of N = rows x T new tokens (q in `qkv` rows of width W) over the
-   * valid columns up to each token's own column; writes out [N, Q].
+   * Attention of N = rows x T new tokens (q in `qkv` rows of width W, scaled so that
+   * q k / sqrt(headDim) is the score) over the valid columns up to each token's own
+   * column; writes out [N, Q]. With `window`, only the window - 1 columns before a
+   * token's own are seen (sliding-window layers); `softcap` caps scores at cap * tanh(s / cap).
    */
-  attend(l: number, qkv: Float32Array, out: Float32Array, rows: Int32Array, slotStart: Int32Array, T: number): void {
+  attend(l: number, qkv: Float32Array, out: Float32Array, rows: Int32Array, slotStart: Int32Array, T: number, window: number | null = null, softcap: number | null = null): void {
     const c = this.c, hd = c.headDim, W = (c.nHeads + 2 * c.nKvHeads) * hd, Q = c.nHeads * hd, g = c.nHeads / c.nKvHeads;
     const N = rows.length * T, simd = this.simd;
     let heap: Float32Array | undefined;
@@ -86,10 +88,11 @@ export class KvCache {
       heap.set(qkv.subarray(0, N * W), simd.qAt / 4);
     }
     for (let r = 0; r < rows.length; r++) {
-      const b = rows[r]!, s0 = this.firstValid[b]!;
+      const b = rows[r]!;
       for (let t = 0; t < T; t++) {
         const n = r * T + t, qs = slotStart[r]! + t;
-        if (simd && s0 <= qs && this.contiguous(b, s0, qs)) {
+        const s0 = window === null ? this.firstValid[b]! : Math.max(this.firstValid[b]!, qs - window + 1);
+        if (simd && softcap === null && s0 <= qs && this.contiguous(b, s0, qs)) {
           for (let j = 0; j < c.nKvHeads; j++) {
             const kv = 4 * (((b * c.nKvHeads + j) * this.maxLen + s0) * hd);
             simd.kernel.attend(simd.qAt + 4 * (n * W + j * g * hd), simd.kvAt[2 * l]! + kv, simd.kvAt[2 * l + 1]! + kv,
@@ -97,7 +100,7 @@ export class KvCache {
           }
           out.set(heap!.subarray(simd.oAt / 4 + n * Q, simd.oAt / 4 + (n + 1) * Q), n * Q);
         } else {
-          this.attendJs(l, qkv, out, b, n, s0, qs);
+          this.attendJs(l, qkv, out, b, n, s0, qs, softcap);
         }
       }
     }
@@ -110,7 +113,7 @@ export class KvCache {
   }
 
   /** One token's attention in plain JS, skipping invalid columns. */
-  private attendJs(l: number, qkv: Float32Array, out: Float32Array, b: number, n: number, s0: number, qs: number): void {
+  private attendJs(l: number, qkv: Float32Array, out: Float32Array, b: number, n: number, s0: number, qs: number, softcap: number | null): void {
     const c = this.c, hd = c.headDim, g = c.nHeads / c.nKvHeads, W = (c.nHeads + 2 * c.nKvHeads) * hd, Q = c.nHeads * hd;
     const K = this.k[l]!, V = this.v[l]!, sc = this.scores, scale = 1 / Math.sqrt(hd), vrow = b * this.maxLen;
     for (let head = 0; head < c.nHeads; head++) {
@@ -122,7 +125,7 @@ export class KvCache {
         const ko = kvBase + s * hd;
         let dot = 0;
         for (let d = 0; d < hd; d++) dot += qkv[qo + d]! * K[ko + d]!;
-        sc[s] = dot * scale;
+        sc[s] = softcap === null ? dot * scale : softcap * Math.tanh((dot * scale) / softcap);
         if (sc[s]! > max) max = sc[s]!;
       }
       out.fill(0, oo, oo + hd);

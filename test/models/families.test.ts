@@ -7,6 +7,8 @@ import * as tf from "@tensorflow/tfjs";
 import { initBackend } from "../../src/engine/backend.js";
 import { loadHfModel } from "../../src/models/hf.js";
 import type { LlamaModel } from "../../src/models/llama.js";
+import { computeLogProb, defaultSamplingParams, generate, KvCacheDecoder, leftPadPrompts } from "../../src/rollout/index.js";
+import { Rng } from "../../src/utils/rng.js";
 import { FAMILY_FIXTURES, fixtureDir, maxDiff, reference } from "./families_fixtures.js";
 
 const TOL = 1e-4;
@@ -37,6 +39,51 @@ for (const name of FAMILY_FIXTURES) {
         const lp = ref.greedy[i]!.map((t, j) => logSoftmaxAt(logits, V, P - 1 + j, t));
         const wantLp = ref.tensors.get(`logprobs_${i}`)!.data;
         assert.ok(maxDiff(lp, wantLp) < TOL, `${name} prompt ${i}: log-probs differ by ${maxDiff(lp, wantLp)}`);
+      }
+    } finally {
+      model.dispose();
+    }
+  });
+}
+
+for (const name of FAMILY_FIXTURES) {
+  test(`${name}: the host KV-cache decoder gives transformers' logits, log-probs and greedy tokens`, async () => {
+    await initBackend("wasm");
+    const ref = reference(name), model = await loadHfModel(fixtureDir(name));
+    try {
+      const V = model.config.vocabSize, R = 32;
+      // teacher-forced through the cache: prefill the prompt, then one step per reference token
+      for (let i = 0; i < ref.prompts.length; i++) {
+        const prompt = ref.prompts[i]!, P = prompt.length, greedy = ref.greedy[i]!, want = ref.tensors.get(`logits_${i}`)!.data;
+        const dec = new KvCacheDecoder(model, 1, P + R);
+        try {
+          let logits = dec.prefill(Int32Array.from(prompt), Int32Array.from(prompt, (_, j) => j), new Int32Array(P).fill(1), P);
+          for (let j = 0; j < R; j++) {
+            const row = want.subarray((P - 1 + j) * V, (P + j) * V);
+            assert.ok(maxDiff(logits, row) < TOL, `${name} prompt ${i} step ${j}: decoder logits differ by ${maxDiff(logits, row)}`);
+            let arg = 0;
+            for (let v = 1; v < V; v++) if (logits[v]! > logits[arg]!) arg = v;
+            assert.equal(arg, greedy[j], `${name} prompt ${i} step ${j}: greedy token`);
+            if (j + 1 < R) logits = dec.step(Int32Array.of(0), Int32Array.of(greedy[j]!), Int32Array.of(P + j), P + j);
+          }
+        } finally {
+          dec.dispose();
+        }
+      }
+      // the rollout path: 5 left-padded prompts in one batch, greedy, with log-probs
+      const params = defaultSamplingParams({ temperature: 0, responseLength: R, eosTokenIds: [], padTokenId: 0, calculateLogProbs: true });
+      const out = generate(model, leftPadPrompts(ref.prompts, 0), params, new Rng(0));
+      const resp = out.batch["responses"]!.data, roll = out.batch["rollout_log_probs"]!.data;
+      for (let i = 0; i < ref.prompts.length; i++) {
+        assert.deepEqual(Array.from(resp.subarray(i * R, (i + 1) * R)), ref.greedy[i], `${name} prompt ${i}: batched greedy tokens`);
+        const wantLp = ref.tensors.get(`logprobs_${i}`)!.data;
+        assert.ok(maxDiff(roll.subarray(i * R, (i + 1) * R), wantLp) < TOL, `${name} prompt ${i}: rollout log-probs differ by ${maxDiff(roll.subarray(i * R, (i + 1) * R), wantLp)}`);
+      }
+      // and the training path's log-probs of the same left-padded batch
+      const lp = await computeLogProb(model, out, { microBatchSize: 5, temperature: 0 });
+      for (let i = 0; i < ref.prompts.length; i++) {
+        const wantLp = ref.tensors.get(`logprobs_${i}`)!.data, got = lp.logProbs.data.subarray(i * R, (i + 1) * R);
+        assert.ok(maxDiff(got, wantLp) < TOL, `${name} prompt ${i}: computeLogProb differs by ${maxDiff(got, wantLp)}`);
       }
     } finally {
       model.dispose();
