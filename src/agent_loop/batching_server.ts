@@ -75,7 +75,7 @@ export class ContinuousBatchingServer implements AsyncRolloutServer {
     if (opts.prefillChunk !== undefined && (!Number.isInteger(opts.prefillChunk) || opts.prefillChunk < 1)) {
       throw new Error(`ContinuousBatchingServer: prefillChunk must be a positive integer, got ${opts.prefillChunk}`);
     }
-    if (opts.maxModelLen > model.config.maxSeqLen) {
+    if (opts.maxModelLen > model.config.maxSeqLen && model.config.ropeScaling?.type !== "dynamic") {
       throw new Error(`ContinuousBatchingServer: maxModelLen ${opts.maxModelLen} exceeds the model's max_position_embeddings ${model.config.maxSeqLen}`);
     }
   }
