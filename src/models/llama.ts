@@ -11,6 +11,7 @@ import { checkpoint } from "./checkpointing.js";
 import { geGlu, rmsNorm, softcap, swiGlu } from "./layers.js";
 import type { LoraAdapter } from "./lora.js";
 import { loraLinear } from "./lora_linear.js";
+import { topKMask } from "./moe_loss.js";
 import { segmentView } from "./packing.js";
 import { isSparseLayer, layerWindow, type ModelConfig } from "./config.js";
 import { parameterShapes } from "./shapes.js";
@@ -145,19 +146,6 @@ interface AttentionView { batch: number; seqLen: number; keyStart?: Int32Array }
 
 /** The linear modules of one layer that run as one fused product. */
 const QKV = ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"];
-
-/** 1 at each row's k largest entries, else 0; no gradient (the selection is a constant of the step). */
-function topKMask(p: tf.Tensor, k: number): tf.Tensor {
-  const op = tf.customGrad((...args: (tf.Tensor | tf.GradSaveFunc)[]) => {
-    const x = args[0] as tf.Tensor;
-    const E = x.shape[x.shape.length - 1]!;
-    return {
-      value: tf.tidy(() => tf.oneHot(tf.topk(x, k).indices, E).sum(-2).toFloat()),
-      gradFunc: (dy: tf.Tensor | tf.Tensor[]) => [tf.zerosLike(dy as tf.Tensor)],
-    };
-  });
-  return op(p) as tf.Tensor;
-}
 
 export class LlamaModel {
   /** False for the trunk of a value model saved without an (untied) lm_head. */
@@ -318,7 +306,6 @@ export class LlamaModel {
    */
   hiddenStates(inputIds: tf.Tensor2D, opts: ForwardOptions = {}): tf.Tensor3D {
     const c = this.config, [B, T] = inputIds.shape, hd = c.headDim;
-    if (opts.routerLogits && this.gradientCheckpointing) throw new Error("LlamaModel: router logits (MoE aux loss) with gradient checkpointing are not built; turn enable_gradient_checkpointing off");
     return tf.tidy(() => {
       const mask = hostInts(opts.attentionMask, B, T, "attentionMask");
       const pos = hostInts(opts.positionIds, B, T, "positionIds") ?? positionsFromMask(mask, B, T);
@@ -345,7 +332,8 @@ export class LlamaModel {
       let x: tf.Tensor = tf.gather(this.p("model.embed_tokens.weight"), inputIds.reshape([-1]).toInt()); // [B*T, dim]
       if (c.gemma) x = x.mul(Math.fround(Math.sqrt(c.dim))); // Gemma scales the embeddings by sqrt(hidden_size)
       for (let i = 0; i < c.nLayers; i++) {
-        if (!this.gradientCheckpointing) { x = this.decoderLayer(i, x, ctx, view, plain, opts.routerLogits); continue; }
+        // a sparse layer whose router logits are collected (for the aux loss) keeps its activations: not recomputed
+        if (!this.gradientCheckpointing || (opts.routerLogits && isSparseLayer(c, i))) { x = this.decoderLayer(i, x, ctx, view, plain, opts.routerLogits); continue; }
         // recompute in backward: only the layer's input (and the shared constants) stays alive
         const names = this.layerTrainables(i);
         x = checkpoint((xs, ps, cs) => {

@@ -3,6 +3,7 @@
 // tf.variableGrads), and a micro-batched, no-grad `computeLogProb` for old/ref
 // log-probs.
 import * as tf from "@tensorflow/tfjs";
+import { routerLoss } from "../models/moe_loss.js";
 import { DataProto } from "../protocol/data_proto.js";
 import { int32Columns, int32Values, tensor, type TensorData } from "../protocol/tensor.js";
 import type { LlamaModel } from "../models/llama.js";
@@ -38,6 +39,20 @@ export interface LogProbOptions {
   calculateEntropy?: boolean;
   /** Pack the real tokens into one row (verl's use_remove_padding); padded slots then read 0. */
   removePadding?: boolean;
+  /** MoE: also return the router's aux loss and load over the forward's real tokens (models/moe_loss.ts). */
+  routerLoss?: boolean;
+}
+
+/** What responseLogProbs returns: [B, R] log-probs, entropy when asked, the router's loss terms when asked. */
+export type ResponseLogProbs = { logProbs: tf.Tensor2D; entropy?: tf.Tensor2D; router?: { aux: tf.Scalar; load: tf.Scalar } };
+
+/** The router's loss terms from the logits a forward collected (disposed here). */
+function routerTerms(model: LlamaModel, collected: tf.Tensor[], tokenMask?: ArrayLike<number>): { aux: tf.Scalar; load: tf.Scalar } {
+  try {
+    return routerLoss(collected, model.config.moe!.topK, tokenMask);
+  } finally {
+    tf.dispose(collected);
+  }
 }
 
 function tdata(data: DataProto, key: string): TensorData {
@@ -53,7 +68,8 @@ function tdata(data: DataProto, key: string): TensorData {
  * prompts, right of the longest response) are trimmed before the forward; the
  * trimmed response slots get log-prob 0 (they are masked everywhere).
  */
-export function responseLogProbs(model: LlamaModel, micro: DataProto, opts: LogProbOptions = {}): { logProbs: tf.Tensor2D; entropy?: tf.Tensor2D } {
+export function responseLogProbs(model: LlamaModel, micro: DataProto, opts: LogProbOptions = {}): ResponseLogProbs {
+  if (opts.routerLoss && !model.config.moe) throw new Error("log-probs: routerLoss asked of a model without experts");
   if (opts.removePadding) return packedResponseLogProbs(model, micro, opts);
   const ids = tdata(micro, "input_ids"), mask = tdata(micro, "attention_mask"), responses = tdata(micro, "responses");
   const [B, L] = ids.shape as [number, number], R = responses.shape[1]!, P = L - R;
@@ -72,7 +88,9 @@ export function responseLogProbs(model: LlamaModel, micro: DataProto, opts: LogP
     // it uses them on the host, and WebGPU cannot read a device tensor synchronously.
     const W = P + lastR - 1 - first;
     const cols = (t: TensorData) => int32Columns(t, first, W);
-    const hidden = model.hiddenStates(tf.tensor2d(cols(ids), [B, W], "int32"), { attentionMask: cols(mask), positionIds: pos ? cols(pos) : undefined });
+    const collected: tf.Tensor[] | undefined = opts.routerLoss ? [] : undefined;
+    const hidden = model.hiddenStates(tf.tensor2d(cols(ids), [B, W], "int32"), { attentionMask: cols(mask), positionIds: pos ? cols(pos) : undefined, routerLogits: collected });
+    const router = collected ? routerTerms(model, collected, cols(mask)) : undefined;
     // the logits at column j predict token j+1: the responses are predicted from columns P-1 .. P+lastR-2
     const h = hidden.slice([0, P - 1 - first, 0], [B, lastR, -1]);
     let logits = model.lmHead(h);
@@ -81,7 +99,7 @@ export function responseLogProbs(model: LlamaModel, micro: DataProto, opts: LogP
     const pad = (t: tf.Tensor) => (lastR < R ? tf.concat([t, tf.zeros([B, R - lastR])], 1) : t) as tf.Tensor2D;
     const logSm = tf.logSoftmax(logits);
     const logProbs = pad(pick(logSm, labels));
-    return opts.calculateEntropy ? { logProbs, entropy: pad(entropyOf(logSm)) } : { logProbs };
+    return { logProbs, ...(opts.calculateEntropy ? { entropy: pad(entropyOf(logSm)) } : {}), ...(router ? { router } : {}) };
   });
 }
 
@@ -90,7 +108,7 @@ export function responseLogProbs(model: LlamaModel, micro: DataProto, opts: LogP
  * tokens only, and the vocabulary head only on the positions that predict a real
  * response token. Equal to the padded result on real slots (within float error).
  */
-function packedResponseLogProbs(model: LlamaModel, micro: DataProto, opts: LogProbOptions): { logProbs: tf.Tensor2D; entropy?: tf.Tensor2D } {
+function packedResponseLogProbs(model: LlamaModel, micro: DataProto, opts: LogProbOptions): ResponseLogProbs {
   const ids = tdata(micro, "input_ids"), mask = tdata(micro, "attention_mask"), responses = tdata(micro, "responses");
   const [B, L] = ids.shape as [number, number], R = responses.shape[1]!;
   if (L - R < 1) throw new Error(`log-probs: input_ids [${ids.shape}] leaves no prompt before responses [${responses.shape}]`);
@@ -102,14 +120,16 @@ function packedResponseLogProbs(model: LlamaModel, micro: DataProto, opts: LogPr
   }
   return tf.tidy(() => {
     const N = pk.ids.length;
-    const hidden = model.hiddenStates(tf.tensor2d(pk.ids, [1, N], "int32"), { positionIds: pk.positions, segments: pk.lengths });
+    const collected: tf.Tensor[] | undefined = opts.routerLoss ? [] : undefined;
+    const hidden = model.hiddenStates(tf.tensor2d(pk.ids, [1, N], "int32"), { positionIds: pk.positions, segments: pk.lengths, routerLogits: collected });
+    const router = collected ? routerTerms(model, collected) : undefined;
     let logits = model.lmHead(tf.gather(hidden.reshape([N, -1]), tf.tensor1d(pk.source, "int32")));
     if (temperature !== 1) logits = logits.div(temperature);
     const logSm = tf.logSoftmax(logits);
     const slots = tf.tensor1d(pk.slot, "int32");
     const unpack = (t: tf.Tensor) => tf.gather(tf.concat([t, tf.zeros([1])]), slots).reshape([B, R]) as tf.Tensor2D;
     const logProbs = unpack(pick(logSm, tf.tensor1d(pk.labels, "int32")));
-    return opts.calculateEntropy ? { logProbs, entropy: unpack(entropyOf(logSm)) } : { logProbs };
+    return { logProbs, ...(opts.calculateEntropy ? { entropy: unpack(entropyOf(logSm)) } : {}), ...(router ? { router } : {}) };
   });
 }
 

@@ -6,6 +6,7 @@ import assert from "node:assert/strict";
 import * as tf from "@tensorflow/tfjs";
 import { initBackend } from "../../src/engine/backend.js";
 import { loadHfModel } from "../../src/models/hf.js";
+import { routerLoss } from "../../src/models/moe_loss.js";
 import type { LlamaModel } from "../../src/models/llama.js";
 import { computeLogProb, defaultSamplingParams, generate, KvCacheDecoder, leftPadPrompts } from "../../src/rollout/index.js";
 import { Rng } from "../../src/utils/rng.js";
@@ -90,3 +91,44 @@ for (const name of FAMILY_FIXTURES) {
     }
   });
 }
+
+test("qwen3_moe: router logits, aux loss and loss + coef * aux as transformers computes them; the aux loss trains the router", async () => {
+  await initBackend("wasm");
+  const ref = reference("qwen3_moe"), model = await loadHfModel(fixtureDir("qwen3_moe"));
+  try {
+    const seq = ref.moe_sequence!, ids = [...ref.prompts[seq]!, ...ref.greedy[seq]!], T = ids.length, moe = model.config.moe!;
+    assert.deepEqual(moe.sparseLayers, [true, false, true], "mlp_only_layers [1]");
+    const collected: tf.Tensor[] = [];
+    const { loss, aux } = tf.tidy(() => {
+      const logits = model.forward(tf.tensor2d(ids, [1, T], "int32"), { routerLogits: collected }).reshape([T, -1]);
+      const lsm = tf.logSoftmax(logits.slice([0, 0], [T - 1, -1]));
+      const ce = tf.neg(tf.mean(tf.sum(tf.mul(lsm, tf.oneHot(tf.tensor1d(ids.slice(1), "int32"), model.config.vocabSize)), -1)));
+      const r = routerLoss(collected, moe.topK);
+      return { loss: tf.add(ce, tf.mul(r.aux, moe.routerAuxLossCoef)).dataSync()[0]!, aux: r.aux.dataSync()[0]! };
+    });
+    assert.equal(collected.length, 2, "one router per sparse layer");
+    collected.forEach((t, l) => {
+      const d = maxDiff(t.dataSync(), ref.tensors.get(`router_logits_${l}`)!.data);
+      assert.ok(d < TOL, `router_logits_${l} differ by ${d}`);
+    });
+    tf.dispose(collected);
+    assert.equal(moe.routerAuxLossCoef, ref.router_aux_loss_coef);
+    assert.ok(Math.abs(aux - ref.aux_loss!) < TOL, `aux loss ${aux} vs ${ref.aux_loss}`);
+    assert.ok(Math.abs(loss - ref.loss_with_aux!) < TOL, `loss ${loss} vs ${ref.loss_with_aux}`);
+    // the aux loss has a gradient into the routers (through the softmax over all experts)
+    const gate = model.params.get("model.layers.0.mlp.gate.weight")!;
+    const g = tf.tidy(() => {
+      const { grads } = tf.variableGrads(() => {
+        const c: tf.Tensor[] = [];
+        model.hiddenStates(tf.tensor2d(ids, [1, T], "int32"), { routerLogits: c });
+        const r = routerLoss(c, moe.topK).aux;
+        tf.dispose(c);
+        return r;
+      }, [gate]);
+      return tf.abs(grads[gate.name]!).max().dataSync()[0]!;
+    });
+    assert.ok(g > 0, "router gradient");
+  } finally {
+    model.dispose();
+  }
+});

@@ -32,6 +32,9 @@ for (const name of FAMILY_FIXTURES) {
           }
           assert.ok(m["actor/grad_norm"]! > 0, `${name} ${lora ? "LoRA" : "full"} step ${i + 1}: a gradient flows`);
         }
+        if (name === "qwen3_moe") {
+          for (const m of steps) assert.ok(Number.isFinite(m["actor/router_aux_loss"]) && m["actor/router_load_max"]! >= 1, `${name}: router metrics ${m["actor/router_aux_loss"]} ${m["actor/router_load_max"]}`);
+        }
         // the second step's policy moved: its KL to the reference is no longer exactly 0
         assert.ok(steps[1]!["actor/kl_loss"]! !== 0, `${name} ${lora ? "LoRA" : "full"}: the policy changed after step 1`);
       }

@@ -109,17 +109,18 @@ export class DataParallelPPOActor {
     if (!onPolicy) column(batch, "old_log_probs");
     const vars = optimizer.vars;
     const metrics: MetricLists = {};
+    const moe = this.model.config.moe;
     for (let epoch = 0; epoch < epochs; epoch++) {
       for (const mini of miniBatches(batch, this.opts.miniBatchPerRank, shuffle ? this.rng : undefined)) {
         const info = optimizer.globalLossNorm(column(mini, "response_mask"), scaleFactor);
-        let pgSum = 0, klSum = 0, entSum = 0;
+        let pgSum = 0, klSum = 0, entSum = 0, auxSum = 0, loadSum = 0;
         const means = new TokenWeightedMeans();
         for (const micro of microBatches(mini, spec).batches) {
           heartbeat();
           let kept: LossMetrics = {};
           let parts: tf.Scalar[] = [];
           const { value, grads } = tf.variableGrads(() => {
-            const { logProbs: logProb, entropy } = responseLogProbs(this.model, micro, { temperature, calculateEntropy: withEntropy, removePadding: this.opts.removePadding });
+            const { logProbs: logProb, entropy, router } = responseLogProbs(this.model, micro, { temperature, calculateEntropy: withEntropy, removePadding: this.opts.removePadding, routerLoss: moe !== undefined });
             const responseMask = toTf(column(micro, "response_mask"), "float32");
             const old = onPolicy ? stopGradient(logProb) : toTf(column(micro, "old_log_probs"), "float32");
             const out = lossFn({
@@ -129,7 +130,14 @@ export class DataParallelPPOActor {
             });
             kept = keepMetrics(out.metrics);
             let loss: tf.Scalar = out.pgLoss;
-            const terms: tf.Scalar[] = [out.pgLoss, tf.scalar(0), tf.scalar(0)];
+            const terms: tf.Scalar[] = [out.pgLoss, tf.scalar(0), tf.scalar(0), tf.scalar(0), tf.scalar(0)];
+            if (router) {
+              // MoE: router_aux_loss_coef x the load-balancing loss (as transformers adds it), this micro-batch's share of the batch
+              const share = micro.length / Math.max(1, info.globalBatchSize ?? mini.length);
+              terms[3] = tf.mul(router.aux, share) as tf.Scalar;
+              terms[4] = tf.mul(router.load, share) as tf.Scalar;
+              if (moe!.routerAuxLossCoef !== 0) loss = tf.add(loss, tf.mul(terms[3], moe!.routerAuxLossCoef));
+            }
             if (entropy) {
               const ent = aggLoss(entropy, responseMask, mode, info);
               terms[2] = ent;
@@ -149,11 +157,16 @@ export class DataParallelPPOActor {
           const vals = read.terms;
           // `value` may be one of `parts` (the bare policy loss): dispose each once.
           tf.dispose([...new Set<tf.Tensor>([value, ...parts, ...Object.values(grads)])]);
-          pgSum += vals[0]!; klSum += vals[1]!; entSum += vals[2]!;
+          pgSum += vals[0]!; klSum += vals[1]!; entSum += vals[2]!; auxSum += vals[3]!; loadSum += vals[4]!;
           means.add(read.metrics, tokenAndSequenceCounts(column(micro, "response_mask")).tokens);
         }
-        const res = await optimizer.step([pgSum, klSum, entSum, ...means.pack()]);
-        for (const [k, v] of Object.entries(means.read(res.scalars.subarray(3)))) push(metrics, k, v);
+        const res = await optimizer.step([pgSum, klSum, entSum, auxSum, loadSum, ...means.pack()]);
+        for (const [k, v] of Object.entries(means.read(res.scalars.subarray(5)))) push(metrics, k, v);
+        if (moe) {
+          push(metrics, "actor/router_aux_loss", res.scalars[3]!);
+          push(metrics, "actor/router_aux_loss_coef", moe.routerAuxLossCoef);
+          push(metrics, "actor/router_load_max", res.scalars[4]!);
+        }
         push(metrics, "actor/pg_loss", res.scalars[0]!);
         if (useKl) {
           push(metrics, "actor/kl_loss", res.scalars[1]!);
