@@ -213,3 +213,18 @@ export function readFamilyConfig(j: Json, file: string): Partial<ModelConfig> & 
     padTokenId: typeof j["pad_token_id"] === "number" ? (j["pad_token_id"] as number) : null,
   };
 }
+
+/**
+ * What an engine that knows only the Llama/Qwen2 graph (the WebGPU decoder, llama.cpp's
+ * `llama` architecture through GGUF) cannot run of config `c`: the family or flag by name, or
+ * null when it serves it. The host decoder and the tfjs forward run every family.
+ */
+export function llamaGraphGap(c: ModelConfig): string | null {
+  const family = c.modelType ?? (c.attentionBias ? "qwen2" : "llama");
+  if (family === "qwen3" || family === "qwen3_moe") return `${family} (per-head q/k RMSNorm${c.moe ? ", routed experts" : ""})`;
+  if (family === "gemma2" || family === "gemma3_text") return `${family} ((1 + w) norms, GeGLU, sandwich norms, soft-capping)`;
+  if (c.slidingLayers?.some(Boolean)) return `${family} with sliding_window ${c.slidingWindow} (sliding-window attention)`;
+  if (c.attentionOutBias) return `${family} with attention_bias (an o_proj bias)`;
+  if (c.mlpBias) return `${family} with mlp_bias`;
+  return null;
+}

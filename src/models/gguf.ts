@@ -9,6 +9,7 @@
 // k (weights and biases) are reordered per head, as llama.cpp's converter does.
 import { closeSync, mkdirSync, openSync, renameSync, rmSync, writeSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
+import { llamaGraphGap } from "./families.js";
 import type { ModelConfig } from "./config.js";
 import type { GgufVocab } from "./gguf_vocab.js";
 
@@ -208,6 +209,9 @@ export async function writeGguf(
   if (vocab.tokens.length !== c.vocabSize) {
     throw new Error(`gguf: the tokenizer table holds ${vocab.tokens.length} tokens but the model's vocabulary is ${c.vocabSize}`);
   }
+  // the metadata below carries rope.freq_base only: a scaled RoPE would run unscaled there
+  const gap = llamaGraphGap(c) ?? (c.ropeScaling ? `rope scaling '${c.ropeScaling.type}' (only plain RoPE is written to the GGUF)` : null);
+  if (gap) throw new Error(`gguf: llama.cpp's llama architecture (the one this export writes) does not run ${gap}; use rollout.name=tfjs`);
   const plan = ggufTensorPlan(c);
   // 2-D weights take the chosen type; norms and biases stay f32, as llama.cpp's converter keeps them
   const typeOf = (t: GgufTensorPlan) => (weightType === "f16" && t.shape.length === 2 ? GGML_F16 : GGML_F32);

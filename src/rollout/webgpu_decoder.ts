@@ -14,6 +14,7 @@ import type { LlamaModel } from "../models/llama.js";
 import { ropeInvFreq } from "../models/llama.js";
 import type { RopeScaling } from "../models/rope.js";
 import { mergedTensor } from "../models/merge.js";
+import { llamaGraphGap } from "../models/families.js";
 import { paramIds, sameIds } from "./decode_weights.js";
 import type { DataProto } from "../protocol/data_proto.js";
 import type { Rng } from "../utils/rng.js";
@@ -113,7 +114,12 @@ export class WebGpuDecoder {
       throw new Error(`rollout engine 'webgpu' decodes on the WebGPU backend (trainer.device=webgpu); this thread's backend is '${tf.getBackend()}'`);
     }
     const c = model.config, V = c.vocabSize, R = params.responseLength;
+    const gap = llamaGraphGap(c);
+    if (gap) throw new Error(`rollout engine 'webgpu' does not serve ${gap} yet; use rollout.name=tfjs (the host decoder serves every family)`);
     const { data, ids, mask, pos, B, P } = promptRows(batch, params, V);
+    if (c.ropeScaling?.type === "dynamic" && P + R > c.maxSeqLen) {
+      throw new Error(`rollout engine 'webgpu': prompt ${P} + response ${R} passes max_position_embeddings ${c.maxSeqLen}, where dynamic rope scaling changes the frequencies (not built on the GPU); use rollout.name=tfjs`);
+    }
     const backend = tf.backend() as unknown as WebGpuBackendLike;
     const w = gpuWeights(model, this.opts.transposedWeights ?? true);
     const maxLen = P + R, layerBytesPerRow = 2 * c.nKvHeads * c.headDim * maxLen * 4;

@@ -6,6 +6,7 @@
 // script's rollout.name=vllm gets the fast engine wherever there is one.
 import * as tf from "@tensorflow/tfjs";
 import type { DataProto } from "../../protocol/data_proto.js";
+import { llamaGraphGap } from "../../models/families.js";
 import { WebGpuDecoder } from "../webgpu_decoder.js";
 import { HostRolloutEngine } from "./host.js";
 import { generateSeeded, registerRolloutEngine, type RolloutEngine, type RolloutRequest } from "./registry.js";
@@ -28,7 +29,8 @@ export class BestAvailableRolloutEngine implements RolloutEngine {
   private host: HostRolloutEngine | undefined;
 
   generate(req: RolloutRequest): Promise<DataProto> {
-    if (tf.getBackend() === "webgpu") return (this.gpu ??= new WebGpuRolloutEngine()).generate(req);
+    // a family the WebGPU decoder does not serve yet (llamaGraphGap) decodes on the host decoder
+    if (tf.getBackend() === "webgpu" && llamaGraphGap(req.model.config) === null) return (this.gpu ??= new WebGpuRolloutEngine()).generate(req);
     return (this.host ??= new HostRolloutEngine()).generate(req);
   }
 
