@@ -219,9 +219,12 @@ export function readFamilyConfig(j: Json, file: string): Partial<ModelConfig> & 
  * `llama` architecture through GGUF) cannot run of config `c`: the family or flag by name, or
  * null when it serves it. The host decoder and the tfjs forward run every family.
  */
-export function llamaGraphGap(c: ModelConfig): string | null {
+export function llamaGraphGap(c: ModelConfig, opts: { qkNorm?: boolean } = {}): string | null {
   const family = c.modelType ?? (c.attentionBias ? "qwen2" : "llama");
-  if (family === "qwen3" || family === "qwen3_moe") return `${family} (per-head q/k RMSNorm${c.moe ? ", routed experts" : ""})`;
+  if (family === "qwen3_moe") return `${family} (routed experts)`;
+  // an engine with Qwen3's q/k norms (the WebGPU decoder) applies them before its fused bias add, so without q/k/v biases only
+  if (family === "qwen3" && !opts.qkNorm) return `${family} (per-head q/k RMSNorm)`;
+  if (family === "qwen3" && c.attentionBias) return `${family} with attention_bias (q/k/v biases before the q/k norms)`;
   if (family === "gemma2" || family === "gemma3_text") return `${family} ((1 + w) norms, GeGLU, sandwich norms, soft-capping)`;
   if (c.slidingLayers?.some(Boolean)) return `${family} with sliding_window ${c.slidingWindow} (sliding-window attention)`;
   if (c.attentionOutBias) return `${family} with attention_bias (an o_proj bias)`;

@@ -110,12 +110,12 @@ export class WebGpuDecoder {
 
   /** Same contract as `generate` in generate.ts (verl's layout in and out), on the GPU. */
   async generate(model: LlamaModel, batch: DataProto, params: SamplingParams, rng: Rng): Promise<DataProto> {
+    const gap = llamaGraphGap(model.config, { qkNorm: true });
+    if (gap) throw new Error(`rollout engine 'webgpu' does not serve ${gap} yet; use rollout.name=tfjs (the host decoder serves every family)`);
     if (tf.getBackend() !== "webgpu") {
       throw new Error(`rollout engine 'webgpu' decodes on the WebGPU backend (trainer.device=webgpu); this thread's backend is '${tf.getBackend()}'`);
     }
     const c = model.config, V = c.vocabSize, R = params.responseLength;
-    const gap = llamaGraphGap(c);
-    if (gap) throw new Error(`rollout engine 'webgpu' does not serve ${gap} yet; use rollout.name=tfjs (the host decoder serves every family)`);
     const { data, ids, mask, pos, B, P } = promptRows(batch, params, V);
     if (c.ropeScaling?.type === "dynamic" && P + R > c.maxSeqLen) {
       throw new Error(`rollout engine 'webgpu': prompt ${P} + response ${R} passes max_position_embeddings ${c.maxSeqLen}, where dynamic rope scaling changes the frequencies (not built on the GPU); use rollout.name=tfjs`);
@@ -162,6 +162,17 @@ class DecodeStep {
     return this.program(new RmsNormProgram(this.s.dim, this.s.normEps, rows), [x, weight], "float32", [{ type: "int32", data: [rows] }]);
   }
 
+  /** Qwen3: each q and k head RMS-normed over head_dim (q_norm, k_norm) before the programs rotate and cache them. */
+  private headNorms(qkv: tf.Tensor, l: number, N: number): tf.Tensor {
+    const c = this.model.config, hd = c.headDim, p = (n: string) => this.model.p(`model.layers.${l}.self_attn.${n}`);
+    const [q, k, v] = tf.split(qkv, [c.nHeads * hd, c.nKvHeads * hd, c.nKvHeads * hd], 1);
+    const norm = (t: tf.Tensor, w: tf.Tensor, heads: number) => {
+      const r = t.reshape([N * heads, hd]);
+      return r.mul(tf.rsqrt(r.square().mean(-1, true).add(c.normEps))).mul(w).reshape([N, heads * hd]);
+    };
+    return tf.concat([norm(q!, p("q_norm.weight"), c.nHeads), norm(k!, p("k_norm.weight"), c.nKvHeads), v!], 1);
+  }
+
   /**
    * Runs nTok tokens (tPer per cache row, rows in order) through the model, writing their
    * k and v into the caches; returns the logits [rows, V] of each row's last token, or
@@ -173,7 +184,8 @@ class DecodeStep {
     for (let l = 0; l < model.config.nLayers; l++) {
       const L = this.w.layers[l]!, p = (n: string) => model.p(`model.layers.${l}.${n}`), cache = sess.caches[l]!;
       const next = tf.tidy(() => {
-        const qkv = this.mm(this.rmsNorm(x, p("input_layernorm.weight"), N), L.wqkv);
+        let qkv: tf.Tensor = this.mm(this.rmsNorm(x, p("input_layernorm.weight"), N), L.wqkv);
+        if (model.config.qkNorm) qkv = this.headNorms(qkv, l, N);
         this.backend.runWebGPUProgram(new CacheWriteProgram(s, N, cache.size), [qkv, L.bqkv, sess.rope, posT], "float32", uni, cache);
         const att = this.program(new AttentionProgram(s, N), [qkv, L.bqkv, sess.rope, posT, sess.mask, cache], "float32", uni);
         const h = tf.add(x, this.mm(att, L.wo));

@@ -30,7 +30,7 @@ export class BestAvailableRolloutEngine implements RolloutEngine {
 
   generate(req: RolloutRequest): Promise<DataProto> {
     // a family the WebGPU decoder does not serve yet (llamaGraphGap) decodes on the host decoder
-    if (tf.getBackend() === "webgpu" && llamaGraphGap(req.model.config) === null) return (this.gpu ??= new WebGpuRolloutEngine()).generate(req);
+    if (tf.getBackend() === "webgpu" && llamaGraphGap(req.model.config, { qkNorm: true }) === null) return (this.gpu ??= new WebGpuRolloutEngine()).generate(req);
     return (this.host ??= new HostRolloutEngine()).generate(req);
   }
 
