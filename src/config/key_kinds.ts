@@ -41,7 +41,7 @@ export const KEY_RULES: readonly KeyRule[] = [
   },
   { keys: "{actor_rollout_ref.actor,critic,actor_rollout_ref.ref,reward_model}.strategy", kind: "honoured", what: "every strategy trains as data parallel over worker threads", values: STRATEGIES },
   { keys: `{${M},critic.model}.{external_lib,path,tokenizer_path}`, kind: "honoured", what: "model loading" },
-  { keys: `{${M},critic.model}.override_config.moe_config.**`, kind: "inert", what: "Megatron MoE (verl-ts's models are dense)" },
+  { keys: `{${M},critic.model}.override_config.moe_config.**`, kind: "inert", what: "Megatron MoE settings (verl-ts reads a MoE model's experts from its config.json: Qwen3-MoE)" },
   { keys: `{${M},critic.model}.override_config.**`, kind: "honoured", what: "the architecture of a scratch model (a loaded checkpoint refuses overrides)" },
   { keys: `{${M},critic.model}.override_config`, kind: "honoured", what: "the architecture of a scratch model (a loaded checkpoint refuses overrides)" },
   { keys: `${REF}.{log_prob_max_token_len_per_gpu,log_prob_micro_batch_size,log_prob_micro_batch_size_per_gpu,log_prob_use_dynamic_bsz}`, kind: "honoured", what: "reference log-probs" },

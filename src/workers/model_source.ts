@@ -91,7 +91,7 @@ async function loadOwnTokenizer(model: ConfigView): Promise<Tokenizer> {
 
 /**
  * A model section's override_config in Hugging Face config.json names. verl's Megatron layout nests them
- * under `model_config` and keeps MoE settings in `moe_config` (inert for verl-ts's dense models); both
+ * under `model_config` and keeps MoE settings in `moe_config` (inert: a MoE model's experts come from its config.json); both
  * layouts read the same.
  */
 export function hfOverrides(model: ConfigView): Record<string, unknown> {
