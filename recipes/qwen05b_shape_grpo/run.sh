@@ -65,7 +65,7 @@ VERL_FILE_LOGGER_PATH="$OUT/metrics.jsonl" $VERL train \
   data.max_prompt_length=16 \
   actor_rollout_ref.model.path=scratch \
   actor_rollout_ref.model.tokenizer_path="$TOKENIZER" \
-  +$M.attention_bias=true +$M.tie_word_embeddings=true \
+  +$M.model_type=qwen2 "+$M.architectures=[Qwen2ForCausalLM]" +$M.tie_word_embeddings=true \
   "${SHAPE[@]}" \
   actor_rollout_ref.actor.optim.lr=1e-5 \
   actor_rollout_ref.actor.use_kl_loss=True \
