@@ -1,5 +1,5 @@
 // Fresh weights for from-scratch work, initialised as Hugging Face does for
-// Llama: every projection and the embedding ~ normal(0, 0.02), norms 1, biases 0.
+// Llama: every projection and the embedding ~ normal(0, 0.02), norms 1 (Gemma's (1 + w): 0), biases 0.
 import * as tf from "@tensorflow/tfjs";
 import type { Rng } from "../utils/rng.js";
 import type { ModelConfig } from "./config.js";
@@ -14,12 +14,12 @@ export function normalArray(rng: Rng, n: number, std: number): Float32Array {
   return a;
 }
 
-/** Initial values for a set of named shapes: 1 for norm weights, 0 for biases, normal(0, std) otherwise. */
-export function initTensors(shapes: Map<string, number[]>, rng: Rng, std = INIT_STD): Map<string, tf.Tensor> {
+/** Initial values for a set of named shapes: `norm` (1; Gemma's (1 + w) norms start at 0) for norm weights, 0 for biases, normal(0, std) otherwise. */
+export function initTensors(shapes: Map<string, number[]>, rng: Rng, std = INIT_STD, norm = 1): Map<string, tf.Tensor> {
   const out = new Map<string, tf.Tensor>();
   for (const [name, shape] of shapes) {
     const n = shape.reduce((a, b) => a * b, 1);
-    if (name.endsWith("norm.weight")) out.set(name, tf.ones(shape));
+    if (name.endsWith("norm.weight")) out.set(name, tf.fill(shape, norm));
     else if (name.endsWith(".bias")) out.set(name, tf.zeros(shape));
     else out.set(name, tf.tensor(normalArray(rng, n, std), shape));
   }
@@ -29,7 +29,7 @@ export function initTensors(shapes: Map<string, number[]>, rng: Rng, std = INIT_
 /** A freshly initialised model (seeded: the same config and seed give the same weights). */
 export function initModel(config: ModelConfig, rng: Rng): LlamaModel {
   validateConfig(config);
-  const t = initTensors(parameterShapes(config), rng);
+  const t = initTensors(parameterShapes(config), rng, INIT_STD, config.gemma ? 0 : 1);
   try {
     return new LlamaModel(config, toVariables(t));
   } finally {

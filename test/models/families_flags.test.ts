@@ -119,3 +119,17 @@ test("dynamic RoPE decodes past max_position_embeddings as transformers does: a 
     model.dispose();
   }
 });
+
+test("a fresh model initialises each family's norms as transformers does: 1, and 0 for Gemma's (1 + w)", async () => {
+  await initBackend("wasm");
+  for (const [mt, want] of [["qwen3", 1], ["gemma2", 0], ["gemma3_text", 0]] as const) {
+    const m = initModel(cfg(mt, mt === "qwen3" ? {} : { sliding_window: 8 }), new Rng(1));
+    try {
+      for (const n of ["model.norm.weight", "model.layers.0.input_layernorm.weight", ...(m.config.qkNorm ? ["model.layers.0.self_attn.q_norm.weight"] : [])]) {
+        assert.ok(Array.from(m.p(n).dataSync()).every((v) => v === want), `${mt} ${n}`);
+      }
+    } finally {
+      m.dispose();
+    }
+  }
+});
