@@ -135,6 +135,11 @@ export class ExtraInfo {
   }
 }
 
+/** How errors name the reward function: the user's file when there is one. */
+export function scoreFnLabel(source: { name: string; path: string } | undefined): string {
+  return source ? `${source.name} in ${source.path}` : "compute_score";
+}
+
 export function float32Column(values: number[]): TensorData {
   return { data: Float32Array.from(values), shape: [values.length], dtype: "float32" };
 }

@@ -24,7 +24,7 @@ export class PrimeRewardManager implements RewardManager {
   private readonly threads: LazyScoringPool;
 
   constructor(private readonly opts: RewardManagerOptions) {
-    const contain = containmentOptions(opts.rewardKwargs);
+    const contain = containmentOptions(opts.rewardKwargs, "prime");
     this.numWorkers = contain.numWorkers;
     this.timeoutS = contain.timeoutS;
     if (opts.computeScore && !opts.computeScoreSource) {
