@@ -195,7 +195,12 @@ class FileBackend implements TrackingBackend {
         if (!line.trim()) continue;
         try {
           const rec = JSON.parse(line) as { step?: unknown };
-          if (typeof rec.step === "number" && rec.step <= resumedStep) kept.push({ step: rec.step, line });
+          // At the resumed step only its first line (the step's own) is kept: a later one is an earlier
+          // restart's validation-before-training row, which this restart writes anew (verl validates
+          // on every resume, at the resumed step), so restarts do not pile up rows there.
+          if (typeof rec.step !== "number" || rec.step > resumedStep) continue;
+          if (rec.step === resumedStep && kept.some((k) => k.step === resumedStep)) continue;
+          kept.push({ step: rec.step, line });
         } catch {
           // a line cut short by a kill: dropped
         }

@@ -56,7 +56,7 @@ export class BatchRewardManager implements RewardManager {
       const score = typeof result === "number" ? result : result.score;
       if (typeof result !== "number") extra.addDict(result);
       plain.push(score);
-      placeScore(rewards, i, row.validResponseLength, score);
+      placeScore(rewards, i, row.validResponseLength, score, row.dataSource);
       examiner.show(tok, row, responses[i]!, result);
     });
     data.batch.acc = float32Column(plain);

@@ -74,7 +74,7 @@ export class DapoRewardManager extends NaiveRewardManager {
           extra.add("overlong", penalty < 0);
         }
       }
-      placeScore(rewards, row.index, row.validResponseLength, reward);
+      placeScore(rewards, row.index, row.validResponseLength, reward, row.dataSource);
       examiner.show(tok, row, responseStr, result);
     }
     return { rewardTensor: rewards, rewardExtraInfo: extra.info };

@@ -76,7 +76,7 @@ export class NaiveRewardManager implements RewardManager {
     for (const { row, responseStr, result } of await scoreRows(data, this.opts.tokenizer, this.scoreSamples, this.opts.rewardFnKey, undefined, scoreFnLabel(this.opts.computeScoreSource))) {
       const score = typeof result === "number" ? result : result.score;
       if (typeof result !== "number") extra.addDict(result);
-      placeScore(rewards, row.index, row.validResponseLength, score);
+      placeScore(rewards, row.index, row.validResponseLength, score, row.dataSource);
       examiner.show(this.opts.tokenizer, row, responseStr, result);
     }
     return { rewardTensor: rewards, rewardExtraInfo: extra.info };
