@@ -72,7 +72,7 @@ test("each restart writes one validation row at the resumed step, replacing the 
     for (const s of [1, 2]) first.log({ "critic/score/mean": s }, s);
     for (let restart = 0; restart < 3; restart++) {
       const t = run();
-      t.begin(2);
+      t.begin(2, undefined, { rowsAtResumedStep: 1 }); // as the PPO trainer declares it
       t.log({ "val-core/x": 0.2 }, 2); // val_before_train at the resumed step, as verl logs it
     }
     const rows = readFileSync(path, "utf8").trim().split("\n").map((l) => JSON.parse(l) as { step: number; data: Record<string, number> });
