@@ -95,7 +95,7 @@ export const KEY_RULES: readonly KeyRule[] = [
   { keys: "rollout.{do_sample,n,prompt_length,response_length,temperature,top_k,top_p}", kind: "honoured", what: "offline generation" },
   { keys: "rollout.{log_prob_micro_batch_size_per_gpu,max_num_seqs}", kind: "inert", what: "offline generation (verl-ts decodes data.batch_size prompts together and computes no log-probs)" },
   { keys: "trainer.{seed,log_level}", kind: "honoured", what: "the trainer", own: true },
-  { keys: "trainer.{heartbeat_timeout,max_consecutive_skipped_steps}", kind: "honoured", what: "fault handling (stuck ranks, skipped steps)", own: true },
+  { keys: "trainer.{heartbeat_timeout,max_consecutive_skipped_steps,rank_heap_limit_mb}", kind: "honoured", what: "fault handling (stuck ranks, skipped steps)", own: true },
   {
     keys: "trainer.{balance_batch,critic_warmup,default_local_dir,del_local_ckpt_after_load,device,experiment_name,log_val_generations,logger,max_actor_ckpt_to_keep,max_ckpt_to_keep,max_critic_ckpt_to_keep,n_gpus_per_node,nnodes,project_name,resume_from_path,resume_mode,rollout_data_dir,save_freq,test_freq,total_epochs,total_training_steps,val_before_train,val_only,validation_data_dir}",
     kind: "honoured",

@@ -61,6 +61,33 @@ export interface ParsedOverride {
   groupCandidate: boolean;
 }
 
+/**
+ * How deep a key (segments) plus its value (nested lists and mappings) may go. verl's deepest keys
+ * have 7 segments; the tree code recurses, and 5000 segments overflowed the stack.
+ */
+export const MAX_CONFIG_DEPTH = 64;
+
+/** Nesting depth of a parsed value (a scalar is 0), without recursion. */
+function valueDepth(v: ConfigValue): number {
+  let max = 0;
+  const stack: [unknown, number][] = [[v, 0]];
+  while (stack.length > 0) {
+    const [x, d] = stack.pop()!;
+    if (d > max) max = d;
+    if (d > MAX_CONFIG_DEPTH) break;
+    if (x !== null && typeof x === "object") for (const c of Object.values(x as object)) stack.push([c, d + 1]);
+  }
+  return max;
+}
+
+function checkDepth(raw: string, key: string, valueLevels = 0): void {
+  const segments = key.replace(/\[(\d+)\]/g, ".$1").split(".").length;
+  const depth = segments + valueLevels;
+  if (depth > MAX_CONFIG_DEPTH) {
+    throw new ConfigError(`override '${raw.length > 80 ? `${raw.slice(0, 80)}...` : raw}' nests ${depth} levels deep (${segments} key segments); config keys and values are limited to ${MAX_CONFIG_DEPTH} levels`);
+  }
+}
+
 export function parseOverride(raw: string): ParsedOverride {
   const m = /^(~|\+\+|\+)?([^=]*)(?:=([\s\S]*))?$/.exec(raw);
   const prefix = m?.[1] ?? "";
@@ -74,6 +101,7 @@ export function parseOverride(raw: string): ParsedOverride {
     return { override: { kind: "set", key, value: valueText.trim(), raw }, groupCandidate: true };
   }
   if (!KEY_RE.test(key)) throw new ConfigError(`override '${raw}': '${key}' is not a valid dotted key`);
+  checkDepth(raw, key);
   if (valueText !== undefined) checkQuotes(raw, valueText);
   if (prefix === "~") {
     const override: Override = valueText === undefined ? { kind: "delete", key, raw } : { kind: "delete", key, value: parseOverrideValue(valueText), raw };
@@ -81,7 +109,16 @@ export function parseOverride(raw: string): ParsedOverride {
   }
   if (valueText === undefined) throw new ConfigError(`override '${raw}' has no '=': write ${prefix}${key}=VALUE (or ~${key} to delete it)`);
   const kind = prefix === "++" ? "force" : prefix === "+" ? "add" : "set";
-  return { override: { kind, key, value: parseOverrideValue(valueText), raw }, groupCandidate: kind === "set" && !key.includes(".") && !key.includes("[") };
+  // the YAML parser itself runs out of memory on thousands of nested brackets: count them first
+  let open = 0, deepest = 0;
+  for (const ch of valueText) {
+    if (ch === "[" || ch === "{") deepest = Math.max(deepest, ++open);
+    else if (ch === "]" || ch === "}") open--;
+  }
+  if (deepest > MAX_CONFIG_DEPTH) checkDepth(raw, key, deepest);
+  const value = parseOverrideValue(valueText);
+  checkDepth(raw, key, valueDepth(value));
+  return { override: { kind, key, value, raw }, groupCandidate: kind === "set" && !key.includes(".") && !key.includes("[") };
 }
 
 type Kind = "null" | "boolean" | "number" | "string" | "list" | "mapping";

@@ -4,15 +4,13 @@
 // the chat template with the generation prompt, or the message contents joined
 // by newlines when the tokenizer has no template (then BOS is added where the
 // tokenizer uses one, since no template supplies it).
-import { readFileSync } from "node:fs";
+import { readDataRows, type SourcedRow } from "./data_rows.js";
 import type { ChatMessage, Tokenizer } from "../models/tokenizer.js";
 import type { DataProto } from "../protocol/data_proto.js";
 import { Rng } from "../utils/rng.js";
 import { logger } from "../utils/logger.js";
-import { readParquetSync } from "./parquet.js";
 import { readDataConfig, type RLDataConfig } from "./data_config.js";
 import { collateToDataProto, truncateIds } from "./collate.js";
-import { expandHome } from "./home_path.js";
 
 export interface RLRow extends Record<string, unknown> {
   raw_prompt: ChatMessage[];
@@ -32,23 +30,6 @@ export interface RLHFDatasetOptions {
   tools?: unknown[];
 }
 
-interface SourcedRow { row: Record<string, unknown>; where: string }
-
-function readRows(file: string): SourcedRow[] {
-  const path = expandHome(file);
-  if (path.endsWith(".parquet")) return readParquetSync(path).map((row, i) => ({ row, where: `${file} row ${i}` }));
-  if (path.endsWith(".json") || path.endsWith(".jsonl")) {
-    const out: SourcedRow[] = [];
-    readFileSync(path, "utf8").split("\n").forEach((line, i) => {
-      if (line.trim() === "") return;
-      try { out.push({ row: JSON.parse(line) as Record<string, unknown>, where: `${file}:${i + 1}` }); } catch (e) {
-        throw new Error(`${file}:${i + 1}: not valid JSON (${(e as Error).message})`);
-      }
-    });
-    return out;
-  }
-  throw new Error(`unsupported data file format: ${file} (use .parquet or JSON lines .json/.jsonl)`);
-}
 
 function checkMessages(v: unknown, key: string, where: string): ChatMessage[] {
   if (!Array.isArray(v) || v.length === 0) throw new Error(`${where}: '${key}' must be a non-empty list of chat messages`);
@@ -84,7 +65,7 @@ export class RLHFDataset {
   constructor(files: string | string[], readonly tokenizer: Tokenizer | null, dataConfig: Record<string, unknown> = {}, readonly opts: RLHFDatasetOptions = {}) {
     this.config = readDataConfig(dataConfig);
     const fileList = typeof files === "string" ? [files] : files;
-    let rows = fileList.flatMap(readRows);
+    let rows = fileList.flatMap(readDataRows);
     if (rows.length === 0) throw new Error(`${fileList.join(", ")}: no rows (the file holds a schema but 0 rows); give a file with at least one prompt`);
     rows.forEach((r) => checkMessages(r.row[this.config.promptKey], this.config.promptKey, r.where));
     warnNullGroundTruth(rows);

@@ -49,18 +49,52 @@ function matches(name: string, spec: string | string[], key: string): boolean {
   return re.test(name);
 }
 
-/** The module names an adapter targets, in model order; an error when none match (as peft raises). */
-export function selectTargets(config: ModelConfig, s: LoraSettings, keyPrefix = "model"): string[] {
+/** How errors name a settings key: `model.target_modules`, or a file's field (`.../adapter_config.json: target_modules`). */
+export type KeyNamer = (key: string) => string;
+
+function keyNamer(prefix: string | KeyNamer): KeyNamer {
+  return typeof prefix === "function" ? prefix : (k) => `${prefix}.${k}`;
+}
+
+/**
+ * The module names an adapter targets, in model order. An error when none match (as peft raises),
+ * and when a listed name matches no linear module at all (a typo would otherwise leave a module
+ * silently unadapted).
+ */
+export function selectTargets(config: ModelConfig, s: LoraSettings, keyPrefix: string | KeyNamer = "model"): string[] {
+  const key = keyNamer(keyPrefix);
   const mods = [...linearModules(config).keys()];
+  if (Array.isArray(s.targetModules)) {
+    for (const t of s.targetModules) {
+      if (!mods.some((m) => matches(m, [t], key("target_modules")))) {
+        const leaves = [...new Set(mods.map((m) => m.split(".").pop()!))];
+        throw new Error(`${key("target_modules")} names '${t}', which matches no linear module of the model (its linear modules: ${leaves.join(", ")})`);
+      }
+    }
+  }
   const picked = mods.filter((m) => {
     const last = m.split(".").pop()!;
-    const inc = s.targetModules === "all-linear" ? !OUTPUT_LAYERS.has(last) : matches(m, s.targetModules, `${keyPrefix}.target_modules`);
-    return inc && !(s.excludeModules && matches(m, s.excludeModules, `${keyPrefix}.exclude_modules`));
+    const inc = s.targetModules === "all-linear" ? !OUTPUT_LAYERS.has(last) : matches(m, s.targetModules, key("target_modules"));
+    return inc && !(s.excludeModules && matches(m, s.excludeModules, key("exclude_modules")));
   });
   if (picked.length === 0) {
-    throw new Error(`${keyPrefix}.target_modules=${JSON.stringify(s.targetModules)} matches no linear module of the model (it has e.g. ${mods.slice(0, 3).join(", ")})`);
+    throw new Error(`${key("target_modules")}=${JSON.stringify(s.targetModules)} matches no linear module of the model (it has e.g. ${mods.slice(0, 3).join(", ")})`);
   }
   return picked;
+}
+
+/** A rank above min(out, in) of a targeted layer adds nothing (B A has rank at most that) and can exhaust memory: refused before any allocation. */
+export function checkRankFits(config: ModelConfig, rank: number, targets: string[], keyPrefix: string | KeyNamer = "model"): void {
+  const shapes = linearModules(config);
+  let smallest: [string, [number, number]] | undefined;
+  for (const t of targets) {
+    const shape = shapes.get(t)!;
+    if (!smallest || Math.min(...shape) < Math.min(...smallest[1])) smallest = [t, shape];
+  }
+  if (smallest && rank > Math.min(...smallest[1])) {
+    const [name, [outF, inF]] = smallest;
+    throw new Error(`${keyNamer(keyPrefix)("lora_rank")}=${rank} is larger than ${name} [${outF}, ${inF}]: a LoRA rank is at most min(out, in) = ${Math.min(outF, inF)} of every targeted layer`);
+  }
 }
 
 export function validateLoraSettings(s: LoraSettings, keyPrefix = "model"): void {
@@ -95,8 +129,10 @@ export class LoraAdapter {
   static init(config: ModelConfig, settings: LoraSettings, rng: Rng, keyPrefix = "model"): LoraAdapter {
     validateLoraSettings(settings, keyPrefix);
     const shapes = linearModules(config), r = settings.rank;
+    const targets = selectTargets(config, settings, keyPrefix);
+    checkRankFits(config, r, targets, keyPrefix);
     const tensors = new Map<string, { a: tf.Tensor; b: tf.Tensor }>();
-    for (const name of selectTargets(config, settings, keyPrefix)) {
+    for (const name of targets) {
       const [outF, inF] = shapes.get(name)!;
       const bound = 1 / Math.sqrt(inF), a = new Float32Array(r * inF);
       for (let i = 0; i < a.length; i++) a[i] = (2 * rng.random() - 1) * bound;

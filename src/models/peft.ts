@@ -8,7 +8,8 @@ import { join } from "node:path";
 import * as tf from "@tensorflow/tfjs";
 import { writeDirAtomic } from "../utils/fs.js";
 import type { ModelConfig } from "./config.js";
-import { LoraAdapter, linearModules, type LoraSettings } from "./lora.js";
+import { requireFiniteWeights } from "./finite.js";
+import { LoraAdapter, linearModules, selectTargets, type LoraSettings } from "./lora.js";
 import { readSafetensors, serializeSafetensors, type NamedArray } from "./safetensors.js";
 
 export const ADAPTER_CONFIG = "adapter_config.json";
@@ -95,11 +96,18 @@ export function loadLoraAdapter(dir: string, config: ModelConfig): LoraAdapter {
   const settings = readAdapterSettings(dir);
   const file = join(dir, ADAPTER_WEIGHTS);
   if (!existsSync(file)) throw new Error(`LoRA adapter: ${file} does not exist (.bin adapters are not read; save with safetensors)`);
+  // a typo in target_modules would otherwise leave its modules silently unadapted
+  selectTargets(config, settings, (k) => `LoRA adapter ${join(dir, ADAPTER_CONFIG)}: ${k}`);
   const { tensors } = readSafetensors(file);
+  const linear = linearModules(config);
   const parts = new Map<string, { a?: NamedArray; b?: NamedArray }>();
   for (const [key, t] of tensors) {
     const m = /^base_model\.model\.(.+)\.lora_([AB])(?:\.default)?\.weight$/.exec(key);
     if (!m) throw new Error(`LoRA adapter: ${file} holds '${key}', which is not a LoRA A/B weight (modules_to_save is not supported)`);
+    if (!linear.has(m[1]!)) {
+      throw new Error(`LoRA adapter: ${file} holds '${key}' for '${m[1]}', which is not a linear module of the model (a different model's adapter? e.g. ${[...linear.keys()].slice(0, 2).join(", ")})`);
+    }
+    requireFiniteWeights(t.data, key, file);
     const e = parts.get(m[1]!) ?? {};
     if (m[2] === "A") e.a = t; else e.b = t;
     parts.set(m[1]!, e);

@@ -1,37 +1,18 @@
 // User reward code (custom_reward_function.path) runs contained in scoring threads
 // under every manager: a synchronous endless loop or a promise that never settles is
-// cut off after reward_model.reward_kwargs.timeout_s (default 300 s) by terminating the
+// cut off after reward_model.reward_kwargs.timeout_s (default 60 s; 300 s, verl's, under prime) by terminating the
 // thread; process.exit() or a throw from a callback ends only that thread. Under
 // naive, dapo and batch each of these fails the step with one error naming the reward
 // file and the sample (prime instead scores such a sample 0 and goes on).
-import { availableParallelism } from "node:os";
 import { logger } from "../utils/logger.js";
 import { scorerModules } from "./scorers/registry.js";
 import { ScoringPool, type TaskOutcome } from "./scoring_pool.js";
 import { PythonScoringPool } from "./python_pool.js";
 import { isPythonModule } from "./python_reward.js";
 import type { RewardFnSource } from "./types.js";
+import type { ContainmentOptions } from "./timeout.js";
 
-export interface ContainmentOptions {
-  /** Scoring threads (reward_model.reward_kwargs.num_workers; default the number of cores, at most 64). */
-  numWorkers: number;
-  /** Seconds one sample (or one batch call) may take (reward_model.reward_kwargs.timeout_s; default 300). */
-  timeoutS: number;
-}
-
-function positiveNumber(v: unknown, key: string, fallback: number): number {
-  if (v === undefined || v === null) return fallback;
-  if (typeof v !== "number" || !(v > 0)) throw new Error(`reward_model.reward_kwargs.${key} must be a positive number, got ${JSON.stringify(v)}`);
-  return v;
-}
-
-/** num_workers and timeout_s from reward_model.reward_kwargs (verl's prime defaults: 64 workers, 300 s). */
-export function containmentOptions(rewardKwargs: Record<string, unknown>): ContainmentOptions {
-  return {
-    numWorkers: Math.floor(positiveNumber(rewardKwargs.num_workers, "num_workers", Math.min(64, availableParallelism()))),
-    timeoutS: positiveNumber(rewardKwargs.timeout_s, "timeout_s", 300),
-  };
-}
+export { containmentOptions, DEFAULT_REWARD_TIMEOUT_S, type ContainmentOptions } from "./timeout.js";
 
 /**
  * A pool of scoring threads, started on first use; `custom` null = the registered scorers only.

@@ -13,6 +13,7 @@ import { pathToFileURL } from "node:url";
 import { getPath, type Config } from "../config/index.js";
 import type { BatchComputeScoreFn, ComputeScoreFn, RewardFnSource } from "./types.js";
 import { isPythonModule, loadPythonRewardFunction } from "./python_reward.js";
+import { DEFAULT_REWARD_TIMEOUT_S, rewardTimeoutFromConfig } from "./timeout.js";
 
 const JS_EXT = new Set([".js", ".mjs", ".cjs"]);
 const TS_EXT = new Set([".ts", ".mts", ".cts"]);
@@ -78,9 +79,10 @@ export function bindRewardFunction(raw: unknown, source: RewardFnSource): Custom
   };
 }
 
-export async function loadRewardFunction(source: RewardFnSource): Promise<CustomRewardFunction> {
+/** `timeoutMs` bounds each Python call and the module's import (reward_model.reward_kwargs.timeout_s). */
+export async function loadRewardFunction(source: RewardFnSource, timeoutMs = DEFAULT_REWARD_TIMEOUT_S.default * 1000): Promise<CustomRewardFunction> {
   if (isPythonModule(source.path)) {
-    const py = await loadPythonRewardFunction(source);
+    const py = await loadPythonRewardFunction(source, timeoutMs);
     return { source, raw: py.computeScore as (...args: unknown[]) => unknown, computeScore: py.computeScore, computeBatch: py.computeBatch };
   }
   return bindRewardFunction(await loadExport(source.path, source.name), source);
@@ -94,5 +96,5 @@ export async function loadCustomRewardFunction(config: Config): Promise<CustomRe
   const name = getPath(config, "custom_reward_function.name") ?? "compute_score";
   if (typeof name !== "string" || name === "") throw new Error(`custom_reward_function.name must be a non-empty string, got ${JSON.stringify(name)}`);
   const kwargs = asRecord(getPath(config, "custom_reward_function.reward_kwargs"), "custom_reward_function.reward_kwargs");
-  return loadRewardFunction({ path: path.startsWith("pkg://") ? path : resolve(process.cwd(), path), name, kwargs });
+  return loadRewardFunction({ path: path.startsWith("pkg://") ? path : resolve(process.cwd(), path), name, kwargs }, rewardTimeoutFromConfig(config) * 1000);
 }

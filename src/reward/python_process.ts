@@ -57,6 +57,15 @@ function toJson(v: unknown): string {
   });
 }
 
+/** runner.py sends NaN and the infinities, which JSON lacks, as {"$nonfinite": "nan" | "inf" | "-inf"}. */
+function nonFinite(_k: string, v: unknown): unknown {
+  if (typeof v !== "object" || v === null || Array.isArray(v)) return v;
+  const keys = Object.keys(v);
+  if (keys.length !== 1 || keys[0] !== "$nonfinite") return v;
+  const tag = (v as Record<string, unknown>).$nonfinite;
+  return tag === "nan" ? NaN : tag === "inf" ? Infinity : tag === "-inf" ? -Infinity : v;
+}
+
 export interface PythonProcessOptions {
   /** The module (a .py path or pkg://dotted.module) and the function in it. */
   module: string;
@@ -105,7 +114,7 @@ export class PythonRewardProcess {
     createInterface({ input: child.stdout }).on("line", (line) => {
       let msg: Reply;
       try {
-        msg = JSON.parse(line) as Reply;
+        msg = JSON.parse(line, nonFinite) as Reply;
       } catch {
         return this.settle(new Error(`${this.describe()}: unreadable reply from the Python runner: ${line.slice(0, 200)}`));
       }
@@ -119,12 +128,19 @@ export class PythonRewardProcess {
       this.drop(child);
       this.settle(new Error(why));
     });
+    let loaded = false;
     child.on("exit", (code, signal) => {
       if (this.child !== child) return;
       this.drop(child);
-      this.settle(new Error(`${this.describe()}: the Python process exited (${signal ?? `code ${code}`})`));
+      const how = signal ?? `code ${code}`;
+      this.settle(new Error(loaded
+        ? `${this.describe()}: the Python process exited (${how})`
+        : `${process.env.VERL_PYTHON ? `VERL_PYTHON=${python}` : python} exited (${how}) before it loaded ${this.opts.key}=${this.opts.module}: ` +
+          `it does not look like a working Python 3 interpreter (try \`${python} --version\`; VERL_PYTHON picks another)`));
     });
-    return this.request(null, `loading ${this.opts.module}`).then(() => undefined);
+    return this.request(null, `loading ${this.opts.module}`).then(() => {
+      loaded = true;
+    });
   }
 
   private drop(child: PythonChild): void {
@@ -161,7 +177,7 @@ export class PythonRewardProcess {
         this.waiting = null;
         this.drop(child);
         child.kill("SIGKILL");
-        reject(new PythonCallError(`${label} ran past its ${this.opts.timeoutMs / 1000} s timeout (the Python process was killed)`, "timeout"));
+        reject(new PythonCallError(`${label} ran past its ${this.opts.timeoutMs / 1000} s timeout (reward_model.reward_kwargs.timeout_s; the Python process was killed)`, "timeout"));
       }, this.opts.timeoutMs);
       this.waiting = (r) => {
         clearTimeout(timer);

@@ -5,8 +5,9 @@
 //   (batch manager) compute_score(data_sources=, solution_strs=, ground_truths=, extra_infos=, **kwargs)
 // with custom_reward_function.reward_kwargs winning over the rest, as in verl.
 // A Python exception fails the call with the file, function, sample and
-// traceback; a call past the timeout kills the process and fails the same way
-// (the prime manager scores those 0 and counts them, as it does JS failures).
+// traceback; a call past reward_model.reward_kwargs.timeout_s (loading the module
+// included) kills the process and fails the same way (the prime manager scores
+// those 0 and counts them, as it does JS failures).
 import type { BatchComputeScoreFn, ComputeScoreFn, RewardFnSource } from "./types.js";
 import { PythonRewardProcess } from "./python_process.js";
 
@@ -14,13 +15,14 @@ export function isPythonModule(path: string): boolean {
   return path.startsWith("pkg://") || /\.py$/i.test(path);
 }
 
-/** Per-call limit outside the prime manager (which has reward_kwargs.timeout_s): $VERL_PYTHON_REWARD_TIMEOUT_S, else 300 s (verl prime's). */
-export function pythonRewardTimeoutMs(env: NodeJS.ProcessEnv = process.env): number {
-  const raw = env.VERL_PYTHON_REWARD_TIMEOUT_S;
-  if (raw === undefined || raw === "") return 300_000;
-  const s = Number(raw);
-  if (!(s > 0)) throw new Error(`VERL_PYTHON_REWARD_TIMEOUT_S must be a positive number of seconds, got ${JSON.stringify(raw)}`);
-  return s * 1000;
+/** reward_model.reward_kwargs.timeout_s is the one limit; the environment variable of earlier versions is refused, not ignored. */
+export function refuseTimeoutEnv(env: NodeJS.ProcessEnv = process.env): void {
+  if (env.VERL_PYTHON_REWARD_TIMEOUT_S !== undefined && env.VERL_PYTHON_REWARD_TIMEOUT_S !== "") {
+    throw new Error(
+      `VERL_PYTHON_REWARD_TIMEOUT_S is no longer read: set reward_model.reward_kwargs.timeout_s (seconds per call, every manager; ` +
+        `+reward_model.reward_kwargs.timeout_s=${env.VERL_PYTHON_REWARD_TIMEOUT_S}) and unset the variable`,
+    );
+  }
 }
 
 export function singleKwargs(
@@ -43,7 +45,8 @@ export interface PythonRewardFunction {
 }
 
 /** Start the process and load the module now, so a bad path or an import error stops the run before any work. */
-export async function loadPythonRewardFunction(source: RewardFnSource, timeoutMs = pythonRewardTimeoutMs()): Promise<PythonRewardFunction> {
+export async function loadPythonRewardFunction(source: RewardFnSource, timeoutMs: number): Promise<PythonRewardFunction> {
+  refuseTimeoutEnv();
   const proc = new PythonRewardProcess({ module: source.path, fn: source.name, timeoutMs, key: "custom_reward_function.path" });
   await proc.start();
   return {

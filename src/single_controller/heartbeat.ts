@@ -4,9 +4,16 @@
 // tensor); the driver's watchdog fails a rank whose counter stands still during a
 // call for longer than the heartbeat timeout. A busy loop cannot answer a message,
 // but it also stops the counter, which the driver can read without its help.
+//
+// VERL_HEARTBEAT_STATS=1 also records, per rank thread, the longest gap between two
+// ticks and the peak V8 heap, logged when the pool shuts down: the figures the
+// default trainer.heartbeat_timeout and trainer.rank_heap_limit_mb are set from
+// (docs/configuration.md).
+import { getHeapStatistics } from "node:v8";
 
 let counters: Int32Array | undefined;
 let slot = 0;
+const stats = { on: false, last: 0, longestGapMs: 0, peakHeapMb: 0 };
 
 /** Shared counters for a pool of `worldSize` ranks. */
 export function createHeartbeatBuffer(worldSize: number): SharedArrayBuffer {
@@ -14,12 +21,32 @@ export function createHeartbeatBuffer(worldSize: number): SharedArrayBuffer {
 }
 
 /** Called once per rank thread by the pool runtime. */
-export function attachHeartbeat(buffer: SharedArrayBuffer, rank: number): void {
+export function attachHeartbeat(buffer: SharedArrayBuffer, rank: number, env: NodeJS.ProcessEnv = process.env): void {
   counters = new Int32Array(buffer);
   slot = rank;
+  stats.on = env.VERL_HEARTBEAT_STATS === "1";
+  stats.last = performance.now();
 }
 
 /** "Still working": cheap (one atomic add); a no-op outside a pool thread. */
 export function heartbeat(): void {
-  if (counters) Atomics.add(counters, slot, 1);
+  if (!counters) return;
+  Atomics.add(counters, slot, 1);
+  if (stats.on) {
+    const now = performance.now();
+    if (now - stats.last > stats.longestGapMs) stats.longestGapMs = now - stats.last;
+    stats.last = now;
+  }
+}
+
+/** Samples the heap (with VERL_HEARTBEAT_STATS=1; called by the rank's event-loop tick). */
+export function sampleHeap(): void {
+  if (!stats.on) return;
+  const mb = getHeapStatistics().used_heap_size / 2 ** 20;
+  if (mb > stats.peakHeapMb) stats.peakHeapMb = mb;
+}
+
+/** This thread's longest gap between ticks and peak heap so far, or null when stats are off. */
+export function heartbeatStats(): { longestGapMs: number; peakHeapMb: number } | null {
+  return stats.on ? { longestGapMs: Math.round(stats.longestGapMs), peakHeapMb: Math.round(stats.peakHeapMb) } : null;
 }

@@ -7,7 +7,7 @@ export { register, registerMethods, registeredMethods } from "./decorator.js";
 export type { RegisterOptions, MethodAttrs } from "./decorator.js";
 export { Worker, onThreadClose } from "./worker.js";
 export { ClassWithInitArgs, FunctionRef, ColocatedWorkerClass, createColocatedWorkerClass } from "./class_with_init_args.js";
-export { ResourcePool, poolSizeFromConfig, poolShapeFromConfig, DEFAULT_HEARTBEAT_TIMEOUT_MS } from "./resource_pool.js";
+export { ResourcePool, poolSizeFromConfig, poolShapeFromConfig, DEFAULT_HEARTBEAT_TIMEOUT_MS, DEFAULT_RANK_HEAP_LIMIT_MB, rankHeapLimitFromConfig } from "./resource_pool.js";
 export type { ResourcePoolOptions, RankBackend, RemoteRanks, CollectiveControl } from "./resource_pool.js";
 export { WorkerGroup } from "./worker_group.js";
 export type { BoundWorkerGroup, RemoteMethod } from "./worker_group.js";

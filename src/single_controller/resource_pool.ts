@@ -28,12 +28,15 @@ export interface ResourcePoolOptions extends CollectiveOptions {
   name?: string;
   /** Extra environment for every thread (RANK, WORLD_SIZE, LOCAL_RANK are set per rank). */
   env?: Record<string, string>;
-  /** Per-thread V8 heap limits (a thread over them dies with ERR_WORKER_OUT_OF_MEMORY). */
+  /**
+   * Per-thread V8 heap limits (a thread over them dies with ERR_WORKER_OUT_OF_MEMORY, an error naming
+   * the rank). Default: maxOldGenerationSizeMb = DEFAULT_RANK_HEAP_LIMIT_MB; {} = V8's own limits.
+   */
   resourceLimits?: ResourceLimits;
   execArgv?: string[];
   /**
    * How long a rank may go without progress (no heartbeat) during a call before the pool is
-   * failed and its threads terminated (default 300 s; 0 = never).
+   * failed and its threads terminated (default DEFAULT_HEARTBEAT_TIMEOUT_MS; 0 = never).
    */
   heartbeatTimeoutMs?: number;
   /** This pool is one host's share of a pool spanning hosts (the host agent): ranks get global numbers. */
@@ -74,7 +77,19 @@ class ThreadRank implements RankBackend {
   }
 }
 
-export const DEFAULT_HEARTBEAT_TIMEOUT_MS = 300_000;
+/**
+ * 60 s: the longest gap between progress ticks measured (VERL_HEARTBEAT_STATS=1) was 4.1 s in a
+ * stories260K GRPO step and 4.0 s in stories260K SFT on 2 CPU cores; a whole 0.5B GRPO step on
+ * the H200 took 6.9-9.4 s, which bounds its longest gap (docs/configuration.md).
+ */
+export const DEFAULT_HEARTBEAT_TIMEOUT_MS = 60_000;
+
+/**
+ * 2 GiB of V8 heap per rank thread: the peak measured was 45 MiB (stories260K GRPO and SFT);
+ * weights and tensors live outside the V8 heap (typed-array and native memory), so the limit
+ * stops a runaway JS allocation long before the host runs out of memory.
+ */
+export const DEFAULT_RANK_HEAP_LIMIT_MB = 2048;
 
 const ENTRY = new URL("./worker_entry.js", import.meta.url);
 
@@ -85,6 +100,17 @@ export function heartbeatTimeoutFromConfig(config: unknown): number | undefined 
   if (v === null) return 0;
   if (typeof v !== "number" || !(v >= 0)) throw new Error(`trainer.heartbeat_timeout must be a number of seconds >= 0 (0 or null: no watchdog), got ${JSON.stringify(v)}`);
   return v * 1000;
+}
+
+/** trainer.rank_heap_limit_mb (MiB of V8 heap per rank thread; 0 or null = V8's own limit), or undefined for the default. */
+export function rankHeapLimitFromConfig(config: unknown): number | undefined {
+  const v = ((config as { trainer?: Record<string, unknown> } | null)?.trainer ?? {}).rank_heap_limit_mb;
+  if (v === undefined) return undefined;
+  if (v === null || v === 0) return 0;
+  if (typeof v !== "number" || !Number.isInteger(v) || v < 16) {
+    throw new Error(`trainer.rank_heap_limit_mb must be an integer number of MiB >= 16 (0 or null: V8's own limit), got ${JSON.stringify(v)}`);
+  }
+  return v;
 }
 
 /** Reads trainer.nnodes (hosts) and trainer.n_gpus_per_node (ranks per host) from a composed config. */
@@ -129,6 +155,8 @@ export class ResourcePool {
   private submitChain: Promise<void> = Promise.resolve();
   private readonly heartbeats: Int32Array;
   private readonly heartbeatTimeoutMs: number;
+  /** The V8 old-generation limit of each rank thread in MiB (undefined: V8's own). */
+  readonly rankHeapLimitMb: number | undefined;
   /** Per rank: the methods of its calls in flight, oldest (running) first. */
   private readonly outstanding: string[][];
   /** Per rank: the counter value last seen and when it last moved. */
@@ -151,6 +179,7 @@ export class ResourcePool {
       this.rankPools = o.remote.backends;
       // Each host agent's own pool watches its threads' heartbeats; a stuck rank there fails that host.
       this.heartbeatTimeoutMs = 0;
+      this.rankHeapLimitMb = undefined;
       o.remote.onRankLost((rank, reason) => this.fail(rank, reason));
       return;
     }
@@ -161,8 +190,10 @@ export class ResourcePool {
     this.collective = new Collective(this.collectiveBuffers, worldSize);
     this.heartbeatTimeoutMs = o.heartbeatTimeoutMs ?? DEFAULT_HEARTBEAT_TIMEOUT_MS;
     if (!(this.heartbeatTimeoutMs >= 0)) throw new Error(`ResourcePool: heartbeatTimeoutMs must be >= 0, got ${this.heartbeatTimeoutMs}`);
+    const limits = o.resourceLimits ?? { maxOldGenerationSizeMb: DEFAULT_RANK_HEAP_LIMIT_MB };
+    this.rankHeapLimitMb = limits.maxOldGenerationSizeMb;
     this.rankPools = [];
-    for (let rank = 0; rank < worldSize; rank++) this.rankPools.push(this.startRank(rank, o, heartbeatBuffer));
+    for (let rank = 0; rank < worldSize; rank++) this.rankPools.push(this.startRank(rank, { ...o, resourceLimits: limits }, heartbeatBuffer));
     if (this.heartbeatTimeoutMs > 0) {
       this.watchdog = setInterval(() => this.checkHeartbeats(), Math.min(1000, Math.max(20, this.heartbeatTimeoutMs / 5)));
       this.watchdog.unref();
@@ -177,7 +208,13 @@ export class ResourcePool {
       logger().warn({ ranks: worldSize, cores }, "trainer.n_gpus_per_node asks for more ranks than this host has cores; ranks will share cores");
     }
     const heartbeatTimeoutMs = opts.heartbeatTimeoutMs ?? heartbeatTimeoutFromConfig(config);
-    return new ResourcePool({ ...opts, worldSize, ...(heartbeatTimeoutMs !== undefined ? { heartbeatTimeoutMs } : {}) });
+    const heapMb = rankHeapLimitFromConfig(config);
+    const resourceLimits = opts.resourceLimits ?? (heapMb === undefined ? undefined : heapMb === 0 ? {} : { maxOldGenerationSizeMb: heapMb });
+    return new ResourcePool({
+      ...opts, worldSize,
+      ...(heartbeatTimeoutMs !== undefined ? { heartbeatTimeoutMs } : {}),
+      ...(resourceLimits ? { resourceLimits } : {}),
+    });
   }
 
   /**
@@ -223,12 +260,23 @@ export class ResourcePool {
       if (created > 1) this.fail(localRank, "piscina replaced the thread after it died");
     });
     // Without an 'error' listener piscina's error event would crash the driver.
-    pool.on("error", (err: unknown) => this.fail(localRank, describe(err), err instanceof Error ? err.stack : undefined));
+    const onError = (err: unknown) => this.fail(localRank, this.describeDeath(err), err instanceof Error ? err.stack : undefined);
+    pool.on("error", onError);
     const thread = pool.threads[0];
     if (!thread) throw new Error(`ResourcePool: piscina started no thread for rank ${rank}`);
-    thread.on("error", (err: unknown) => this.fail(localRank, describe(err), err instanceof Error ? err.stack : undefined));
+    thread.on("error", onError);
     thread.on("exit", (code: number) => this.fail(localRank, `thread exited with code ${code}`));
     return new ThreadRank(pool);
+  }
+
+  /** Why a thread died; running out of heap names the limit and the key that sets it. */
+  private describeDeath(err: unknown): string {
+    const what = describe(err);
+    if ((err as { code?: unknown } | null)?.code !== "ERR_WORKER_OUT_OF_MEMORY") return what;
+    const limit = this.rankHeapLimitMb === undefined
+      ? "V8's own limit (trainer.rank_heap_limit_mb=null)"
+      : `trainer.rank_heap_limit_mb=${this.rankHeapLimitMb} (MiB)`;
+    return `ran out of memory: its V8 heap reached ${limit}; a runaway allocation in the worker's code, or raise the limit (${what})`;
   }
 
   /** Releases every rank blocked in a collective with `reason` (a host agent, told that another host failed). */

@@ -6,7 +6,8 @@ import { Piscina } from "piscina";
 import { Collective, type RankCollective } from "./collective.js";
 import { HierarchicalCollective } from "./distributed/host_collective.js";
 import { toRemoteError, CollectiveError } from "./errors.js";
-import { attachHeartbeat, heartbeat } from "./heartbeat.js";
+import { attachHeartbeat, heartbeat, heartbeatStats, sampleHeap } from "./heartbeat.js";
+import { logger } from "../utils/logger.js";
 import { decodeValue, encodeValue, importModule, transferable } from "./transport.js";
 import { instanceKey, type CallTask, type InitTask, type Task, type TaskResult, type ThreadInit } from "./messages.js";
 import { Worker, runThreadClosers, setThreadContext } from "./worker.js";
@@ -18,7 +19,10 @@ setThreadContext({ rank: init.rank, worldSize: init.worldSize, localRank: init.l
 
 attachHeartbeat(init.heartbeat, init.localRank);
 // The event loop turning is progress: a call awaiting I/O or a timer is alive; a busy loop stops this.
-setInterval(heartbeat, 200).unref();
+setInterval(() => {
+  heartbeat();
+  sampleHeap();
+}, 200).unref();
 
 const instances = new Map<string, Worker>();
 
@@ -86,7 +90,11 @@ export default async function handleTask(task: Task): Promise<unknown> {
     let value: unknown = null;
     if (task.kind === "init") value = await runInit(task);
     else if (task.kind === "call") value = await runCall(task);
-    else if (task.kind === "close") await runThreadClosers();
+    else if (task.kind === "close") {
+      const stats = heartbeatStats();
+      if (stats) logger().info({ rank: init.rank, ...stats }, "heartbeat stats (VERL_HEARTBEAT_STATS): longest gap between progress ticks, peak V8 heap");
+      await runThreadClosers();
+    }
     else for (const key of [...instances.keys()]) if (key.startsWith(`${task.groupId}/`)) instances.delete(key);
     const enc = encodeValue(value, `${methodOf(task)} result`);
     const result: TaskResult = { ok: true, value: enc.value };

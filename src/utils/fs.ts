@@ -3,11 +3,11 @@
 import { mkdirSync, readFileSync, renameSync, rmSync, writeFileSync, existsSync } from "node:fs";
 import { dirname, basename, join } from "node:path";
 
-/** An error from writing `path` that names it (node's write errors name no file) and says what to do about a full disk. */
-export function writeErrorAt(path: string, e: unknown, what = ""): Error {
+/** An error from writing `path` (by `who`, e.g. a logger) that names it (node's write errors name no file) and says what to do about a full disk. */
+export function writeErrorAt(path: string, e: unknown, what = "", who = ""): Error {
   const err = e as NodeJS.ErrnoException;
   const hint = err.code === "ENOSPC" || err.code === "EDQUOT" ? "; the disk is full: free space there or point this output elsewhere" : "";
-  return Object.assign(new Error(`cannot write ${what ? `${what} ` : ""}${path}: ${err.message ?? String(e)}${hint}`, { cause: e }), { code: err.code });
+  return Object.assign(new Error(`${who ? `${who}: ` : ""}cannot write ${what ? `${what} ` : ""}${path}: ${err.message ?? String(e)}${hint}`, { cause: e }), { code: err.code });
 }
 
 export function writeFileAtomic(path: string, data: string | Uint8Array): void {

@@ -19,8 +19,17 @@ export interface TrackingBackend {
    * Called once before the first log, with the step training resumes from (0 = fresh run) and,
    * when the checkpoint kept them, that step's metrics (for backends with history to replay).
    */
-  begin?(resumedStep: number, resumedStepMetrics?: Record<string, unknown>): void;
+  begin?(resumedStep: number, resumedStepMetrics?: Record<string, unknown>, opts?: ResumeOptions): void;
   finish?(): void;
+}
+
+export interface ResumeOptions {
+  /**
+   * How many rows the resumed step had in an uninterrupted run (the PPO trainer logs one a step);
+   * rows past them are earlier restarts' validation-before-training rows, dropped because this
+   * restart logs its own. Unset: every row kept (SFT logs train and validation rows apart).
+   */
+  rowsAtResumedStep?: number;
 }
 
 export interface TrackingOptions {
@@ -98,10 +107,10 @@ export class Tracking {
    * Declare where the run starts: backends with history (file) drop entries after `resumedStep`,
    * and add that step's metrics (from its checkpoint) when they never got them.
    */
-  begin(resumedStep: number, resumedStepMetrics?: Record<string, unknown>): void {
+  begin(resumedStep: number, resumedStepMetrics?: Record<string, unknown>, opts: ResumeOptions = {}): void {
     if (this.begun) return;
     this.begun = true;
-    for (const b of this.backends.values()) b.begin?.(resumedStep, resumedStepMetrics);
+    for (const b of this.backends.values()) b.begin?.(resumedStep, resumedStepMetrics, opts);
   }
 
   log(data: Record<string, unknown>, step: number, backend?: string): void {
@@ -186,7 +195,7 @@ class FileBackend implements TrackingBackend {
    * earlier run's lines are kept, moved to `<name>.<n>.jsonl` (the next free n), so that each file
    * stays one run in verl's format.
    */
-  begin(resumedStep: number, resumedStepMetrics?: Record<string, unknown>): void {
+  begin(resumedStep: number, resumedStepMetrics?: Record<string, unknown>, opts: ResumeOptions = {}): void {
     mkdirSync(dirname(this.path), { recursive: true });
     if (resumedStep === 0) this.keepEarlierRun();
     const kept: { step: number; line: string }[] = [];
@@ -195,7 +204,12 @@ class FileBackend implements TrackingBackend {
         if (!line.trim()) continue;
         try {
           const rec = JSON.parse(line) as { step?: unknown };
-          if (typeof rec.step === "number" && rec.step <= resumedStep) kept.push({ step: rec.step, line });
+          // Restarts must not pile up rows at the resumed step: verl validates on every resume and
+          // logs it there, and this restart writes its own (opts.rowsAtResumedStep).
+          if (typeof rec.step !== "number" || rec.step > resumedStep) continue;
+          const limit = opts.rowsAtResumedStep;
+          if (rec.step === resumedStep && limit !== undefined && kept.filter((k) => k.step === resumedStep).length >= limit) continue;
+          kept.push({ step: rec.step, line });
         } catch {
           // a line cut short by a kill: dropped
         }

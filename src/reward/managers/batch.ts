@@ -9,7 +9,7 @@ import { ContainedRewardFunction, containmentOptions } from "../contained.js";
 import { isPythonModule } from "../python_reward.js";
 import { defaultComputeScore, normalizeScore } from "../scorers/registry.js";
 import type { BatchComputeScoreFn, RewardManager, RewardManagerOptions, RewardResult } from "../types.js";
-import { ExtraInfo, SampleExaminer, float32Column, placeScore, readDecodedRows, rewardFromRmScores, zeroRewards } from "./common.js";
+import { ExtraInfo, SampleExaminer, float32Column, placeScore, scoreFnLabel, readDecodedRows, rewardFromRmScores, zeroRewards } from "./common.js";
 
 const defaultBatch: BatchComputeScoreFn = (dss, sols, gts, extras) =>
   Promise.all(dss.map((ds, i) => defaultComputeScore(ds, sols[i]!, gts[i], extras[i])));
@@ -52,11 +52,11 @@ export class BatchRewardManager implements RewardManager {
     const examiner = new SampleExaminer(this.opts.numExamine);
     const plain: number[] = [];
     rows.forEach((row, i) => {
-      const result = normalizeScore(scores[i], `batch compute_score item ${i} (data_source "${row.dataSource}")`);
+      const result = normalizeScore(scores[i], `batch ${scoreFnLabel(this.opts.computeScoreSource)}: item ${i} (row ${i}, data_source "${row.dataSource}")`);
       const score = typeof result === "number" ? result : result.score;
       if (typeof result !== "number") extra.addDict(result);
       plain.push(score);
-      placeScore(rewards, i, row.validResponseLength, score);
+      placeScore(rewards, i, row.validResponseLength, score, row.dataSource);
       examiner.show(tok, row, responses[i]!, result);
     });
     data.batch.acc = float32Column(plain);

@@ -84,8 +84,17 @@ export function zeroRewards(data: DataProto): TensorData {
   return { data: new Float32Array(r.data.length), shape: [...r.shape], dtype: "float32" };
 }
 
+const FLOAT32_MAX = 3.4028234663852886e38;
+
 /** verl writes reward_tensor[i, valid_len - 1]; with valid_len 0 that is index -1, the last slot. Kept as is. */
-export function placeScore(rewards: TensorData, row: number, validLength: number, score: number): void {
+export function placeScore(rewards: TensorData, row: number, validLength: number, score: number, dataSource?: string): void {
+  // NaN and infinity go in as verl puts them (the trainer counts them); a finite score past float32 would turn into one
+  if (Number.isFinite(score) && Math.abs(score) > FLOAT32_MAX) {
+    throw new Error(
+      `reward: row ${row}${dataSource === undefined ? "" : ` (data_source "${dataSource}")`}: reward ${score} is finite but beyond float32's range (±3.4e38), ` +
+        "the reward tensor's type (it would be stored as infinity): scale the reward function's scores down",
+    );
+  }
   const R = rowSize(rewards);
   const col = validLength > 0 ? validLength - 1 : R - 1;
   rewards.data[row * R + col] = score;
@@ -133,6 +142,11 @@ export class ExtraInfo {
   addDict(d: Record<string, unknown>): void {
     for (const [k, v] of Object.entries(d)) this.add(k, v);
   }
+}
+
+/** How errors name the reward function: the user's file when there is one. */
+export function scoreFnLabel(source: { name: string; path: string } | undefined): string {
+  return source ? `${source.name} in ${source.path}` : "compute_score";
 }
 
 export function float32Column(values: number[]): TensorData {

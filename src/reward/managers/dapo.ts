@@ -4,7 +4,7 @@
 import { getPath } from "../../config/index.js";
 import type { DataProto } from "../../protocol/data_proto.js";
 import type { RewardManagerOptions, RewardResult } from "../types.js";
-import { ExtraInfo, SampleExaminer, placeScore, rewardFromRmScores, zeroRewards } from "./common.js";
+import { ExtraInfo, SampleExaminer, placeScore, scoreFnLabel, rewardFromRmScores, zeroRewards } from "./common.js";
 import { NaiveRewardManager, scoreRows } from "./naive.js";
 
 export interface OverlongBufferConfig {
@@ -54,7 +54,7 @@ export class DapoRewardManager extends NaiveRewardManager {
     const rewards = zeroRewards(data);
     const extra = new ExtraInfo();
     const examiner = new SampleExaminer(this.opts.numExamine);
-    const scored = await scoreRows(data, tok, this.scoreSamples, this.opts.rewardFnKey, stripEos);
+    const scored = await scoreRows(data, tok, this.scoreSamples, this.opts.rewardFnKey, stripEos, scoreFnLabel(this.opts.computeScoreSource));
     for (const { row, responseStr, result } of scored) {
       let reward: number;
       if (typeof result === "number") {
@@ -74,7 +74,7 @@ export class DapoRewardManager extends NaiveRewardManager {
           extra.add("overlong", penalty < 0);
         }
       }
-      placeScore(rewards, row.index, row.validResponseLength, reward);
+      placeScore(rewards, row.index, row.validResponseLength, reward, row.dataSource);
       examiner.show(tok, row, responseStr, result);
     }
     return { rewardTensor: rewards, rewardExtraInfo: extra.info };

@@ -8,7 +8,7 @@ import { ContainedRewardFunction, containmentOptions, type SampleToScore } from 
 import { isPythonModule } from "../python_reward.js";
 import { defaultComputeScore, normalizeScore } from "../scorers/registry.js";
 import type { ComputeScoreFn, RewardManager, RewardManagerOptions, RewardResult } from "../types.js";
-import { ExtraInfo, SampleExaminer, placeScore, readRows, requireGroundTruth, rewardFromRmScores, zeroRewards, type RewardRow } from "./common.js";
+import { ExtraInfo, SampleExaminer, placeScore, scoreFnLabel, readRows, requireGroundTruth, rewardFromRmScores, zeroRewards, type RewardRow } from "./common.js";
 
 export interface ScoredRow {
   row: RewardRow;
@@ -25,6 +25,7 @@ export async function scoreRows(
   scoreSamples: SampleScorer,
   rewardFnKey: string,
   transformResponse: (s: string) => string = (s) => s,
+  label = "compute_score",
 ): Promise<ScoredRow[]> {
   const rows = readRows(data, rewardFnKey);
   const samples = rows.map((row) => ({
@@ -34,7 +35,7 @@ export async function scoreRows(
   const raw = await scoreSamples(samples);
   return rows.map((row, i) => ({
     row, responseStr: samples[i]!.solutionStr,
-    result: normalizeScore(raw[i], `compute_score on row ${row.index} (data_source "${row.dataSource}")`),
+    result: normalizeScore(raw[i], `${label} on row ${row.index} (data_source "${row.dataSource}")`),
   }));
 }
 
@@ -72,10 +73,10 @@ export class NaiveRewardManager implements RewardManager {
     const rewards = zeroRewards(data);
     const extra = new ExtraInfo();
     const examiner = new SampleExaminer(this.opts.numExamine);
-    for (const { row, responseStr, result } of await scoreRows(data, this.opts.tokenizer, this.scoreSamples, this.opts.rewardFnKey)) {
+    for (const { row, responseStr, result } of await scoreRows(data, this.opts.tokenizer, this.scoreSamples, this.opts.rewardFnKey, undefined, scoreFnLabel(this.opts.computeScoreSource))) {
       const score = typeof result === "number" ? result : result.score;
       if (typeof result !== "number") extra.addDict(result);
-      placeScore(rewards, row.index, row.validResponseLength, score);
+      placeScore(rewards, row.index, row.validResponseLength, score, row.dataSource);
       examiner.show(this.opts.tokenizer, row, responseStr, result);
     }
     return { rewardTensor: rewards, rewardExtraInfo: extra.info };

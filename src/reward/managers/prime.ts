@@ -24,7 +24,7 @@ export class PrimeRewardManager implements RewardManager {
   private readonly threads: LazyScoringPool;
 
   constructor(private readonly opts: RewardManagerOptions) {
-    const contain = containmentOptions(opts.rewardKwargs);
+    const contain = containmentOptions(opts.rewardKwargs, "prime");
     this.numWorkers = contain.numWorkers;
     this.timeoutS = contain.timeoutS;
     if (opts.computeScore && !opts.computeScoreSource) {
@@ -66,7 +66,7 @@ export class PrimeRewardManager implements RewardManager {
         logger().warn({ data_source: row.dataSource, completion: responses[i]!.slice(0, 80), error: o.message }, "reward error: scored 0");
       }
       acc.push(score);
-      placeScore(rewards, i, row.validResponseLength, score);
+      placeScore(rewards, i, row.validResponseLength, score, row.dataSource);
       examiner.show(tok, row, responses[i]!, o.kind === "ok" ? o.value : o.kind);
     });
     data.batch.acc = float32Column(acc);

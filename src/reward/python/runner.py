@@ -12,6 +12,7 @@ import importlib
 import importlib.util
 import inspect
 import json
+import math
 import os
 import sys
 import threading
@@ -24,6 +25,17 @@ def _reply_stream():
     stream = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
+    return stream
+
+
+def _request_stream():
+    # Keep the real stdin for requests; the user's code reads an empty stdin (input() raises
+    # EOFError at once) instead of blocking on, or eating, the request stream.
+    stream = os.fdopen(os.dup(0), "rb")
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    sys.stdin = open(os.devnull, "r", encoding="utf-8")
     return stream
 
 
@@ -59,16 +71,27 @@ def _load(path, name):
 def _plain(o):
     # numpy scalars and arrays, sets: what reward code commonly returns besides floats and dicts.
     if hasattr(o, "item") and getattr(o, "shape", None) == ():
-        return o.item()
+        return _finite(o.item())
     if hasattr(o, "tolist"):
-        return o.tolist()
+        return _finite(o.tolist())
     if isinstance(o, (set, frozenset)):
-        return list(o)
+        return _finite(list(o))
     raise TypeError(f"a {type(o).__name__} cannot be returned as a score (use a float or a dict with 'score')")
 
 
+def _finite(o):
+    # JSON has no NaN or infinity: they travel tagged, so Node sees the same value a JS reward gives.
+    if isinstance(o, float) and not math.isfinite(o):
+        return {"$nonfinite": "nan" if o != o else ("inf" if o > 0 else "-inf")}
+    if isinstance(o, dict):
+        return {k: _finite(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_finite(v) for v in o]
+    return o
+
+
 def _send(stream, obj):
-    stream.write(json.dumps(obj, allow_nan=False, default=_plain) + "\n")
+    stream.write(json.dumps(_finite(obj), allow_nan=False, default=_plain) + "\n")
     stream.flush()
 
 
@@ -78,6 +101,7 @@ def _failure(e):
 
 def main():
     out = _reply_stream()
+    requests = _request_stream()
     threading.Thread(target=_watch_parent, daemon=True).start()
     if len(sys.argv) != 3:
         _send(out, {"ready": False, "error": "usage: runner.py <module> <function>", "traceback": ""})
@@ -90,7 +114,7 @@ def main():
         _send(out, {"ready": False, **_failure(e)})
         return 1
     _send(out, {"ready": True})
-    for line in sys.stdin.buffer:
+    for line in requests:
         if not line.strip():
             continue
         req = json.loads(line)

@@ -59,7 +59,9 @@ export function getScorer(dataSource: string): ScorerFn {
 export function normalizeScore(value: unknown, where: string): number | { score: number; [k: string]: unknown } {
   if (typeof value === "number") return value;
   if (typeof value === "boolean") return value ? 1 : 0;
-  if (Array.isArray(value) && value.length > 0) return normalizeScore(value[0], where);
+  if (Array.isArray(value)) {
+    throw new Error(`${where}: a list (${JSON.stringify(value).slice(0, 80)}) is not a score: return one number, a bool or {score, ...} per sample (a list is the batch manager's return)`);
+  }
   if (typeof value === "object" && value !== null) {
     const score = (value as Record<string, unknown>).score;
     const n = typeof score === "boolean" ? (score ? 1 : 0) : score;

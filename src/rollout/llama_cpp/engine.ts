@@ -13,6 +13,11 @@ import { isGreedy, type SamplingParams } from "../sampling.js";
 import { registerRolloutEngine, type RolloutEngine, type RolloutRequest } from "../engines/registry.js";
 import { loadLlama, type Llama, type LlamaContext, type LlamaContextSequence, type LlamaGpuSetting, type LlamaModelHandle } from "./binding.js";
 import { GgufWeightSync } from "./weights.js";
+import { llamaThreadsHere } from "./threads.js";
+import { logger } from "../../utils/logger.js";
+
+/** Seconds between progress lines while a rollout runs (a CPU rollout can take minutes). */
+const PROGRESS_EVERY_S = 10;
 
 /** llama.cpp's bound on the sequences of one context (LLAMA_MAX_SEQ). */
 export const LLAMA_MAX_SEQUENCES = 256;
@@ -23,7 +28,7 @@ export interface LlamaCppSettings {
   kvCacheType: "f32" | "f16";
   gpu: LlamaGpuSetting;
   ggufDir: string;
-  /** CPU threads (0: llama.cpp's choice). */
+  /** CPU threads (0: the usable cores shared among the host's ranks, threads.ts). */
   threads: number;
   flashAttention: boolean;
   maxNumSeqs: number;
@@ -72,7 +77,12 @@ export class LlamaCppRolloutEngine implements RolloutEngine {
   /** Seconds of the last call: weight sync, and generation. */
   readonly timing = { syncSeconds: 0, generateSeconds: 0, tokens: 0 };
 
-  constructor(readonly settings: LlamaCppSettings, private readonly tag: string) {}
+  /** The CPU threads given to llama.cpp, and why (threads.ts). */
+  readonly threads: { threads: number; why: string };
+
+  constructor(readonly settings: LlamaCppSettings, private readonly tag: string) {
+    this.threads = llamaThreadsHere(settings.threads);
+  }
 
   async generate(req: RolloutRequest): Promise<DataProto> {
     const { model, tokenizer, params } = req;
@@ -80,7 +90,10 @@ export class LlamaCppRolloutEngine implements RolloutEngine {
     const R = params.responseLength, n = params.n ?? 1;
     if (req.rowSeeds && req.rowSeeds.length !== req.prompts.length) throw new Error(`llama_cpp rollout: ${req.rowSeeds.length} row seeds for ${req.prompts.length} prompts`);
 
-    this.llama ??= await loadLlama(this.settings.gpu);
+    if (!this.llama) {
+      this.llama = await loadLlama(this.settings.gpu);
+      logger().info({ engine: "llama_cpp", rank: this.tag, build: this.llama.gpu || "cpu", threads: this.threads.threads, why: this.threads.why }, "llama_cpp engine loaded");
+    }
     this.sync ??= new GgufWeightSync(this.llama, {
       weightType: this.settings.weightType, dir: this.settings.ggufDir, gpuLayers: this.llama.gpu ? "max" : 0, tag: this.tag,
     });
@@ -102,7 +115,7 @@ export class LlamaCppRolloutEngine implements RolloutEngine {
     const logProbs = new Float32Array(B * R);
     const sampling = samplerOptions(params);
     const eos = new Set(params.ignoreEos ? [] : params.eosTokenIds);
-    let nextRow = 0, tokens = 0;
+    let nextRow = 0, tokens = 0, rowsDone = 0;
     const runSequence = async (seq: LlamaContextSequence) => {
       try {
         for (let b = nextRow++; b < B; b = nextRow++) {
@@ -118,6 +131,7 @@ export class LlamaCppRolloutEngine implements RolloutEngine {
               if (t >= R || eos.has(out.token)) break;
             }
             tokens += t;
+            rowsDone++;
           } finally {
             this.decoding--;
           }
@@ -127,7 +141,16 @@ export class LlamaCppRolloutEngine implements RolloutEngine {
       }
     };
     const seqs = Array.from({ length: Math.min(B, this.open!.sequences) }, () => context.getSequence());
-    await Promise.all(seqs.map(runSequence));
+    const progress = setInterval(() => {
+      const s = (performance.now() - t0) / 1000;
+      logger().info({ engine: "llama_cpp", rank: this.tag, rows: `${rowsDone}/${B}`, tokens, tokens_per_s: Math.round(tokens / s), elapsed_s: Math.round(s) }, "llama_cpp rollout progress");
+    }, PROGRESS_EVERY_S * 1000);
+    progress.unref();
+    try {
+      await Promise.all(seqs.map(runSequence));
+    } finally {
+      clearInterval(progress);
+    }
     this.timing.generateSeconds = (performance.now() - t0) / 1000;
     this.timing.tokens = tokens;
     return assembleRollout(data, { ids, mask, pos, B, P, R, responses, responseMask, logProbs: params.calculateLogProbs ? logProbs : undefined });
@@ -145,7 +168,7 @@ export class LlamaCppRolloutEngine implements RolloutEngine {
       sequences, contextSize: length,
       // one decode step of every sequence fits one batch; prompts fill up to 2048 tokens at a time
       batchSize: Math.max(sequences, Math.min(2048, sequences * promptLength)),
-      ...(this.settings.threads > 0 ? { threads: this.settings.threads } : {}),
+      threads: this.threads.threads,
       flashAttention: this.settings.flashAttention,
       experimentalKvCacheKeyType: kv, experimentalKvCacheValueType: kv,
       batching: { dispatchSchedule: (dispatch) => (created ? this.dispatchWhenAllQueued(dispatch, created) : dispatch()) },

@@ -93,7 +93,8 @@ export class PPOTrainer {
     const resumable = { workers: this.d.workers, trainLoader, rng: this.rng, klCtrl: this.klCtrl };
     const resumed = await loadTrainerCheckpoint(this.d.checkpoints, cfg, resumable);
     this.globalSteps = resumed.step;
-    this.d.tracking.begin(resumed.step, resumed.metrics ?? undefined);
+    // one row a step: rows past it at the resumed step are earlier restarts' validations before training
+    this.d.tracking.begin(resumed.step, resumed.metrics ?? undefined, { rowsAtResumedStep: 1 });
     const total = this.d.totalTrainingSteps;
     if (cfg.bool("trainer.val_before_train", true)) {
       const val = await this.validate();

@@ -6,12 +6,10 @@
 // positions [0, prompt_len-1) and the last real position zeroed. Position t of
 // the mask weighs the prediction of token t+1, so exactly the response tokens
 // (EOS included) carry loss.
-import { readFileSync } from "node:fs";
+import { readDataRows } from "../../data/data_rows.js";
 import type { ChatMessage, Tokenizer } from "../../models/tokenizer.js";
 import { DataProto } from "../../protocol/data_proto.js";
 import { tensor } from "../../protocol/tensor.js";
-import { readParquetSync } from "../../data/parquet.js";
-import { expandHome } from "../../data/home_path.js";
 
 export type SftTruncation = "error" | "left" | "right";
 export const SFT_TRUNCATIONS: readonly SftTruncation[] = ["error", "left", "right"];
@@ -67,25 +65,6 @@ export function readSftDataConfig(data: Record<string, unknown>): SftDataConfig 
   };
 }
 
-interface SourcedRow { row: Record<string, unknown>; where: string }
-
-function readRows(file: string): SourcedRow[] {
-  const path = expandHome(file);
-  if (path.endsWith(".parquet")) return readParquetSync(path).map((row, i) => ({ row, where: `${file} row ${i}` }));
-  if (path.endsWith(".jsonl") || path.endsWith(".json")) {
-    let text: string;
-    try { text = readFileSync(path, "utf8"); } catch (e) { throw new Error(`cannot read ${file}: ${(e as Error).message}`); }
-    const out: SourcedRow[] = [];
-    text.split("\n").forEach((line, i) => {
-      if (line.trim() === "") return;
-      try { out.push({ row: JSON.parse(line) as Record<string, unknown>, where: `${file}:${i + 1}` }); } catch (e) {
-        throw new Error(`${file}:${i + 1}: not valid JSON (${(e as Error).message})`);
-      }
-    });
-    return out;
-  }
-  throw new Error(`unsupported data file format: ${file} (use .parquet or JSON lines .jsonl)`);
-}
 
 /** row[column][k1][k2]...: the column, then each dict key in turn (verl's prompt_dict_keys). */
 export function pickField(row: Record<string, unknown>, column: string, dictKeys: string[], where: string, configKey: string): unknown {
@@ -180,7 +159,7 @@ export class SFTDataset {
   constructor(files: string[], readonly tokenizer: Tokenizer, data: Record<string, unknown>) {
     this.config = readSftDataConfig(data);
     const c = this.config;
-    for (const { row, where } of files.flatMap(readRows)) {
+    for (const { row, where } of files.flatMap(readDataRows)) {
       const prompt = pickField(row, c.promptKey, c.promptDictKeys, where, "prompt_key");
       const response = pickField(row, c.responseKey, c.responseDictKeys, where, "response_key");
       if (typeof response !== "string") throw new Error(`${where}: the response must be a string, got ${JSON.stringify(response)?.slice(0, 80)}`);
