@@ -6,6 +6,7 @@ import { fileURLToPath } from "node:url";
 import { Command, CommanderError, InvalidArgumentError, Option } from "commander";
 import { checkKeyKinds, ConfigError, getPath, keyReportWarning, loadConfigDetailed, toYaml, validateDevice, validatePpoConfig, type Config } from "../config/index.js";
 import { packageRoot } from "../utils/paths.js";
+import { setPath } from "../config/tree.js";
 import type { CommandContext } from "./context.js";
 
 type Runner = (ctx: CommandContext) => Promise<void>;
@@ -14,6 +15,25 @@ type Runner = (ctx: CommandContext) => Promise<void>;
 const NOT_BUILT_CONFIGS: Record<string, string> = {
   sft_trainer_engine: "verl's engine-based SFT trainer (verl.trainer.sft_trainer) is not built in verl-ts; use the default sft_trainer (model.partial_pretrain, data.prompt_key/response_key)",
 };
+
+/** Keys that name a model or tokenizer: a Hugging Face id there (`Qwen/Qwen2.5-0.5B-Instruct`) resolves through the HF cache. */
+const MODEL_PATH_KEYS = [
+  "actor_rollout_ref.model.path", "actor_rollout_ref.model.tokenizer_path", "critic.model.path", "critic.model.tokenizer_path",
+  "reward_model.model.path", "reward_model.model.input_tokenizer", "model.path", "model.tokenizer_path", "model.partial_pretrain",
+];
+
+/** Hub ids under MODEL_PATH_KEYS replaced by their snapshot folders (cached, else downloaded), before any worker starts. */
+async function resolveHubModels(config: Config): Promise<void> {
+  const seen = new Map<string, Promise<string>>();
+  const { resolveModelPath } = await import("../utils/hf_hub.js");
+  for (const key of MODEL_PATH_KEYS) {
+    const v = getPath(config, key);
+    if (typeof v !== "string" || v === "" || v === "scratch" || v.startsWith("char:")) continue;
+    if (!seen.has(v)) seen.set(v, resolveModelPath(v, key));
+    const local = await seen.get(v)!;
+    if (local !== v) setPath(config, key.split("."), local, false);
+  }
+}
 
 const LOG_LEVELS = ["trace", "debug", "info", "warn", "error", "fatal", "silent"];
 
@@ -102,6 +122,7 @@ export function buildProgram(): Command {
         validateDevice(config);
         if (c.name === "train") validatePpoConfig(config);
         await applyLogLevel(level);
+        await resolveHubModels(config);
         const run = await loadRunner(c.name);
         await run({ config, overrides, options: { ...opts } });
       });
@@ -128,6 +149,19 @@ export function buildProgram(): Command {
     .action(async (dataset: string, opts: Record<string, unknown>) => {
       const run = await loadRunner("preprocess");
       await run({ config: {}, overrides: [], options: { dataset, ...opts } });
+    });
+
+  program
+    .command("download")
+    .description("fetch a Hugging Face repo into the HF cache (as `huggingface-cli download`) and print its local folder")
+    .argument("<repo_id>", "e.g. karpathy/tinyllamas or openai/gsm8k")
+    .option("--include <glob...>", "only these files (e.g. 'stories260K/*')")
+    .option("--repo-type <type>", "model or dataset", "model")
+    .option("--revision <rev>", "branch, tag or commit", "main")
+    .action(async (repoId: string, opts: { include?: string[]; repoType: string; revision: string }) => {
+      if (opts.repoType !== "model" && opts.repoType !== "dataset") throw new ConfigError(`--repo-type ${opts.repoType}: model or dataset`);
+      const { snapshotDownload } = await import("../utils/hf_hub.js");
+      process.stdout.write(`${await snapshotDownload(opts.repoType, repoId, { revision: opts.revision, allow: opts.include })}\n`);
     });
 
   program
