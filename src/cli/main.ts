@@ -123,6 +123,10 @@ export function buildProgram(): Command {
         if (c.name === "train") validatePpoConfig(config);
         await applyLogLevel(level);
         await resolveHubModels(config);
+        // trainer.device=auto says here, once, why it is not using tfjs-node when that is absent.
+        if ((getPath(config, "trainer.device") ?? "auto") === "auto" && getPath(config, "trainer") !== undefined) {
+          await (await import("../engine/backend.js")).resolveBackendName("auto");
+        }
         const run = await loadRunner(c.name);
         await run({ config, overrides, options: { ...opts } });
       });
