@@ -1,12 +1,13 @@
 // The `verl` command line: subcommands that compose a config from conf/ plus
 // Hydra-style overrides, print it (--cfg job) or hand it to the command module.
-import { realpathSync, readFileSync } from "node:fs";
+import { mkdirSync, realpathSync, readFileSync, renameSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { Command, CommanderError, InvalidArgumentError, Option } from "commander";
 import { checkKeyKinds, ConfigError, getPath, keyReportWarning, loadConfigDetailed, toYaml, validateDevice, validatePpoConfig, type Config } from "../config/index.js";
 import { packageRoot } from "../utils/paths.js";
 import { setPath } from "../config/tree.js";
+import { expandHome } from "../data/home_path.js";
 import type { CommandContext } from "./context.js";
 
 type Runner = (ctx: CommandContext) => Promise<void>;
@@ -33,6 +34,24 @@ async function resolveHubModels(config: Config): Promise<void> {
     const local = await seen.get(v)!;
     if (local !== v) setPath(config, key.split("."), local, false);
   }
+}
+
+/**
+ * As Hydra does for verl's runs: the resolved config printed at start, and saved with the overrides in
+ * `<trainer.default_local_dir>/.hydra/` (config.yaml, overrides.yaml), beside the checkpoints.
+ */
+function recordConfig(config: Config, overrides: readonly string[]): void {
+  const dir = getPath(config, "trainer.default_local_dir");
+  process.stdout.write(`resolved config:\n${toYaml(config)}`);
+  if (typeof dir !== "string" || dir === "") return;
+  const hydra = join(expandHome(dir), ".hydra");
+  mkdirSync(hydra, { recursive: true });
+  for (const [name, text] of [["config.yaml", toYaml(config)], ["overrides.yaml", toYaml(overrides as unknown as Config)]] as const) {
+    const tmp = join(hydra, `.${name}.${process.pid}.tmp`);
+    writeFileSync(tmp, text);
+    renameSync(tmp, join(hydra, name));
+  }
+  process.stdout.write(`config saved: ${join(hydra, "config.yaml")}\n`);
 }
 
 const LOG_LEVELS = ["trace", "debug", "info", "warn", "error", "fatal", "silent"];
@@ -123,6 +142,7 @@ export function buildProgram(): Command {
         if (c.name === "train") validatePpoConfig(config);
         await applyLogLevel(level);
         await resolveHubModels(config);
+        if (c.name === "train" || c.name === "sft") recordConfig(config, overrides);
         // trainer.device=auto says here, once, why it is not using tfjs-node when that is absent.
         if ((getPath(config, "trainer.device") ?? "auto") === "auto" && getPath(config, "trainer") !== undefined) {
           await (await import("../engine/backend.js")).resolveBackendName("auto");

@@ -3,7 +3,7 @@
 import { before, test } from "node:test";
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import { mkdtempSync } from "node:fs";
+import { mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -20,14 +20,14 @@ function verl(args: string[], env: NodeJS.ProcessEnv = {}): Promise<{ code: numb
 const TINY = [
   "algorithm.adv_estimator=grpo", "data.train_files=d/train.parquet", "data.val_files=d/test.parquet",
   "data.train_batch_size=8", "data.max_prompt_length=16", "data.max_response_length=8", "actor_rollout_ref.rollout.n=2",
-  "actor_rollout_ref.model.path=scratch", "actor_rollout_ref.model.tokenizer_path=char:0123456789+=?#Wahist ",
+  "actor_rollout_ref.model.path=scratch", 'actor_rollout_ref.model.tokenizer_path="char:\\n #+0123456789=?Wahist"',
   "actor_rollout_ref.actor.ppo_mini_batch_size=8", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
   "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8", "trainer.total_training_steps=1", "trainer.n_gpus_per_node=1",
   "trainer.device=wasm", "trainer.logger=[console]",
 ];
 
 /** The lines of stderr that are not info logs. */
-const problems = (stderr: string) => stderr.split("\n").filter((l) => l.trim() && !l.startsWith('{"level":30') && !/^\S+ INFO /.test(l));
+const problems = (stderr: string) => stderr.split("\n").filter((l) => l.trim() && !/^\[\d\d:\d\d:\d\d\] (INFO|WARN):/.test(l) && !l.startsWith("progress: "));
 
 before(async () => {
   const r = await verl(["preprocess", "arithmetic", "--local_save_dir", "d", "--num-train", "64", "--num-test", "16"]);
@@ -66,4 +66,33 @@ test("the quickstart's +model.override_config.* and docs/extending.md's +policy_
   // a key that nothing reads is still reported
   const typo = loadConfigDetailed({ configName: "ppo_trainer", overrides: ["+trainer.totl_training_steps=3"] });
   assert.match(keyReportWarning(checkKeyKinds(typo.defaults, typo.raw)) ?? "", /read by nothing in verl-ts:\n {2}- trainer\.totl_training_steps/);
+});
+
+test("a run prints its resolved config, saves it as Hydra does (.hydra/config.yaml beside the checkpoints), logs human-readable lines and plain progress when not a terminal", async () => {
+  const ckpt = join(dir, "ckpt");
+  const r = await new Promise<{ code: number; stdout: string; stderr: string }>((res) =>
+    execFile(process.execPath, [MAIN, "train", ...TINY, "trainer.total_training_steps=2", "trainer.val_before_train=False", "trainer.test_freq=-1", `trainer.default_local_dir=${ckpt}`, "trainer.save_freq=-1"],
+      { cwd: dir, env: { ...process.env, VERL_LOG_FORMAT: "", VERL_PROGRESS_EVERY_STEPS: "1" } },
+      (err, stdout, stderr) => res({ code: err ? Number(err.code) : 0, stdout, stderr })));
+  assert.equal(r.code, 0, r.stderr);
+  assert.match(r.stdout, /^resolved config:\nactor_rollout_ref:\n/m);
+  assert.match(r.stdout, new RegExp(`config saved: ${join(ckpt, ".hydra", "config.yaml")}`));
+  const saved = readFileSync(join(ckpt, ".hydra", "config.yaml"), "utf8");
+  assert.match(saved, /total_training_steps: 2/);
+  assert.match(readFileSync(join(ckpt, ".hydra", "overrides.yaml"), "utf8"), /- trainer\.total_training_steps=2/);
+  assert.match(r.stderr, /^\[\d\d:\d\d:\d\d\] INFO: training plan/m);
+  assert.doesNotMatch(r.stderr, /^\{"level"/m);
+  assert.match(r.stderr, /^progress: step 1\/2 \(50%\), \d+\.\d\d s\/step, ETA \d+ s$/m);
+  assert.match(r.stderr, /^progress: step 2\/2 \(100%\), \d+\.\d\d s\/step, ETA 0 s$/m);
+  assert.match(r.stdout, /^step:2 - /m);
+});
+
+test("VERL_LOG_FORMAT=json gives pino's JSON lines; another value is refused naming the variable", async () => {
+  const json = await verl(["preprocess", "arithmetic", "--local_save_dir", "j", "--num-train", "8", "--num-test", "4"], { VERL_LOG_FORMAT: "json" });
+  assert.equal(json.code, 0, json.stderr);
+  const line = json.stderr.split("\n").find((l) => l.includes("train.parquet"))!;
+  assert.equal((JSON.parse(line) as { level: number }).level, 30);
+  const bad = await verl(["preprocess", "arithmetic", "--local_save_dir", "j", "--num-train", "8", "--num-test", "4"], { VERL_LOG_FORMAT: "xml" });
+  assert.notEqual(bad.code, 0);
+  assert.match(bad.stderr, /VERL_LOG_FORMAT=xml: use text \(the default\) or json/);
 });
