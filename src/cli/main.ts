@@ -189,6 +189,17 @@ export function buildProgram(): Command {
     });
 
   program
+    .command("export")
+    .description("copy a checkpoint's actor as a Hugging Face folder that transformers loads (verl's model_merger merge)")
+    .argument("<checkpoint>", "trainer.default_local_dir (its latest step), a global_step_N folder, or its actor/ folder")
+    .requiredOption("--target_dir <dir>", "where to write config.json, model.safetensors and the tokenizer")
+    .addOption(new Option("--target-dir <dir>").hideHelp())
+    .action(async (checkpoint: string, opts: Record<string, unknown>) => {
+      const run = await loadRunner("export");
+      await run({ config: {}, overrides: [], options: { checkpoint, ...opts } });
+    });
+
+  program
     .command("worker")
     .description("join a run spanning hosts as this host's agent (trainer.nnodes > 1; docs/distributed.md)")
     .option("--join <host:port>", "the driver's address (default MASTER_ADDR:MASTER_PORT)")

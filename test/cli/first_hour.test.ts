@@ -96,3 +96,23 @@ test("VERL_LOG_FORMAT=json gives pino's JSON lines; another value is refused nam
   assert.notEqual(bad.code, 0);
   assert.match(bad.stderr, /VERL_LOG_FORMAT=xml: use text \(the default\) or json/);
 });
+
+test("a saved GRPO policy exports with verl export to a Hugging Face folder that loads with the same weights", async () => {
+  const ckpt = join(dir, "grpo_ckpt");
+  const t = await verl(["train", ...TINY, "trainer.val_before_train=False", "trainer.test_freq=-1", `trainer.default_local_dir=${ckpt}`, "trainer.save_freq=1000"]);
+  assert.equal(t.code, 0, t.stderr);
+  const target = join(dir, "my_model");
+  const e = await new Promise<{ code: number; stdout: string; stderr: string }>((res) =>
+    execFile(process.execPath, [MAIN, "export", ckpt, "--target_dir", target], { cwd: dir }, (err, stdout, stderr) => res({ code: err ? Number(err.code) : 0, stdout, stderr })));
+  assert.equal(e.code, 0, e.stderr);
+  assert.match(e.stdout, new RegExp(`exported ${join(ckpt, "global_step_1", "actor", "huggingface")} -> ${target}`));
+  const { loadHfModel } = await import("../../src/models/index.js");
+  const exported = await loadHfModel(target);
+  assert.equal(readFileSync(join(target, "model.safetensors")).equals(readFileSync(join(ckpt, "global_step_1", "actor", "huggingface", "model.safetensors"))), true);
+  assert.equal(exported.config.dim, 64); // the scratch default hidden_size
+  assert.ok(readFileSync(join(target, "config.json"), "utf8").includes("LlamaForCausalLM"));
+  const again = await verl(["export", ckpt, "--target_dir", target]);
+  assert.match(again.stderr, /verl export: .*my_model exists; give a new folder/);
+  const none = await verl(["export", join(dir, "d"), "--target_dir", join(dir, "x")]);
+  assert.match(none.stderr, /verl export: no Hugging Face folder \(config\.json \+ model\.safetensors\) in .*\/d; looked in/);
+});
