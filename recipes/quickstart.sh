@@ -47,4 +47,8 @@ if (sft) console.log(`SFT: ${sft.step} steps, val/loss ${sft.data["val/loss"].to
 console.log(`validation accuracy (${key}): ${pct(first.data[key])} at step ${first.step} (the SFT model) -> ${pct(last.data[key])} at step ${last.step} (after GRPO)`);
 console.log(`wall time: ${Math.floor(secs / 60)} min ${secs % 60} s`);
 console.log(`metrics: ${out}/sft/metrics.jsonl, ${out}/grpo/metrics.jsonl; plots: ${out}/plots/`);
+const ck = `${out}/grpo/checkpoints`;
+const step = readFileSync(`${ck}/latest_checkpointed_iteration.txt`, "utf8").trim();
+console.log(`GRPO policy (a Hugging Face folder transformers loads): ${ck}/global_step_${step}/actor/huggingface`);
+console.log(`  copy it out with: node bin/verl.js export ${ck} --target_dir my_model`);
 JS

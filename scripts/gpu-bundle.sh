@@ -35,6 +35,9 @@ if [ ! -f .gpu/node.xz ]; then
   rm -rf "$tmp"
 fi
 
+# The WebGPU packages are not part of `npm ci`: install them here when absent.
+bash scripts/install-optional.sh webgpu
+
 # Build into dist-gpu/ (dist/ belongs to whoever runs the benchmarks here).
 nice -n 19 npx tsc -p tsconfig.json --outDir "$OUT_DIST"
 

@@ -5,11 +5,13 @@
 # prebuilt Vulkan build (@node-llama-cpp/linux-x64-vulkan: libggml-vulkan.so is 55 MB,
 # 5.8 MB under xz) travels as .gpu/llama-vulkan.tar.xz, unpacked on the GPU machine by
 # scripts/gpu-llama-run.sh. Nothing is downloaded or compiled: both packages come from
-# node_modules (npm ci installs them as optional dependencies on linux-x64).
+# node_modules (scripts/install-optional.sh installs them on request).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ -d node_modules/node-llama-cpp ] && [ -d node_modules/@node-llama-cpp/linux-x64-vulkan ] || {
-  echo "node-llama-cpp and @node-llama-cpp/linux-x64-vulkan must be installed (npm ci on linux-x64)" >&2; exit 2; }
+# node-llama-cpp (and the WebGPU packages gpu-bundle.sh needs) install on request, not with npm ci.
+bash scripts/install-optional.sh webgpu llama
+[ -d node_modules/@node-llama-cpp/linux-x64-vulkan ] || {
+  echo "@node-llama-cpp/linux-x64-vulkan is missing after installing node-llama-cpp (it installs on linux-x64 only)" >&2; exit 2; }
 # always rebuild the app (dist is compiled from this checkout); Node and dawn.node are kept
 bash scripts/gpu-bundle.sh
 APP=.gpu/app

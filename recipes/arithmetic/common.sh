@@ -46,6 +46,7 @@ rl_args() {
     trainer.project_name=verl_ts_arithmetic
     trainer.n_gpus_per_node=2
     trainer.resume_mode=disable
+    trainer.save_freq="${SAVE_FREQ:-1000000}"   # > the steps: the final policy only (actor/huggingface is transformers-loadable)
   )
   if [ "$SMOKE" = "1" ]; then
     SIZE=(

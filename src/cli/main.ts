@@ -1,11 +1,13 @@
 // The `verl` command line: subcommands that compose a config from conf/ plus
 // Hydra-style overrides, print it (--cfg job) or hand it to the command module.
-import { realpathSync, readFileSync } from "node:fs";
+import { mkdirSync, realpathSync, readFileSync, renameSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { Command, CommanderError, InvalidArgumentError, Option } from "commander";
 import { checkKeyKinds, ConfigError, getPath, keyReportWarning, loadConfigDetailed, toYaml, validateDevice, validatePpoConfig, type Config } from "../config/index.js";
 import { packageRoot } from "../utils/paths.js";
+import { setPath } from "../config/tree.js";
+import { expandHome } from "../data/home_path.js";
 import type { CommandContext } from "./context.js";
 
 type Runner = (ctx: CommandContext) => Promise<void>;
@@ -14,6 +16,43 @@ type Runner = (ctx: CommandContext) => Promise<void>;
 const NOT_BUILT_CONFIGS: Record<string, string> = {
   sft_trainer_engine: "verl's engine-based SFT trainer (verl.trainer.sft_trainer) is not built in verl-ts; use the default sft_trainer (model.partial_pretrain, data.prompt_key/response_key)",
 };
+
+/** Keys that name a model or tokenizer: a Hugging Face id there (`Qwen/Qwen2.5-0.5B-Instruct`) resolves through the HF cache. */
+const MODEL_PATH_KEYS = [
+  "actor_rollout_ref.model.path", "actor_rollout_ref.model.tokenizer_path", "critic.model.path", "critic.model.tokenizer_path",
+  "reward_model.model.path", "reward_model.model.input_tokenizer", "model.path", "model.tokenizer_path", "model.partial_pretrain",
+];
+
+/** Hub ids under MODEL_PATH_KEYS replaced by their snapshot folders (cached, else downloaded), before any worker starts. */
+async function resolveHubModels(config: Config): Promise<void> {
+  const seen = new Map<string, Promise<string>>();
+  const { resolveModelPath } = await import("../utils/hf_hub.js");
+  for (const key of MODEL_PATH_KEYS) {
+    const v = getPath(config, key);
+    if (typeof v !== "string" || v === "" || v === "scratch" || v.startsWith("char:")) continue;
+    if (!seen.has(v)) seen.set(v, resolveModelPath(v, key));
+    const local = await seen.get(v)!;
+    if (local !== v) setPath(config, key.split("."), local, false);
+  }
+}
+
+/**
+ * As Hydra does for verl's runs: the resolved config printed at start, and saved with the overrides in
+ * `<trainer.default_local_dir>/.hydra/` (config.yaml, overrides.yaml), beside the checkpoints.
+ */
+function recordConfig(config: Config, overrides: readonly string[]): void {
+  const dir = getPath(config, "trainer.default_local_dir");
+  process.stdout.write(`resolved config:\n${toYaml(config)}`);
+  if (typeof dir !== "string" || dir === "") return;
+  const hydra = join(expandHome(dir), ".hydra");
+  mkdirSync(hydra, { recursive: true });
+  for (const [name, text] of [["config.yaml", toYaml(config)], ["overrides.yaml", toYaml(overrides as unknown as Config)]] as const) {
+    const tmp = join(hydra, `.${name}.${process.pid}.tmp`);
+    writeFileSync(tmp, text);
+    renameSync(tmp, join(hydra, name));
+  }
+  process.stdout.write(`config saved: ${join(hydra, "config.yaml")}\n`);
+}
 
 const LOG_LEVELS = ["trace", "debug", "info", "warn", "error", "fatal", "silent"];
 
@@ -102,6 +141,12 @@ export function buildProgram(): Command {
         validateDevice(config);
         if (c.name === "train") validatePpoConfig(config);
         await applyLogLevel(level);
+        await resolveHubModels(config);
+        if (c.name === "train" || c.name === "sft") recordConfig(config, overrides);
+        // trainer.device=auto says here, once, why it is not using tfjs-node when that is absent.
+        if ((getPath(config, "trainer.device") ?? "auto") === "auto" && getPath(config, "trainer") !== undefined) {
+          await (await import("../engine/backend.js")).resolveBackendName("auto");
+        }
         const run = await loadRunner(c.name);
         await run({ config, overrides, options: { ...opts } });
       });
@@ -128,6 +173,30 @@ export function buildProgram(): Command {
     .action(async (dataset: string, opts: Record<string, unknown>) => {
       const run = await loadRunner("preprocess");
       await run({ config: {}, overrides: [], options: { dataset, ...opts } });
+    });
+
+  program
+    .command("download")
+    .description("fetch a Hugging Face repo into the HF cache (as `huggingface-cli download`) and print its local folder")
+    .argument("<repo_id>", "e.g. karpathy/tinyllamas or openai/gsm8k")
+    .option("--include <glob...>", "only these files (e.g. 'stories260K/*')")
+    .option("--repo-type <type>", "model or dataset", "model")
+    .option("--revision <rev>", "branch, tag or commit", "main")
+    .action(async (repoId: string, opts: { include?: string[]; repoType: string; revision: string }) => {
+      if (opts.repoType !== "model" && opts.repoType !== "dataset") throw new ConfigError(`--repo-type ${opts.repoType}: model or dataset`);
+      const { snapshotDownload } = await import("../utils/hf_hub.js");
+      process.stdout.write(`${await snapshotDownload(opts.repoType, repoId, { revision: opts.revision, allow: opts.include })}\n`);
+    });
+
+  program
+    .command("export")
+    .description("copy a checkpoint's actor as a Hugging Face folder that transformers loads (verl's model_merger merge)")
+    .argument("<checkpoint>", "trainer.default_local_dir (its latest step), a global_step_N folder, or its actor/ folder")
+    .requiredOption("--target_dir <dir>", "where to write config.json, model.safetensors and the tokenizer")
+    .addOption(new Option("--target-dir <dir>").hideHelp())
+    .action(async (checkpoint: string, opts: Record<string, unknown>) => {
+      const run = await loadRunner("export");
+      await run({ config: {}, overrides: [], options: { checkpoint, ...opts } });
     });
 
   program

@@ -34,6 +34,8 @@ export const KEY_RULES: readonly KeyRule[] = [
   // --- honoured: PPO -------------------------------------------------------------------------
   { keys: `${A}.optim.${OPTIM}`, kind: "honoured", what: "the actor's optimizer and LR schedule" },
   { keys: `${A}.policy_loss.{clip_cov_lb,clip_cov_ratio,clip_cov_ub,kl_cov_ratio,loss_mode,ppo_kl_coef}`, kind: "honoured", what: "the policy loss" },
+  // A registered policy loss reads its own keys from config.policy_loss (docs/extending.md: kl_beta).
+  { keys: `${A}.policy_loss.**`, kind: "honoured", what: "passed to the policy loss (a registered loss reads its own keys)" },
   {
     keys: `${A}.{calculate_entropy,clip_ratio,clip_ratio_c,clip_ratio_high,clip_ratio_low,entropy_coeff,grad_clip,kl_loss_coef,kl_loss_type,loss_agg_mode,loss_scale_factor,ppo_epochs,ppo_max_token_len_per_gpu,ppo_micro_batch_size,ppo_micro_batch_size_per_gpu,ppo_mini_batch_size,shuffle,tau_neg,tau_pos,use_dynamic_bsz,use_kl_loss}`,
     kind: "honoured",
@@ -44,6 +46,7 @@ export const KEY_RULES: readonly KeyRule[] = [
   { keys: `{${M},critic.model}.override_config.moe_config.**`, kind: "inert", what: "Megatron MoE settings (verl-ts reads a MoE model's experts from its config.json: Qwen3-MoE)" },
   { keys: `{${M},critic.model}.override_config.**`, kind: "honoured", what: "the architecture of a scratch model (a loaded checkpoint refuses overrides)" },
   { keys: `{${M},critic.model}.override_config`, kind: "honoured", what: "the architecture of a scratch model (a loaded checkpoint refuses overrides)" },
+  { keys: "model.override_config.**", kind: "honoured", what: "the architecture of a scratch SFT model (model.partial_pretrain=scratch)" },
   { keys: `${REF}.{log_prob_max_token_len_per_gpu,log_prob_micro_batch_size,log_prob_micro_batch_size_per_gpu,log_prob_use_dynamic_bsz}`, kind: "honoured", what: "reference log-probs" },
   { keys: `${R}.agent.max_concurrent_loops`, kind: "honoured", what: "the agent loop", own: true },
   { keys: `${R}.agent.{agent_loop_config_path,default_agent_loop,num_workers}`, kind: "honoured", what: "the agent loop" },

@@ -31,7 +31,11 @@ export interface RLHFDatasetOptions {
 }
 
 
-function checkMessages(v: unknown, key: string, where: string): ChatMessage[] {
+function checkMessages(row: Record<string, unknown>, key: string, where: string): ChatMessage[] {
+  if (!(key in row)) {
+    throw new Error(`${where}: data.prompt_key=${key} is not a column of this file; its columns are ${Object.keys(row).join(", ")}`);
+  }
+  const v = row[key];
   if (!Array.isArray(v) || v.length === 0) throw new Error(`${where}: '${key}' must be a non-empty list of chat messages`);
   return v.map((m, i) => {
     const msg = m as ChatMessage;
@@ -67,7 +71,7 @@ export class RLHFDataset {
     const fileList = typeof files === "string" ? [files] : files;
     let rows = fileList.flatMap(readDataRows);
     if (rows.length === 0) throw new Error(`${fileList.join(", ")}: no rows (the file holds a schema but 0 rows); give a file with at least one prompt`);
-    rows.forEach((r) => checkMessages(r.row[this.config.promptKey], this.config.promptKey, r.where));
+    rows.forEach((r) => checkMessages(r.row, this.config.promptKey, r.where));
     warnNullGroundTruth(rows);
     const max = opts.maxSamples ?? -1;
     if (max > 0 && max < rows.length) {
@@ -96,7 +100,7 @@ export class RLHFDataset {
   /** Chat-templated prompt ids of one row, untruncated. */
   private promptIds(r: SourcedRow): number[] {
     const tok = this.tokenizer!;
-    const messages = checkMessages(r.row[this.config.promptKey], this.config.promptKey, r.where);
+    const messages = checkMessages(r.row, this.config.promptKey, r.where);
     try {
       if (!tok.hasChatTemplate) return tok.encode(messages.map((m) => m.content).join("\n"), { addSpecialTokens: true });
       const text = tok.applyChatTemplate(messages, { addGenerationPrompt: true, tools: this.opts.tools, kwargs: this.config.applyChatTemplateKwargs });
@@ -112,7 +116,7 @@ export class RLHFDataset {
     const extra = asObject(src.row.extra_info);
     const out: RLRow = {
       ...src.row,
-      raw_prompt: checkMessages(src.row[this.config.promptKey], this.config.promptKey, src.where),
+      raw_prompt: checkMessages(src.row, this.config.promptKey, src.where),
       extra_info: extra,
       index: typeof extra.index === "number" ? extra.index : 0,
       tools_kwargs: asObject(extra.tools_kwargs),

@@ -1,6 +1,7 @@
 // The one place that chooses and initialises the TensorFlow.js backend.
 // `auto` prefers tfjs-node(-gpu) where it is installed (an optional dependency that
 // cannot install on machines without its download host), else wasm.
+import { isMainThread } from "node:worker_threads";
 import * as tf from "@tensorflow/tfjs";
 
 export type BackendName = "auto" | "wasm" | "cpu" | "tensorflow" | "webgpu";
@@ -38,7 +39,12 @@ function checkName(requested: string): BackendName {
  */
 export async function resolveBackendName(requested: BackendName | string = "auto"): Promise<Exclude<BackendName, "auto">> {
   const name = checkName(requested);
-  if (name === "auto") return (await tryImport("tensorflow")) ? "tensorflow" : "wasm";
+  if (name === "auto") {
+    const failure = await importFailure("tensorflow");
+    if (failure === undefined) return "tensorflow";
+    reportAutoFallback(failure);
+    return "wasm";
+  }
   if (name === "tensorflow" && !(await tryImport("tensorflow"))) {
     throw new Error("engine backend 'tensorflow' needs @tensorflow/tfjs-node-gpu or @tensorflow/tfjs-node, which is not installed here; use 'wasm'");
   }
@@ -76,12 +82,31 @@ export async function initBackend(requested: BackendName | string = "auto"): Pro
 }
 
 async function tryImport(which: "tensorflow"): Promise<boolean> {
+  return (await importFailure(which)) === undefined;
+}
+
+/** Why the backend's package does not import, or undefined when it does. */
+async function importFailure(which: "tensorflow"): Promise<string | undefined> {
   try {
     await backendImporters[which]();
-    return true;
-  } catch {
-    return false;
+    return undefined;
+  } catch (e) {
+    return (e as Error).message.split("\n")[0];
   }
+}
+
+let fallbackReported = false;
+
+/** trainer.device=auto without tfjs-node: said once per process (the driver), with the reason; rank threads stay quiet. */
+function reportAutoFallback(reason: string): void {
+  if (fallbackReported || !isMainThread) return;
+  fallbackReported = true;
+  const absent = /Cannot find (package|module)/.test(reason);
+  process.stderr.write(
+    `trainer.device=auto: using wasm, not tensorflow: ${absent
+      ? "@tensorflow/tfjs-node-gpu is not installed (an optional dependency: npm drops it when its install script fails, which downloads libtensorflow from storage.googleapis.com; run `npm install @tensorflow/tfjs-node-gpu@4.22.0` to see why)"
+      : `@tensorflow/tfjs-node-gpu is installed but does not load: ${reason}`}. Set trainer.device=wasm to silence this.\n`,
+  );
 }
 
 /** What releaseBackend needs of tfjs-backend-webgpu's backend and its Dawn device. */

@@ -5,12 +5,21 @@
 // VERL_DAWN_FLAGS=backend=opengl and Mesa's llvmpipe (EGL, surfaceless) that gives a software
 // WebGPU adapter on a machine without a GPU, slow but real, which runs the WebGPU kernels'
 // tests there (lavapipe's Vulkan is rejected by Dawn). docs/gpu.md says how.
+/**
+ * The WebGPU packages install on request, not with `npm ci` (Dawn's prebuilts for five platforms are
+ * 132 MB, tfjs's WebGPU backend 19 MB); scripts/gpu-bundle.sh runs this command when they are absent.
+ */
+export const WEBGPU_INSTALL = "npm install --no-save webgpu@0.6.2 @tensorflow/tfjs-backend-webgpu@4.22.0";
+
 export async function prepareWebGpu(): Promise<void> {
   let mod: { create: (flags: string[]) => unknown; globals?: Record<string, unknown> };
   try {
     mod = (await import("webgpu" as string)) as typeof mod;
   } catch (e) {
-    throw new Error(`engine backend 'webgpu' needs the optional 'webgpu' package (Dawn): ${(e as Error).message}`);
+    const missing = (e as { code?: string }).code === "ERR_MODULE_NOT_FOUND";
+    throw new Error(missing
+      ? `trainer.device=webgpu needs the 'webgpu' package (Dawn), installed on request: ${WEBGPU_INSTALL} (or trainer.device=auto for the CPU)`
+      : `trainer.device=webgpu: the 'webgpu' package (Dawn) failed to load: ${(e as Error).message}`);
   }
   const flags = (process.env.VERL_DAWN_FLAGS ?? "enable-dawn-features=skip_validation").split(",").filter(Boolean);
   if (mod.globals) Object.assign(globalThis, mod.globals);
@@ -20,8 +29,12 @@ export async function prepareWebGpu(): Promise<void> {
   Object.defineProperty(globalThis, "navigator", { value: nav, configurable: true, writable: true });
   Object.defineProperty(nav, "gpu", { value: gpu, configurable: true });
   const adapter = await gpu.requestAdapter();
-  if (!adapter) throw new Error("engine backend 'webgpu': no GPU adapter found (Dawn needs a Vulkan driver)");
-  await import("@tensorflow/tfjs-backend-webgpu");
+  if (!adapter) throw new Error("trainer.device=webgpu: no GPU adapter found (Dawn needs a GPU with a Vulkan driver); use trainer.device=auto to train on the CPU (wasm), or see docs/gpu.md for a software adapter");
+  try {
+    await import("@tensorflow/tfjs-backend-webgpu" as string);
+  } catch (e) {
+    throw new Error(`trainer.device=webgpu needs @tensorflow/tfjs-backend-webgpu, installed on request: ${WEBGPU_INSTALL} (${(e as Error).message})`);
+  }
 }
 
 interface AdapterLike {

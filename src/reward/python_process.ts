@@ -99,6 +99,10 @@ export class PythonRewardProcess {
   }
 
   private spawn(): Promise<void> {
+    // A missing file is one line, not Python's traceback.
+    if (this.opts.module.endsWith(".py") && !existsSync(this.opts.module)) {
+      return Promise.reject(new PythonCallError(`${this.opts.key}=${this.opts.module}: no such file`, "error"));
+    }
     const python = pythonExecutable();
     const child = spawn(python, ["-u", runnerScript(), this.opts.module, this.opts.fn], {
       stdio: ["pipe", "pipe", "inherit"],

@@ -141,30 +141,60 @@ export function formatConsoleLine(data: Record<string, unknown>, step: number): 
   return parts.join(" - ");
 }
 
-class ConsoleBackend implements TrackingBackend {
+/** The plain progress line: `progress: step 5/20 (25%), 6.10 s/step, ETA 1 min 32 s`. */
+export function progressLine(step: number, total: number, perStep: number): string {
+  const eta = Math.round(Math.max(0, (total - step) * perStep));
+  const etaText = eta >= 60 ? `${Math.floor(eta / 60)} min ${eta % 60} s` : `${eta} s`;
+  return `progress: step ${step}/${total} (${Math.floor((100 * step) / total)}%), ${perStep.toFixed(2)} s/step, ETA ${etaText}`;
+}
+
+export class ConsoleBackend implements TrackingBackend {
   readonly displayOnly = true;
   private readonly bar: boolean;
   private startTime = Date.now();
   private firstStep: number | undefined;
 
-  constructor(private readonly totalSteps?: number) {
-    this.bar = Boolean(process.stderr.isTTY) && totalSteps !== undefined && totalSteps > 0;
+  private readonly plain: { everySteps: number; everyMs: number } | undefined;
+  private lastPlain = { step: Number.NEGATIVE_INFINITY, at: Date.now() };
+
+  constructor(private readonly totalSteps?: number, tty = Boolean(process.stderr.isTTY), env: NodeJS.ProcessEnv = process.env) {
+    const known = totalSteps !== undefined && totalSteps > 0;
+    this.bar = tty && known;
+    // Not a terminal (CI, a log file): a plain progress line every N steps or S seconds instead of the bar.
+    this.plain = !tty && known
+      ? { everySteps: Math.max(1, Number(env.VERL_PROGRESS_EVERY_STEPS ?? 10)), everyMs: 1000 * Math.max(0, Number(env.VERL_PROGRESS_EVERY_S ?? 60)) }
+      : undefined;
   }
 
   log(data: Record<string, unknown>, step: number): void {
     if (this.bar) process.stderr.write("\r\x1b[K");
     process.stdout.write(formatConsoleLine(data, step) + "\n");
     if (this.bar) this.drawBar(step);
+    else if (this.plain) this.plainProgress(step);
+  }
+
+  private perStep(step: number): number {
+    this.firstStep ??= step;
+    const stepsRun = step - this.firstStep + 1;
+    return stepsRun > 0 ? (Date.now() - this.startTime) / 1000 / stepsRun : 0;
+  }
+
+  private plainProgress(step: number): void {
+    const p = this.plain!;
+    const total = this.totalSteps!;
+    const now = Date.now();
+    const due = step >= total || step === this.firstStep || step - this.lastPlain.step >= p.everySteps || (p.everyMs > 0 && now - this.lastPlain.at >= p.everyMs);
+    const perStep = this.perStep(step);
+    if (!due && this.lastPlain.step !== Number.NEGATIVE_INFINITY) return;
+    this.lastPlain = { step, at: now };
+    process.stderr.write(progressLine(step, total, perStep) + "\n");
   }
 
   private drawBar(step: number): void {
     const total = this.totalSteps!;
-    this.firstStep ??= step;
     const width = 30;
     const done = Math.max(0, Math.min(width, Math.round((step / total) * width)));
-    const elapsed = (Date.now() - this.startTime) / 1000;
-    const stepsRun = step - this.firstStep + 1;
-    const perStep = stepsRun > 0 ? elapsed / stepsRun : 0;
+    const perStep = this.perStep(step);
     const eta = Math.max(0, (total - step) * perStep);
     process.stderr.write(`[${"=".repeat(done)}${" ".repeat(width - done)}] step ${step}/${total}  ${perStep.toFixed(2)} s/step  eta ${eta.toFixed(0)} s`);
   }

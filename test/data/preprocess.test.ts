@@ -109,7 +109,16 @@ test("a malformed row fails with file and line, leaving no output", async () => 
     writeFileSync(join(dir, "train.jsonl"), `${good}\n`);
     await assert.rejects(run(), /no test split in .*: looked for test\.jsonl/);
     assert.equal(existsSync(out), false, "a missing split writes nothing either");
-    await assert.rejects(getPreprocessor("gsm8k")({ localSaveDir: out }), /gsm8k needs --local_dataset_path/);
+    const saved = { off: process.env.HF_HUB_OFFLINE, home: process.env.HF_HOME, cache: process.env.HF_HUB_CACHE };
+    Object.assign(process.env, { HF_HUB_OFFLINE: "1", HF_HOME: join(dir, "no-hf-cache") });
+    delete process.env.HF_HUB_CACHE;
+    try {
+      await assert.rejects(getPreprocessor("gsm8k")({ localSaveDir: out }), /dataset openai\/gsm8k@main is not in the Hugging Face cache .* and HF_HUB_OFFLINE is set/);
+    } finally {
+      for (const [k, v] of [["HF_HUB_OFFLINE", saved.off], ["HF_HOME", saved.home], ["HF_HUB_CACHE", saved.cache]] as const) {
+        if (v === undefined) delete process.env[k]; else process.env[k] = v;
+      }
+    }
   } finally { rmSync(dir, { recursive: true, force: true }); }
 });
 

@@ -2,11 +2,21 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { backendImporters, resolveBackendName, initBackend, currentBackend } from "../../src/engine/backend.js";
 
-test("auto falls back to wasm when tfjs-node cannot be imported", async () => {
+test("auto falls back to wasm when tfjs-node cannot be imported, and says why once", async () => {
   const saved = backendImporters.tensorflow;
+  const write = process.stderr.write;
+  const lines: string[] = [];
   try {
     backendImporters.tensorflow = async () => { throw new Error("Cannot find module '@tensorflow/tfjs-node'"); };
-    assert.equal(await resolveBackendName("auto"), "wasm");
+    process.stderr.write = ((chunk: string) => { lines.push(String(chunk)); return true; }) as typeof process.stderr.write;
+    try {
+      assert.equal(await resolveBackendName("auto"), "wasm");
+      assert.equal(await resolveBackendName("auto"), "wasm");
+    } finally {
+      process.stderr.write = write;
+    }
+    assert.equal(lines.length, 1, lines.join(""));
+    assert.match(lines[0]!, /^trainer\.device=auto: using wasm, not tensorflow: @tensorflow\/tfjs-node-gpu is not installed \(an optional dependency: npm drops it when its install script fails.*npm install @tensorflow\/tfjs-node-gpu@4\.22\.0/);
     await assert.rejects(resolveBackendName("tensorflow"), /tfjs-node.*not installed/);
     backendImporters.tensorflow = async () => ({});
     assert.equal(await resolveBackendName("auto"), "tensorflow");

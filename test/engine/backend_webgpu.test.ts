@@ -22,12 +22,12 @@ export class CloserWorker extends Worker {
 
 if (isMainThread) {
   test("webgpu without an adapter (or without the optional Dawn package) fails with a clear error", async () => {
-    await assert.rejects(initBackend("webgpu"), /engine backend 'webgpu': (no GPU adapter found|needs the optional 'webgpu' package)/);
+    await assert.rejects(initBackend("webgpu"), /^(Error: )?trainer\.device=webgpu(: no GPU adapter found \(Dawn needs a GPU with a Vulkan driver\); use trainer\.device=auto| needs the 'webgpu' package \(Dawn\), installed on request: npm install --no-save webgpu@0\.6\.2)/);
   });
 
   test("a worker thread's backend setup on webgpu without a GPU fails with the adapter error", async () => {
     const { initWorkerBackend } = await import("../../src/workers/worker_setup.js");
-    await assert.rejects(initWorkerBackend("webgpu"), /engine backend 'webgpu': (no GPU adapter found|needs the optional 'webgpu' package)/);
+    await assert.rejects(initWorkerBackend("webgpu"), /^(Error: )?trainer\.device=webgpu(: no GPU adapter found \(Dawn needs a GPU with a Vulkan driver\); use trainer\.device=auto| needs the 'webgpu' package \(Dawn\), installed on request: npm install --no-save webgpu@0\.6\.2)/);
   });
 
   test("releaseBackend leaves a CPU backend alone", async () => {

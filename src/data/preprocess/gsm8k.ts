@@ -6,6 +6,7 @@ import { createProgress } from "../progress.js";
 import { findSplitFiles, readRawRecords, requireString, type RawRecord } from "./raw_input.js";
 import { writeSplits } from "./output.js";
 import { expandHome } from "../home_path.js";
+import { snapshotDownload } from "../../utils/hf_hub.js";
 import type { PreprocessOptions, PreprocessResult } from "./types.js";
 
 export const GSM8K_DATA_SOURCE = "openai/gsm8k";
@@ -66,13 +67,10 @@ function convertSplit(records: RawRecord[], split: string, agent: boolean): Reco
 }
 
 export async function preprocessGsm8k(opts: PreprocessOptions): Promise<PreprocessResult> {
-  if (!opts.localDatasetPath) {
-    throw new Error(
-      "gsm8k needs --local_dataset_path: a folder with train.jsonl and test.jsonl, or the Hugging Face files " +
-        "main/train-00000-of-00001.parquet and main/test-00000-of-00001.parquet (verl downloads openai/gsm8k when it is absent; verl-ts does not download)",
-    );
-  }
-  const dir = expandHome(opts.localDatasetPath);
+  // As verl's script does: without --local_dataset_path, openai/gsm8k (config "main") from the Hub, through the HF cache.
+  const dir = opts.localDatasetPath
+    ? expandHome(opts.localDatasetPath)
+    : await snapshotDownload("dataset", GSM8K_DATA_SOURCE, { allow: ["main/*.parquet"] });
   const agent = Boolean(opts.agent);
   const splits: Record<string, Record<string, unknown>[]> = {};
   for (const split of ["train", "test"]) {

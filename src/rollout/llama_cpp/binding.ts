@@ -63,7 +63,7 @@ export async function importNodeLlamaCpp(specifier = "node-llama-cpp"): Promise<
   } catch (e) {
     throw new Error(
       `actor_rollout_ref.rollout.name=llama_cpp needs the optional package node-llama-cpp@${NODE_LLAMA_CPP_VERSION} ` +
-      `(npm install --no-save node-llama-cpp@${NODE_LLAMA_CPP_VERSION}), which could not be loaded: ${(e as Error).message}`,
+      `(installed on request: bash scripts/install-optional.sh llama, or npm install --no-save node-llama-cpp@${NODE_LLAMA_CPP_VERSION}), which could not be loaded: ${(e as Error).message}`,
     );
   }
 }

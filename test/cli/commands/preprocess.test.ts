@@ -14,7 +14,7 @@ const MAIN = fileURLToPath(new URL("../../../src/cli/main.js", import.meta.url))
 
 function verl(...args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
-    execFile(process.execPath, [MAIN, ...args], { encoding: "utf8", env: { ...process.env, CI: "1" }, timeout: 60_000 }, (err, stdout, stderr) => {
+    execFile(process.execPath, [MAIN, ...args], { encoding: "utf8", env: { ...process.env, CI: "1", HF_HUB_OFFLINE: "1", HF_HOME: join(tmpdir(), "verl-preprocess-test-no-hf-cache") }, timeout: 60_000 }, (err, stdout, stderr) => {
       resolve({ code: err ? (typeof err.code === "number" ? err.code : null) : 0, stdout, stderr });
     });
   });
@@ -53,7 +53,8 @@ test("preprocess gsm8k: verl's flags, hyphenated spellings, --local_dir deprecat
     assert.equal(existsSync(out("d")), false);
     assert.equal(noInput.code, 1);
     assert.match(noInput.stderr, /--local_dir is deprecated/);
-    assert.match(noInput.stderr, /gsm8k needs --local_dataset_path/);
+    // without --local_dataset_path: openai/gsm8k from the Hub; offline with an empty cache, that is one clear error
+    assert.match(noInput.stderr, /dataset openai\/gsm8k@main is not in the Hugging Face cache .* and HF_HUB_OFFLINE is set/);
     assert.equal(hdfs.code, 2);
     assert.match(hdfs.stderr, /--hdfs_dir is not available in verl-ts/);
   } finally {
