@@ -1,8 +1,7 @@
 // Where a host listens and dials, as a cluster needs it: the interface named by
 // VERL_SOCKET_IFNAME (as NCCL_SOCKET_IFNAME: a name, a prefix, or ^names to
-// exclude, comma-separated), ring ports from VERL_RING_PORT_RANGE (LO-HI), name
-// lookups retried until a deadline (a pod's DNS record appears after the pod),
-// and a rank's GPU adapter chosen by LOCAL_RANK.
+// exclude, comma-separated), ring ports from VERL_RING_PORT_RANGE (LO-HI),
+// and lookups retried until a deadline (a pod's DNS record appears after the pod).
 import { lookup } from "node:dns/promises";
 import { isIP } from "node:net";
 import { networkInterfaces } from "node:os";
@@ -84,19 +83,4 @@ export async function listenInRange<T>(range: [number, number] | undefined, list
     }
   }
   throw new Error(`no free port in VERL_RING_PORT_RANGE ${range[0]}-${range[1]}: ${last?.message ?? "empty range"}`);
-}
-
-/**
- * Which GPU adapter a rank takes: LOCAL_RANK modulo the adapters the host has
- * (VERL_GPU_ADAPTERS or CUDA_VISIBLE_DEVICES's count, when the engine knows
- * them), so the ranks of a host spread one per GPU. The WebGPU engine asks this.
- */
-export function adapterIndexForRank(env: NodeJS.ProcessEnv = process.env): number | undefined {
-  const raw = env.LOCAL_RANK;
-  if (raw === undefined || raw === "") return undefined;
-  const local = Number(raw);
-  if (!Number.isInteger(local) || local < 0) throw new Error(`LOCAL_RANK='${raw}' is not a non-negative integer`);
-  const count = env.VERL_GPU_ADAPTERS ? Number(env.VERL_GPU_ADAPTERS) : env.CUDA_VISIBLE_DEVICES ? env.CUDA_VISIBLE_DEVICES.split(",").filter(Boolean).length : undefined;
-  if (count !== undefined && !(Number.isInteger(count) && count > 0)) throw new Error(`VERL_GPU_ADAPTERS='${env.VERL_GPU_ADAPTERS}' must be a positive integer`);
-  return count ? local % count : local;
 }
