@@ -20,6 +20,8 @@ export const RECV0 = 16, COMB0 = RECV0 + MAX_HOSTS;
 const INTS = COMB0 + MAX_HOSTS;
 const MSG_BYTES = 2048;
 const ST_OK = 0, ST_ABORTED = 1, ST_TIMEOUT = 2;
+/** Granularity of the leader's progress signals to the main thread. */
+const WAKE_BYTES = 1 << 20;
 
 export const BRIDGE_OPS = { barrier: 1, broadcast: 2, sum: 10, max: 12, min: 13 } as const;
 export type BridgeOp = keyof typeof BRIDGE_OPS;
@@ -35,8 +37,8 @@ export interface BridgeBuffers {
   recv: SharedArrayBuffer;
 }
 
-/** Default data capacity: 32 MiB a request (larger buffers cross in several requests). */
-export const DEFAULT_BRIDGE_BYTES = 32 << 20;
+/** Default data capacity: 64 MiB a request (larger buffers cross in several requests). */
+export const DEFAULT_BRIDGE_BYTES = 64 << 20;
 
 export function createBridgeBuffers(dataBytes = DEFAULT_BRIDGE_BYTES): BridgeBuffers {
   if (!Number.isInteger(dataBytes) || dataBytes < 64 || dataBytes % 8 !== 0) throw new Error(`bridge: data bytes must be a multiple of 8 >= 64, got ${dataBytes}`);
@@ -128,10 +130,14 @@ export class BridgeClient {
           if (op === "sum") for (let i = i0; i < i1; i++) into[i] = into[i]! + got[i]!;
           else if (op === "max") for (let i = i0; i < i1; i++) into[i] = Math.max(into[i]!, got[i]!);
           else for (let i = i0; i < i1; i++) into[i] = Math.min(into[i]!, got[i]!);
+          // The main thread sends pieces of a MiB or more: wake it when one may have completed, not per read.
+          const crossed = Math.floor(avail / WAKE_BYTES) > Math.floor(done / WAKE_BYTES) || avail === total;
           done = avail;
           Atomics.store(c, COMB0 + s, done);
-          Atomics.add(c, COMB_SIG, 1);
-          Atomics.notify(c, COMB_SIG);
+          if (crossed) {
+            Atomics.add(c, COMB_SIG, 1);
+            Atomics.notify(c, COMB_SIG);
+          }
           continue;
         }
         if (Atomics.load(c, RESP) === seq) return; // the network side failed (or finished): its status says which
