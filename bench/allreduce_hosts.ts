@@ -1,11 +1,15 @@
-// All-reduce bandwidth of one pool in three places, 16 MiB of float32 "mean"
-// per call (the gradient all-reduce's op), two ranks each: both ranks in this
+// All-reduce bandwidth of one pool in three places, 16 MiB and 256 MiB of float32
+// "mean" per call (the gradient all-reduce's op), two ranks each: both ranks in this
 // process (SharedArrayBuffer), two host agents on 127.0.0.1 (gRPC ring over
 // loopback), and two host agents in two network namespaces joined by a veth
 // pair (the ring crosses a real Linux network device; skipped with the reason
 // where namespaces cannot be made). MB/s = buffer bytes / median wall time of
-// the slowest rank. Prints one JSON line. Run: node dist/bench/allreduce_hosts.js
-//   --iters N (default 8; --reps N is the same)   --mib M (default 16)
+// the slowest rank. Beside each cross-host figure, raw TCP on the same link in the
+// same run (bench/raw_tcp.ts): "duplex" (each side sends the size at once, the
+// traffic of a two-host ring all-reduce) and one way; *_of_raw is the all-reduce
+// over raw duplex TCP (target >= 0.7). Prints one JSON line.
+// Run: node dist/bench/allreduce_hosts.js
+//   --iters N (default 8 for 16 MiB, 3 for 256 MiB; --reps N is the same)   --mib M,M (default 16,256)
 // The namespace figure runs this script again inside namespace A as the driver
 // (--driver-in-netns A,B), since the driver must listen on A's address.
 import { spawnSync } from "node:child_process";
@@ -14,6 +18,7 @@ import { ClassWithInitArgs, ResourcePool, WorkerGroup } from "../src/single_cont
 import { emit, intFlag, loadAvg1m, machine, parseBenchArgs, runMain } from "./common.js";
 import { launchCluster } from "./hosts.js";
 import { createNetnsPair } from "./netns.js";
+import { measureRawTcp, startRawServer } from "./raw_tcp.js";
 
 const WORKER = new ClassWithInitArgs(new URL("./controller.js", import.meta.url), "BenchWorker");
 
@@ -33,7 +38,10 @@ async function measure(pool: ResourcePool, elems: number, iters: number): Promis
   }
 }
 
-async function acrossAgents(elems: number, iters: number, addr: string, netns?: [string, string]): Promise<{ mbPerS: number; medianMs: number }> {
+type Fig = { mbPerS: number; medianMs: number };
+type Row = { allreduce: Fig; raw_duplex_MB_per_s: number; raw_oneway_MB_per_s: number };
+
+async function acrossAgents(elems: number, iters: number, addr: string, netns?: [string, string]): Promise<Fig> {
   const hosts = [{ name: "hostA", nodeRank: 0, ...(netns ? { netns: netns[0] } : {}) }, { name: "hostB", nodeRank: 1, ...(netns ? { netns: netns[1] } : {}) }];
   const cluster = await launchCluster(hosts, 1, { addr });
   try {
@@ -43,44 +51,76 @@ async function acrossAgents(elems: number, iters: number, addr: string, netns?: 
   }
 }
 
-function inNamespaces(elems: number, iters: number): { mbPerS: number; medianMs: number } | { skipped: string } {
+/** The all-reduce between two agents and raw TCP between the same two places (server at `peer`, in `netns[1]`). */
+async function linkRow(elems: number, iters: number, addr: string, peer: string, netns?: [string, string]): Promise<Row> {
+  const allreduce = await acrossAgents(elems, iters, addr, netns);
+  const srv = await startRawServer(peer, netns?.[1]);
+  try {
+    const bytes = elems * 4;
+    return {
+      allreduce,
+      raw_duplex_MB_per_s: await measureRawTcp(peer, srv.port, bytes, Math.max(3, iters), "duplex"),
+      raw_oneway_MB_per_s: await measureRawTcp(peer, srv.port, bytes, Math.max(3, iters), "oneway"),
+    };
+  } finally {
+    srv.proc.kill();
+  }
+}
+
+function inNamespaces(sizes: [number, number][]): Row[] | { skipped: string } {
   const pair = createNetnsPair();
   if (typeof pair === "string") return { skipped: `no network namespaces here: ${pair}` };
   try {
     const self = fileURLToPath(import.meta.url);
-    const r = spawnSync("ip", ["netns", "exec", pair.names[0], process.execPath, self, "--driver-in-netns", pair.names.join(","), "--elems", String(elems), "--iters", String(iters)], { encoding: "utf8", timeout: 120_000 });
+    const r = spawnSync("ip", ["netns", "exec", pair.names[0], process.execPath, self, "--driver-in-netns", pair.names.join(","), "--sizes", sizes.map(([e, i]) => `${e}x${i}`).join(",")], { encoding: "utf8", timeout: 280_000 });
     const line = r.stdout.trim().split("\n").pop() ?? "";
-    if (r.status !== 0 || !line.startsWith("{")) return { skipped: `the namespace run failed (code ${r.status}): ${r.stderr.slice(-500)}` };
-    return JSON.parse(line) as { mbPerS: number; medianMs: number };
+    if (r.status !== 0 || !line.startsWith("[")) return { skipped: `the namespace run failed (code ${r.status}): ${r.stderr.slice(-500)}` };
+    return JSON.parse(line) as Row[];
   } finally {
     pair.remove();
   }
+}
+
+const ratio = (a: number, b: number) => Math.round((a / b) * 100) / 100;
+
+function rowFigures(prefix: string, r: Row): Record<string, number> {
+  return {
+    [`${prefix}_MB_per_s`]: r.allreduce.mbPerS, [`${prefix}_median_ms`]: r.allreduce.medianMs,
+    [`${prefix}_raw_tcp_duplex_MB_per_s`]: r.raw_duplex_MB_per_s, [`${prefix}_raw_tcp_oneway_MB_per_s`]: r.raw_oneway_MB_per_s,
+    [`${prefix}_of_raw`]: ratio(r.allreduce.mbPerS, r.raw_duplex_MB_per_s),
+  };
 }
 
 async function main(): Promise<void> {
   const args = parseBenchArgs(process.argv.slice(2), { reps: 1 });
   const driverIn = args.extra.get("driver-in-netns");
   if (typeof driverIn === "string") {
-    // Child mode: the driver inside namespace A; print the figure only.
+    // Child mode: the driver inside namespace A; print the rows only.
     const [a, b] = driverIn.split(",") as [string, string];
-    const fig = await acrossAgents(intFlag(args, "elems", 1 << 22), intFlag(args, "iters", 8), "10.231.0.1", [a, b]);
-    process.stdout.write(`${JSON.stringify(fig)}\n`);
+    const sizes = String(args.extra.get("sizes")).split(",").map((x) => x.split("x").map(Number) as [number, number]);
+    const rows: Row[] = [];
+    for (const [elems, iters] of sizes) rows.push(await linkRow(elems, iters, "10.231.0.1", "10.231.0.2", [a, b]));
+    process.stdout.write(`${JSON.stringify(rows)}\n`);
     return;
   }
   const load0 = loadAvg1m();
-  const iters = intFlag(args, "iters", args.reps > 1 ? args.reps : 8);
-  const elems = (intFlag(args, "mib", 16) * 1024 * 1024) / 4;
-  const inProcess = await measure(new ResourcePool({ worldSize: 2 }), elems, iters);
-  const loopback = await acrossAgents(elems, iters, "127.0.0.1");
-  const netns = inNamespaces(elems, iters);
+  const mibs = String(args.extra.get("mib") ?? "16,256").split(",").map(Number);
+  const given = args.extra.get("iters") ?? (args.reps > 1 ? String(args.reps) : undefined);
+  const sizes: [number, number][] = mibs.map((m) => [(m * 1024 * 1024) / 4, given !== undefined ? Number(given) : m >= 128 ? 3 : 8]);
+  const figures: Record<string, number | string> = {};
+  for (const [elems, iters] of sizes) {
+    const mib = (elems * 4) / (1 << 20);
+    const inProcess = await measure(new ResourcePool({ worldSize: 2 }), elems, iters);
+    Object.assign(figures, { [`in_process_${mib}MiB_MB_per_s`]: inProcess.mbPerS });
+    Object.assign(figures, rowFigures(`hosts_loopback_${mib}MiB`, await linkRow(elems, iters, "127.0.0.1", "127.0.0.1")));
+  }
+  const netns = inNamespaces(sizes);
+  if ("skipped" in netns) figures.hosts_netns_skipped = netns.skipped;
+  else netns.forEach((r, i) => Object.assign(figures, rowFigures(`hosts_netns_${(sizes[i]![0] * 4) / (1 << 20)}MiB`, r)));
   emit({
     name: "allreduce_hosts",
-    config: { ranks: 2, op: "mean", dtype: "float32", mib: (elems * 4) / (1 << 20), iters },
-    figures: {
-      in_process_MB_per_s: inProcess.mbPerS, in_process_median_ms: inProcess.medianMs,
-      hosts_loopback_MB_per_s: loopback.mbPerS, hosts_loopback_median_ms: loopback.medianMs,
-      ...("skipped" in netns ? { hosts_netns_skipped: netns.skipped } : { hosts_netns_MB_per_s: netns.mbPerS, hosts_netns_median_ms: netns.medianMs }),
-    },
+    config: { ranks: 2, op: "mean", dtype: "float32", mib: mibs, iters: sizes.map((s) => s[1]) },
+    figures,
     machine: machine("none", load0),
   });
 }

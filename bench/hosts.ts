@@ -65,6 +65,7 @@ export async function launchCluster(hosts: HostSpec[], perNode: number, opts: Pa
   return {
     pool, agents, token,
     stop: async () => {
+      pool.markRunSucceeded();
       await pool.destroy(5000);
       await Promise.all(agents.map(async (a) => {
         const t = setTimeout(() => a.proc.kill("SIGKILL"), 5000);

@@ -48,7 +48,7 @@ const BENCHES: Record<string, BenchSpec> = {
     env: {}, // its own defaults; VERL_BENCH_CALLS etc. pass through the environment
   },
   // The same all-reduce in one process, across two host agents on loopback, and across two network namespaces.
-  allreduce_hosts: { script: "allreduce_hosts.js", full: ["--iters", "8"], quick: ["--iters", "3", "--mib", "4"], timeoutS: 300 },
+  allreduce_hosts: { script: "allreduce_hosts.js", full: ["--iters", "8"], quick: ["--iters", "3", "--mib", "4"], timeoutS: 600 },
   // llama_cpp vs the host decoder at a tiny shape on CPU (one llama.cpp thread: its default spins on small
   // shared VMs); the 0.5B figure on the GPU comes from scripts/gpu-rollout-bench.sh
   rollout_engines: {

@@ -99,6 +99,8 @@ export const KEY_RULES: readonly KeyRule[] = [
   { keys: "rollout.{log_prob_micro_batch_size_per_gpu,max_num_seqs}", kind: "inert", what: "offline generation (verl-ts decodes data.batch_size prompts together and computes no log-probs)" },
   { keys: "trainer.{seed,log_level}", kind: "honoured", what: "the trainer", own: true },
   { keys: "trainer.{heartbeat_timeout,max_consecutive_skipped_steps,rank_heap_limit_mb}", kind: "honoured", what: "fault handling (stuck ranks, skipped steps)", own: true },
+  { keys: "trainer.{collective_timeout,keepalive_s}", kind: "honoured", what: "runs spanning hosts (collective and keepalive timeouts)", own: true },
+  { keys: "actor_rollout_ref.nccl_timeout", kind: "honoured", what: "the collective timeout across hosts when trainer.collective_timeout is null" },
   {
     keys: "trainer.{balance_batch,critic_warmup,default_local_dir,del_local_ckpt_after_load,device,experiment_name,log_val_generations,logger,max_actor_ckpt_to_keep,max_ckpt_to_keep,max_critic_ckpt_to_keep,n_gpus_per_node,nnodes,project_name,resume_from_path,resume_mode,rollout_data_dir,save_freq,test_freq,total_epochs,total_training_steps,val_before_train,val_only,validation_data_dir}",
     kind: "honoured",
@@ -138,7 +140,7 @@ export const KEY_RULES: readonly KeyRule[] = [
   { keys: "engine.**", kind: "inert", what: "verl's training engines (FSDP/Megatron/VeOmni)" },
   { keys: "{**.,}{profiler,global_profiler}.**", kind: "inert", what: "profilers" },
   { keys: "{ray_kwargs,transfer_queue}.**", kind: "inert", what: "Ray" },
-  { keys: "actor_rollout_ref.{hybrid_engine,nccl_timeout}", kind: "inert", what: "Ray/NCCL" },
+  { keys: "actor_rollout_ref.hybrid_engine", kind: "inert", what: "Ray/NCCL" },
   { keys: "trainer.{esi_redundant_time,default_hdfs_dir,ray_wait_register_center_timeout,use_legacy_worker_impl}", kind: "inert", what: "Ray/HDFS plumbing" },
   { keys: "reward_model.{enable_resource_pool,n_gpus_per_node,nnodes,num_workers,use_reward_loop,launch_reward_fn_async}", kind: "inert", what: "Ray resource pools" },
   {

@@ -65,6 +65,8 @@ export interface RemoteRanks {
   control: CollectiveControl;
   /** Called once with the pool's fail(rank, reason) so a lost host fails the pool. */
   onRankLost(fail: (rank: number, reason: string) => void): void;
+  /** The run's outcome, sent to every host with the shutdown (an agent exits 0 only when ok). */
+  setOutcome(ok: boolean, reason: string): void;
 }
 
 class ThreadRank implements RankBackend {
@@ -162,6 +164,7 @@ export class ResourcePool {
   /** Per rank: the counter value last seen and when it last moved. */
   private readonly lastBeat: { count: number; at: number }[];
   private watchdog: NodeJS.Timeout | undefined;
+  private readonly remote: RemoteRanks | undefined;
 
   constructor(opts: ResourcePoolOptions | number = {}) {
     const o: ResourcePoolOptions = typeof opts === "number" ? { worldSize: opts } : opts;
@@ -173,6 +176,7 @@ export class ResourcePool {
     this.heartbeats = new Int32Array(heartbeatBuffer);
     this.outstanding = Array.from({ length: worldSize }, () => []);
     this.lastBeat = Array.from({ length: worldSize }, () => ({ count: 0, at: Date.now() }));
+    this.remote = o.remote;
     if (o.remote) {
       this.collectiveBuffers = createCollectiveBuffers(1);
       this.collective = o.remote.control;
@@ -225,7 +229,12 @@ export class ResourcePool {
     const { nnodes, perNode } = poolShapeFromConfig(config);
     if (nnodes === 1) return ResourcePool.fromConfig(config, opts);
     const { joinCluster } = await import("./distributed/cluster.js");
-    const remote = await joinCluster({ nnodes, perNode, name: opts.name ?? "global_pool", env: opts.env, timeoutMs: opts.timeoutMs, chunkElems: opts.chunkElems });
+    const { clusterTimeoutsFromConfig } = await import("./distributed/settings.js");
+    const t = clusterTimeoutsFromConfig(config);
+    const remote = await joinCluster({
+      nnodes, perNode, name: opts.name ?? "global_pool", env: opts.env, timeoutMs: opts.timeoutMs ?? t.collectiveTimeoutMs, chunkElems: opts.chunkElems,
+      ...(t.keepaliveMs !== undefined ? { link: { keepaliveMs: t.keepaliveMs } } : {}),
+    });
     return new ResourcePool({ ...opts, remote });
   }
 
@@ -366,6 +375,15 @@ export class ResourcePool {
     }
   }
 
+  /**
+   * The run this pool served finished well: the hosts of a pool spanning hosts are told so with
+   * their shutdown and exit 0; without this call (an error, a signal) they exit 1, so a cluster
+   * engine restarts the run as a whole. No effect on a pool of this host's threads.
+   */
+  markRunSucceeded(): void {
+    if (!this.failure || this.failure instanceof WorkerGroupClosedError) this.remote?.setOutcome(true, "the run succeeded");
+  }
+
   private fail(rank: number, reason: string, stack?: string): void {
     this.failWith(new WorkerDiedError(rank, reason, stack), `rank ${rank} died: ${reason}`);
   }
@@ -373,6 +391,7 @@ export class ResourcePool {
   private failWith(err: WorkerDiedError, abortReason: string): void {
     if (this.failure || this.destroying) return;
     this.failure = err;
+    this.remote?.setOutcome(false, abortReason);
     logger().error({ pool: this.name, rank: err.rank, reason: err.reason }, err instanceof WorkerUnresponsiveError ? "a rank stopped responding; failing the resource pool" : "worker thread died; failing the resource pool");
     this.collective.abort(abortReason);
     void this.stopThreads();

@@ -59,7 +59,10 @@ export async function runPpo(config: Config): Promise<FitResult> {
       cfg, plan, tokenizer, rewardFn, valRewardFn, trainLoader: loaders.train, valLoader: loaders.val,
       workers, tracking, checkpoints: checkpointManagerFor(cfg), totalTrainingSteps: total,
     });
-    return await trainer.fit();
+    const result = await trainer.fit();
+    // Hosts of a run spanning hosts exit 0 only when told the run succeeded (docs/distributed.md).
+    workers.pool.markRunSucceeded();
+    return result;
   } finally {
     tracking.finish();
     await workers?.shutdown();

@@ -16,7 +16,7 @@ export async function run(ctx: CommandContext): Promise<void> {
   const waitS = optInt(o.waitS, "--wait-s");
   const nodeRank = optInt(o.nodeRank, "--node-rank");
   const ringPort = optInt(o.ringPort, "--ring-port");
-  const code = await runAgent({
+  const { code, why } = await runAgent({
     ...(typeof o.join === "string" ? { join: o.join } : {}),
     ...(typeof o.name === "string" ? { name: o.name } : {}),
     ...(typeof o.bind === "string" ? { bind: o.bind } : {}),
@@ -25,5 +25,6 @@ export async function run(ctx: CommandContext): Promise<void> {
     ...(nodeRank !== undefined ? { nodeRank } : {}),
     ...(waitS !== undefined ? { waitMs: waitS * 1000 } : {}),
   });
-  if (code !== 0) throw new CliError("verl worker: the run ended without this host (see the log above)", code);
+  // The reason goes to stderr here too: the logger is asynchronous and the process exits next.
+  if (code !== 0) throw new CliError(`verl worker: ${why}`, code);
 }

@@ -3,18 +3,26 @@
 // once every host has joined starts this host's rank threads (the same piscina
 // pool and worker_entry as a one-host run, with global RANK / WORLD_SIZE and
 // LOCAL_RANK), then runs the tasks the driver sends and streams the results
-// back. It exits when the driver shuts it down (code 0) or is lost (code 1).
+// back. Before it sends anything about itself or loads any module it makes the
+// driver prove the run's token (auth.ts); a process that cannot is named and left.
+// It exits 0 only when the driver's shutdown says the run succeeded, 1 otherwise
+// (the run failed, the driver was lost or refused it), 143 on SIGTERM, so a
+// cluster engine restarts the whole group.
 import { createSocket } from "node:dgram";
 import { hostname } from "node:os";
 import { pathToFileURL } from "node:url";
-import type * as grpc from "@grpc/grpc-js";
+import type { Socket } from "node:net";
 import { ResourcePool } from "../resource_pool.js";
 import type { Task, TaskResult } from "../messages.js";
+import { freshNonce, proof, proofMatches } from "./auth.js";
 import { BridgeServer, createBridgeBuffers } from "./bridge.js";
-import { DEFAULT_MASTER_PORT, type HelloHead, type WelcomeHead } from "./cluster.js";
-import { connect, startServer, streamEndReason } from "./grpc_link.js";
+import { DEFAULT_MASTER_PORT, maxMessageBytesFromEnv, type ChallengeHead, type HelloHead, type ProofHead, type WelcomeHead } from "./cluster.js";
+import { startDataServer } from "./data_link.js";
+import { DEFAULT_LINK, connect, streamEndReason } from "./grpc_link.js";
+import { isIp, listenInRange, lookupWithRetry, ringPortRange, socketIfnameAddress } from "./placement.js";
 import { Ring } from "./ring.js";
-import { agentToken } from "./token.js";
+import { agentToken, runIdFromEnv } from "./token.js";
+import { VERL_TS_VERSION } from "./version.js";
 import { decodeFrame, encodeFrame } from "./wire.js";
 import { logger } from "../../utils/logger.js";
 import { packageRoot } from "../../utils/paths.js";
@@ -80,29 +88,41 @@ function remapModules(value: unknown, from: string, to: string): void {
   walk(value, 0);
 }
 
-export async function runAgent(opts: AgentOptions): Promise<number> {
+export async function runAgent(opts: AgentOptions): Promise<{ code: number; why: string }> {
   const { host, port } = parseJoin(opts.join);
   const waitMs = opts.waitMs ?? 600_000;
   const token = await agentToken({ ...(opts.tokenFile ? { tokenFile: opts.tokenFile } : {}), waitMs });
-  const bind = opts.bind ?? (await localAddressToward(host, port));
+  const wantRun = runIdFromEnv() ?? null;
   const name = opts.name ?? hostname();
   const log = logger().child({ agent: name });
+  // The driver's name may not resolve yet (a pod's DNS record appears after the pod starts): retry until waitMs.
+  const driverIp = isIp(host) ? host : await lookupWithRetry(host, waitMs);
+  const bind = opts.bind ?? socketIfnameAddress() ?? (await localAddressToward(driverIp, port));
 
-  const early: grpc.ServerDuplexStream<Buffer, Buffer>[] = [];
-  let ring: Ring | undefined;
-  const server = await startServer(bind, opts.ringPort ?? 0, token, { ring: (s) => (ring ? ring.attach(s) : early.push(s)) });
-  const target = `${host.includes(":") ? `[${host}]` : host}:${port}`;
-  const client = connect(target, token);
-  await client.ready(waitMs);
-  const stream = client.join();
-  const nodeRank = opts.nodeRank ?? envNodeRank() ?? null;
-  const hello: HelloHead = { t: "hello", name, addr: server.address, nodeRank, v8: process.versions.v8, pid: process.pid };
-  stream.write(encodeFrame(hello));
-  log.info({ driver: target, ring: server.address, nodeRank }, "joining the driver");
-
+  let runId: string | undefined;
   let pool: ResourcePool | undefined;
   let bridge: BridgeServer | undefined;
   let welcome: WelcomeHead | undefined;
+  const early: [Socket, number, number][] = [];
+  let ring: Ring | undefined;
+  const dataServer = await listenInRange(opts.ringPort !== undefined ? [opts.ringPort, opts.ringPort] : ringPortRange(), (p) =>
+    startDataServer(bind, p, () => (runId !== undefined && welcome ? { token, runId } : undefined), (sock, from, to) => (ring ? ring.attach(sock, from, to) : early.push([sock, from, to]))));
+  const target = `${host.includes(":") ? `[${host}]` : host}:${port}`;
+  const link = { ...DEFAULT_LINK, maxMessageBytes: maxMessageBytesFromEnv() };
+  const client = connect(target, link);
+  try {
+    await client.ready(waitMs);
+  } catch (e) {
+    dataServer.close();
+    client.close();
+    throw e;
+  }
+  const stream = client.join();
+  const nonceA = freshNonce();
+  stream.write(encodeFrame({ t: "challenge", nonce: nonceA, version: VERL_TS_VERSION, runId: wantRun } satisfies ChallengeHead));
+  log.info({ driver: target, ring: dataServer.address }, "asking the driver to prove the run's token");
+
+  let verified = false;
   let finished = false;
   const agentRoot = pathToFileURL(packageRoot).href;
 
@@ -118,8 +138,8 @@ export async function runAgent(opts: AgentOptions): Promise<number> {
       ...(w.chunkElems !== undefined ? { chunkElems: w.chunkElems } : {}),
       host: { hostIndex: w.nodeRank, nnodes: w.peers.length, localWorldSize: w.perNode, bridge: buffers },
     });
-    ring = new Ring(w.nodeRank, w.peers, token, w.timeoutMs);
-    for (const s of early.splice(0)) ring.attach(s);
+    ring = new Ring(w.nodeRank, w.peers, { token, runId: w.runId }, w.timeoutMs, buffers, w.chunkBytes);
+    for (const [s, from, to] of early.splice(0)) ring.attach(s, from, to);
     const r = ring;
     bridge = new BridgeServer(buffers, (req) => r.handle(req));
     await ring.open();
@@ -141,10 +161,11 @@ export async function runAgent(opts: AgentOptions): Promise<number> {
     }
   };
 
-  return new Promise<number>((resolve) => {
+  return new Promise<{ code: number; why: string }>((resolve) => {
     const finish = async (code: number, why: string) => {
       if (finished) return;
       finished = true;
+      process.off("SIGTERM", onTerm);
       if (code === 0) log.info(why);
       else log.error(why);
       bridge?.stop();
@@ -152,18 +173,48 @@ export async function runAgent(opts: AgentOptions): Promise<number> {
       await pool?.destroy(code === 0 ? 30_000 : 0);
       stream.end();
       client.close();
-      server.close();
-      resolve(code);
+      dataServer.close();
+      resolve({ code, why });
     };
+    const onTerm = () => void finish(143, "got SIGTERM: stopping this host's ranks");
+    process.once("SIGTERM", onTerm);
     stream.on("data", (buf: Buffer) => {
+      if (finished) return;
       let frame;
       try {
         frame = decodeFrame<Record<string, unknown>>(buf);
       } catch (e) {
-        void finish(1, `a malformed frame from the driver: ${(e as Error).message}`);
+        void finish(1, `a malformed frame from the driver ${target}: ${(e as Error).message}`);
         return;
       }
       const head = frame.head;
+      if (head.t === "refused") {
+        void finish(1, `the driver refused this host: ${head.reason as string}`);
+        return;
+      }
+      if (!verified) {
+        const p = head as unknown as ProofHead;
+        const ok = head.t === "proof" && typeof p.runId === "string" && (wantRun === null || p.runId === wantRun) &&
+          proofMatches(p.proof, proof(token, "driver", p.runId, nonceA, p.nonce instanceof Uint8Array ? p.nonce : new Uint8Array(0)));
+        if (!ok) {
+          void finish(1, `the process at ${target} is not this run's driver: it could not prove the run's join token${wantRun ? ` for run '${wantRun}'` : ""}; nothing was sent to it and no module was loaded`);
+          return;
+        }
+        if (p.version !== VERL_TS_VERSION) {
+          void finish(1, `the driver at ${target} runs verl-ts ${p.version}, this host ${VERL_TS_VERSION}; run the same verl-ts on every host`);
+          return;
+        }
+        verified = true;
+        runId = p.runId;
+        const nodeRank = opts.nodeRank ?? envNodeRank() ?? null;
+        const hello: HelloHead = {
+          t: "hello", proof: proof(token, "agent", p.runId, nonceA, p.nonce), version: VERL_TS_VERSION,
+          name, addr: dataServer.address, nodeRank, v8: process.versions.v8, pid: process.pid,
+        };
+        send(hello);
+        log.info({ driver: target, run: runId, nodeRank }, "the driver proved the run's token; joining");
+        return;
+      }
       if (head.t === "welcome") {
         start(head as unknown as WelcomeHead).catch((e: unknown) => void finish(1, `could not start: ${(e as Error).message}`));
       } else if (head.t === "task") {
@@ -176,9 +227,8 @@ export async function runAgent(opts: AgentOptions): Promise<number> {
         pool?.abortCollective(head.reason as string);
         ring?.abort(head.reason as string, head.epoch as number);
       } else if (head.t === "shutdown") {
-        void finish(0, "the driver shut this host down");
-      } else if (head.t === "refused") {
-        void finish(1, `the driver refused this host: ${head.reason as string}`);
+        const ok = head.ok === true;
+        void finish(ok ? 0 : 1, ok ? "the driver shut this host down: the run succeeded" : `the driver stopped the run: ${String(head.reason ?? "it did not succeed")}`);
       }
     });
     stream.on("error", (e: unknown) => void finish(1, `lost the driver ${target}: ${streamEndReason(e)}`));

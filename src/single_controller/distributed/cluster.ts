@@ -4,24 +4,44 @@
 // of peers. Tasks for a rank go down its host's stream as frames; results come
 // back the same way. A host whose stream ends or fails (keepalive pings catch a
 // silent one in seconds) fails the pool with an error that names the host.
-import { lookup } from "node:dns/promises";
 import { pathToFileURL } from "node:url";
-import type * as grpc from "@grpc/grpc-js";
 import { DEFAULT_COLLECTIVE_TIMEOUT_MS } from "../collective.js";
 import type { Task, TaskResult } from "../messages.js";
 import type { CollectiveControl, RankBackend, RemoteRanks } from "../resource_pool.js";
-import { startServer, streamEndReason, type ClusterServer } from "./grpc_link.js";
+import { freshNonce, proof, proofMatches } from "./auth.js";
+import { DEFAULT_LINK, grpc, startServer, streamEndReason, type ClusterServer, type LinkSettings } from "./grpc_link.js";
 import { describePeer, type PeerInfo } from "./ring.js";
-import { driverToken } from "./token.js";
+import { driverToken, publishToken } from "./token.js";
+import { VERL_TS_VERSION } from "./version.js";
 import { decodeFrame, encodeFrame } from "./wire.js";
 import { logger } from "../../utils/logger.js";
 import { packageRoot } from "../../utils/paths.js";
 
 export const DEFAULT_MASTER_PORT = 29500;
 
-/** What an agent says first. */
+/** What an agent says first: a nonce for the driver to prove the token with, nothing about the run. */
+export interface ChallengeHead {
+  t: "challenge";
+  nonce: Uint8Array;
+  version: string;
+  /** The run the agent was started for (VERL_RUN_ID), if any. */
+  runId: string | null;
+}
+
+/** The driver's answer: its proof of the token over both nonces, the run id and its version. */
+export interface ProofHead {
+  t: "proof";
+  nonce: Uint8Array;
+  proof: Uint8Array;
+  runId: string;
+  version: string;
+}
+
+/** The agent's hello, sent only once the driver has proved the token; it carries the agent's proof. */
 export interface HelloHead {
   t: "hello";
+  proof: Uint8Array;
+  version: string;
   name: string;
   /** Its ring server, host:port. */
   addr: string;
@@ -42,6 +62,16 @@ export interface WelcomeHead {
   chunkElems?: number;
   env: Record<string, string>;
   driverRoot: string;
+  runId: string;
+  keepaliveMs: number;
+  maxMessageBytes: number;
+  chunkBytes?: number;
+}
+
+/** How the run ended, sent with the shutdown: an agent exits 0 only when ok. */
+export interface Outcome {
+  ok: boolean;
+  reason: string;
 }
 
 export interface JoinOptions {
@@ -58,7 +88,23 @@ export interface JoinOptions {
   joinTimeoutMs?: number;
   /** Told the listening address (host:port) once the join server is up (tests asking for port 0). */
   onListen?: (address: string) => void;
+  /** Keepalive, message size and handshake limits of the control link. */
+  link?: Partial<LinkSettings>;
+  /** The ring's pipeline piece in bytes (ring.ts). */
+  chunkBytes?: number;
 }
+
+/** The largest control-link frame (VERL_MAX_MESSAGE_MB), bytes. */
+export function maxMessageBytesFromEnv(env: NodeJS.ProcessEnv = process.env): number {
+  const raw = env.VERL_MAX_MESSAGE_MB;
+  if (raw === undefined || raw === "") return DEFAULT_LINK.maxMessageBytes;
+  const v = Number(raw);
+  if (!Number.isInteger(v) || v < 1 || v > 2047) throw new Error(`VERL_MAX_MESSAGE_MB='${raw}' must be an integer in 1..2047`);
+  return v << 20;
+}
+
+/** Frames before authentication are tiny; anything larger is refused. */
+const PREAUTH_MAX_BYTES = 64 << 10;
 
 function envNumber(name: string, fallback: number): number {
   const raw = process.env[name];
@@ -125,13 +171,13 @@ class HostLink {
     });
   }
 
-  /** Tells the agent to stop (once). */
-  sendShutdown(): void {
+  /** Tells the agent to stop (once), with the run's outcome. */
+  sendShutdown(outcome: Outcome): void {
     if (this.shutdownSent) return;
     this.shutdownSent = true;
     if (this.lostReason === undefined) {
       try {
-        this.send({ t: "shutdown" });
+        this.send({ t: "shutdown", ok: outcome.ok, reason: outcome.reason });
       } catch {
         // already gone
       }
@@ -141,14 +187,14 @@ class HostLink {
   }
 
   /** Tells the agent to stop and waits (at most waitMs) until it has closed its side. */
-  async shutdown(waitMs = 10_000): Promise<void> {
+  async shutdown(outcome: Outcome, waitMs = 10_000): Promise<void> {
     const open = this.lostReason === undefined && !this.stream.closed;
     const closed = open ? new Promise<void>((resolve) => {
       this.stream.once("end", resolve);
       this.stream.once("error", () => resolve());
       this.stream.once("close", resolve);
     }) : Promise.resolve();
-    this.sendShutdown();
+    this.sendShutdown(outcome);
     let timer: NodeJS.Timeout | undefined;
     await Promise.race([closed, new Promise<void>((resolve) => (timer = setTimeout(resolve, waitMs)))]);
     clearTimeout(timer);
@@ -186,10 +232,13 @@ export async function joinCluster(opts: JoinOptions): Promise<RemoteRanks> {
   const { nnodes, perNode } = opts;
   const given = opts.addr ?? process.env.MASTER_ADDR ?? "127.0.0.1";
   const port = opts.port ?? envNumber("MASTER_PORT", DEFAULT_MASTER_PORT);
-  const bindIp = (await lookup(given)).address;
-  const { token, file, generated } = driverToken();
+  const bindIp = await resolveListenAddress(given);
+  const tok = driverToken();
+  const { token, runId } = tok;
+  const link_: LinkSettings = { ...DEFAULT_LINK, maxMessageBytes: maxMessageBytesFromEnv(), ...opts.link };
   const joinTimeoutMs = opts.joinTimeoutMs ?? envNumber("VERL_JOIN_TIMEOUT_S", 600) * 1000;
   const timeoutMs = opts.timeoutMs ?? DEFAULT_COLLECTIVE_TIMEOUT_MS;
+  const log = logger().child({ run: runId });
 
   const slots: (HostLink | undefined)[] = new Array(nnodes).fill(undefined);
   let complete: (() => void) | undefined;
@@ -198,38 +247,74 @@ export async function joinCluster(opts: JoinOptions): Promise<RemoteRanks> {
   let joined = false;
 
   const accept = (stream: grpc.ServerDuplexStream<Buffer, Buffer>) => {
+    const peer = stream.getPeer();
     let link: HostLink | undefined;
+    let challenge: { nonceA: Uint8Array; nonceD: Buffer } | undefined;
+    let cut = false;
+    const refuse = (why: string, name?: string) => {
+      if (cut) return;
+      cut = true;
+      clearTimeout(deadline);
+      log.warn({ peer, ...(name ? { name } : {}), why }, "refused a host agent");
+      try {
+        stream.write(encodeFrame({ t: "refused", reason: why }));
+      } catch {
+        // the peer is gone already
+      }
+      stream.emit("error", { code: grpc.status.PERMISSION_DENIED, details: why });
+    };
+    const deadline = setTimeout(() => refuse(`did not authenticate within ${link_.handshakeMs / 1000} s`), link_.handshakeMs);
+    deadline.unref();
+    const leftEarly = (why: string) => {
+      clearTimeout(deadline);
+      if (!link && !cut) {
+        cut = true;
+        log.warn({ peer, why }, "refused a host agent");
+      }
+    };
+    stream.on("error", (e: unknown) => leftEarly(`the stream ended before it proved the run's join token (${streamEndReason(e)})`));
+    stream.on("end", () => leftEarly("it left before it proved the run's join token (an agent with another token refuses this driver)"));
+    stream.on("cancelled", () => leftEarly("it left before it proved the run's join token (an agent with another token refuses this driver)"));
     stream.on("data", (buf: Buffer) => {
+      if (cut) return;
+      if (!link && buf.length > PREAUTH_MAX_BYTES) return refuse(`sent a ${buf.length}-byte frame before authenticating`);
       let frame;
       try {
         frame = decodeFrame(buf);
       } catch (e) {
-        stream.emit("error", { code: 3, details: `malformed frame: ${(e as Error).message}` });
-        return;
+        return refuse(`a malformed frame: ${(e as Error).message}`);
       }
       const head = frame.head;
       if (link) return link.handle(head, frame.value);
-      if (head.t !== "hello") return stream.emit("error", { code: 3, details: "the first message must be a hello" });
+      if (!challenge) {
+        if (head.t !== "challenge" || !(head.nonce instanceof Uint8Array)) return refuse("the first message must be a challenge (not a verl-ts agent of this version?)");
+        const c = head as unknown as ChallengeHead;
+        if (c.runId !== null && c.runId !== runId) return refuse(`it was started for run '${c.runId}', this driver runs '${runId}' (VERL_RUN_ID)`);
+        challenge = { nonceA: c.nonce, nonceD: freshNonce() };
+        const answer: ProofHead = { t: "proof", nonce: challenge.nonceD, proof: proof(token, "driver", runId, challenge.nonceA, challenge.nonceD), runId, version: VERL_TS_VERSION };
+        stream.write(encodeFrame(answer));
+        return;
+      }
+      if (head.t !== "hello") return refuse("the second message must be a hello");
       const hello = head as unknown as HelloHead;
-      const refuse = (why: string) => {
-        logger().warn({ name: hello.name, addr: hello.addr, why }, "refused a host agent");
-        stream.write(encodeFrame({ t: "refused", reason: why }));
-        stream.end();
-      };
-      if (joined) return refuse(`all ${nnodes} hosts (trainer.nnodes) have joined already`);
-      if (hello.v8 !== process.versions.v8) return refuse(`its V8 ${hello.v8} differs from the driver's ${process.versions.v8}; run the same Node.js on every host`);
+      if (!proofMatches(hello.proof, proof(token, "agent", runId, challenge.nonceA, challenge.nonceD))) return refuse("it could not prove the run's join token (wrong VERL_JOIN_TOKEN / --token-file)", String(hello.name));
+      if (hello.version !== VERL_TS_VERSION) return refuse(`it runs verl-ts ${hello.version}, the driver ${VERL_TS_VERSION}; run the same verl-ts on every host`, hello.name);
+      if (joined) return refuse(`all ${nnodes} hosts (trainer.nnodes) have joined already`, hello.name);
+      if (hello.v8 !== process.versions.v8) return refuse(`its V8 ${hello.v8} differs from the driver's ${process.versions.v8}; run the same Node.js on every host`, hello.name);
       let nodeRank = hello.nodeRank;
       if (nodeRank === null) nodeRank = slots.findIndex((s) => s === undefined);
-      if (!Number.isInteger(nodeRank) || nodeRank < 0 || nodeRank >= nnodes) return refuse(`node rank ${String(hello.nodeRank)} is outside [0, ${nnodes}) (trainer.nnodes=${nnodes})`);
-      if (slots[nodeRank]) return refuse(`node rank ${nodeRank} is taken by ${describePeer(slots[nodeRank]!.peer)}`);
+      if (!Number.isInteger(nodeRank) || nodeRank < 0 || nodeRank >= nnodes) return refuse(`node rank ${String(hello.nodeRank)} is outside [0, ${nnodes}) (trainer.nnodes=${nnodes})`, hello.name);
+      if (slots[nodeRank]) return refuse(`node rank ${nodeRank} is taken by ${describePeer(slots[nodeRank]!.peer)}`, hello.name);
+      clearTimeout(deadline);
+      server.markAuthenticated(peer);
       link = new HostLink(stream, hello, nodeRank);
       slots[nodeRank] = link;
-      logger().info({ node: nodeRank, name: hello.name, addr: hello.addr, joined: slots.filter(Boolean).length, nnodes }, "host agent joined");
+      log.info({ node: nodeRank, name: hello.name, peer, ring: hello.addr, joined: slots.filter(Boolean).length, nnodes }, "host agent joined");
       const l = link;
       const gone = (reason: string) => {
         if (!joined && slots[l.peer.nodeRank] === l) {
           slots[l.peer.nodeRank] = undefined;
-          logger().warn({ node: l.peer.nodeRank, name: l.peer.name, reason }, "host agent left before the run started");
+          log.warn({ node: l.peer.nodeRank, name: l.peer.name, reason }, "host agent left before the run started");
         }
         l.lose(reason);
       };
@@ -243,12 +328,14 @@ export async function joinCluster(opts: JoinOptions): Promise<RemoteRanks> {
 
   let server: ClusterServer;
   try {
-    server = await startServer(bindIp, port, token, { join: accept });
+    server = await startServer(bindIp, port, { join: accept }, link_);
   } catch (e) {
-    throw new Error(`trainer.nnodes=${nnodes}: the driver ${(e as Error).message} (set MASTER_ADDR / MASTER_PORT to an address of this host)`);
+    throw new Error(`trainer.nnodes=${nnodes}: the driver ${(e as Error).message} (set MASTER_ADDR / MASTER_PORT to an address of this host, VERL_SOCKET_IFNAME to an interface)`);
   }
-  logger().info(
-    { listen: server.address, nnodes, perNode, tokenFile: file, tokenGenerated: generated },
+  // Only now that this driver holds the port: a driver that failed to bind leaves the live run's token alone.
+  publishToken(tok);
+  log.info(
+    { listen: server.address, nnodes, perNode, tokenFile: tok.file, tokenGenerated: tok.generated },
     `waiting for ${nnodes} host agents: run 'verl worker --join ${server.address}' on each host`,
   );
   opts.onListen?.(server.address);
@@ -256,6 +343,7 @@ export async function joinCluster(opts: JoinOptions): Promise<RemoteRanks> {
     const missing = slots.map((s, i) => (s ? -1 : i)).filter((i) => i >= 0);
     fail?.(new Error(`trainer.nnodes=${nnodes}: only ${nnodes - missing.length} host agents joined ${server.address} within ${joinTimeoutMs / 1000} s (node ranks missing: ${missing.join(", ")}); start 'verl worker --join ${server.address}' on each host (VERL_JOIN_TIMEOUT_S)`));
   }, joinTimeoutMs);
+  const failed: Outcome = { ok: false, reason: "the driver could not start the run" };
   try {
     await allJoined;
     joined = true;
@@ -270,14 +358,16 @@ export async function joinCluster(opts: JoinOptions): Promise<RemoteRanks> {
       const welcome: WelcomeHead = {
         t: "welcome", nodeRank: h.peer.nodeRank, perNode, poolName: opts.name, peers, timeoutMs,
         ...(opts.chunkElems !== undefined ? { chunkElems: opts.chunkElems } : {}), env: opts.env ?? {}, driverRoot: pathToFileURL(packageRoot).href,
+        runId, keepaliveMs: link_.keepaliveMs, maxMessageBytes: link_.maxMessageBytes, ...(opts.chunkBytes !== undefined ? { chunkBytes: opts.chunkBytes } : {}),
       };
       h.send(welcome);
     }
     await ready;
-    logger().info({ hosts: peers.map((p) => `${p.name}@${p.addr}`), worldSize: nnodes * perNode }, "every host agent is ready");
+    log.info({ hosts: peers.map((p) => `${p.name}@${p.addr}`), worldSize: nnodes * perNode }, "every host agent is ready");
     return remoteRanks(hosts, perNode, server);
   } catch (e) {
-    await Promise.all(slots.map((h) => h?.shutdown(2000)));
+    failed.reason = `the driver could not start the run: ${(e as Error).message.split("\n")[0]}`;
+    await Promise.all(slots.map((h) => h?.shutdown(failed, 2000)));
     server.close();
     throw e;
   } finally {
@@ -285,14 +375,47 @@ export async function joinCluster(opts: JoinOptions): Promise<RemoteRanks> {
   }
 }
 
+/**
+ * The address to listen on: an IP as given; a host name resolved (retrying until
+ * VERL_DNS_TIMEOUT_S, default 120 s, since a pod's own DNS name may appear late),
+ * and a name that resolves to loopback (hosts that map their name to 127.0.x.x)
+ * replaced by the address of VERL_SOCKET_IFNAME or the first non-internal one.
+ */
+async function resolveListenAddress(given: string): Promise<string> {
+  const { interfaceAddress, isIp, lookupWithRetry } = await import("./placement.js");
+  if (isIp(given)) return given;
+  const ip = await lookupWithRetry(given, envNumber("VERL_DNS_TIMEOUT_S", 120) * 1000);
+  if (!ip.startsWith("127.") && ip !== "::1") return ip;
+  const other = interfaceAddress(process.env.VERL_SOCKET_IFNAME);
+  if (!other) return ip;
+  logger().info({ name: given, loopback: ip, listen: other }, "MASTER_ADDR names this host but resolves to loopback; listening on this host's interface address instead");
+  return other;
+}
+
 function remoteRanks(hosts: HostLink[], perNode: number, server: ClusterServer): RemoteRanks {
   const control = new RemoteCollectiveControl(hosts);
   let failRank: ((rank: number, reason: string) => void) | undefined;
   let stopped = 0;
+  let outcome: Outcome = { ok: false, reason: "the driver stopped before the run succeeded" };
   for (const h of hosts) {
-    h.onLost = (reason) => failRank?.(h.peer.nodeRank * perNode, reason);
+    h.onLost = (reason) => {
+      outcome = { ok: false, reason };
+      failRank?.(h.peer.nodeRank * perNode, reason);
+    };
     h.onDied = (rank, reason) => failRank?.(rank, reason);
   }
+  const stopAll = async (o: Outcome) => {
+    for (const other of hosts) other.sendShutdown(o);
+    await Promise.all(hosts.map((h) => h.shutdown(o)));
+    server.close();
+  };
+  // SIGTERM (a pod deleted, a job cancelled): tell every host the run stopped, then exit 143 so the engine restarts
+  // the run as a whole; checkpoints are written to a temp directory and renamed, so the last complete one stands.
+  const onTerm = () => {
+    logger().warn("the driver got SIGTERM: stopping every host (the run resumes from its last checkpoint)");
+    void stopAll({ ok: false, reason: "the driver got SIGTERM" }).finally(() => process.exit(143));
+  };
+  process.once("SIGTERM", onTerm);
   const backends: RankBackend[] = [];
   for (const h of hosts) {
     for (let i = 0; i < perNode; i++) {
@@ -306,13 +429,20 @@ function remoteRanks(hosts: HostLink[], perNode: number, server: ClusterServer):
         },
         destroy: async () => {
           if (i !== 0) return;
+          process.off("SIGTERM", onTerm);
           // Every host hears the shutdown first, so none takes a neighbour's exit for a lost host.
-          for (const other of hosts) other.sendShutdown();
-          await h.shutdown();
+          for (const other of hosts) other.sendShutdown(outcome);
+          await h.shutdown(outcome);
           if (++stopped === hosts.length) server.close();
         },
       });
     }
   }
-  return { worldSize: hosts.length * perNode, backends, control, onRankLost: (f) => (failRank = f) };
+  return {
+    worldSize: hosts.length * perNode, backends, control, onRankLost: (f) => (failRank = f),
+    setOutcome: (ok, reason) => {
+      if (outcome.reason.includes(" lost: ")) return;
+      outcome = { ok, reason };
+    },
+  };
 }

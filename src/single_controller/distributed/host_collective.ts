@@ -26,7 +26,7 @@ export class HierarchicalCollective implements RankCollective {
     this.worldSize = layout.nnodes * layout.localWorldSize;
     this.rank = layout.hostIndex * layout.localWorldSize + local.rank;
     // Waits a little longer than the ring so the ring's own timeout, which names the host, comes first.
-    this.bridge = local.rank === 0 ? new BridgeClient(layout.bridge, local.timeoutMs + 5000) : undefined;
+    this.bridge = local.rank === 0 ? new BridgeClient(layout.bridge, local.timeoutMs + 5000, { me: layout.hostIndex, hosts: layout.nnodes }) : undefined;
   }
 
   get timeoutMs(): number {

@@ -1,44 +1,74 @@
-// The cross-host part of the collectives, on each host's main thread: hosts
-// form a ring (host i sends to i+1 and hears from i-1 over gRPC streams).
+// The cross-host part of the collectives, on each host's main thread: hosts form
+// a ring over plain TCP (data_link.ts; host i writes to i+1 and reads from i-1).
 // All-reduce is a ring reduce-scatter then all-gather (each host sends about
-// 2 (H-1)/H of the buffer, whatever H); broadcast passes the bytes along the
-// ring from the root's host; a barrier is an all-reduce of nothing. Every
-// message carries (epoch, seq, step, op, length): hosts that disagree fail
-// with both sides named, a host that sends nothing within the timeout is
-// named, and a lost connection fails every waiting op at once.
-import type * as grpc from "@grpc/grpc-js";
-import { connect, streamEndReason, type ClusterClient } from "./grpc_link.js";
-import { BridgeFailure, type BridgeRequest } from "./bridge.js";
-import { decodeFrame, encodeFrame } from "./wire.js";
+// 2 (H-1)/H of the buffer, whatever H), cut into pieces (`chunkBytes`) that are
+// pipelined: a piece is sent on as soon as it is combined (by the leader rank
+// thread, bridge.ts) or received, so several are in flight on every link and
+// nothing waits for a whole segment. Sends go straight out of the shared data
+// region and receives land straight in the shared regions, so a piece is copied
+// once per hop, by the combine. Broadcast passes the bytes along the ring from the
+// root's host; a barrier is an all-reduce of nothing. Every frame carries
+// (epoch, seq, step, op, count): hosts that disagree fail with both sides named, a
+// host that sends nothing within the timeout is named, and a lost connection
+// fails every waiting op at once.
+import type { Socket } from "node:net";
+import {
+  BridgeFailure, COMB0, COMB_SIG, RECV0, RECV_SIG, mod, recvHalf, segment, waitAsync,
+  type BridgeBuffers, type BridgeDtype, type BridgeOp, type BridgeRequest,
+} from "./bridge.js";
+import { DataClient, encodeHead, type FrameHead } from "./data_link.js";
 import { logger } from "../../utils/logger.js";
 
 export interface PeerInfo {
   nodeRank: number;
   name: string;
-  /** host:port of its ring server. */
+  /** host:port of its gRPC-free ring data server. */
   addr: string;
 }
 
-interface RingHead {
-  t: "hello" | "data";
-  from?: number;
-  e: number;
-  s: number;
-  k: number;
-  op: string;
-  n: number;
-}
-
-interface Waiter {
-  resolve(v: ArrayBufferView): void;
-  reject(e: Error): void;
-  timer: NodeJS.Timeout;
-}
-
-type Numeric = Float32Array | Float64Array;
-
 export function describePeer(p: PeerInfo): string {
   return `host '${p.name}' (node ${p.nodeRank}, ${p.addr})`;
+}
+
+/** Pipeline piece: 4 MiB (several in flight on a link; 1 MiB and 256 KiB measured slower on 256 MiB). */
+export const DEFAULT_CHUNK_BYTES = 4 << 20;
+/** The leader thread is woken per this many bytes received (or a frame's end), not per read. */
+const WAKE_BYTES = 256 << 10;
+
+const OPS: BridgeOp[] = ["barrier", "broadcast", "sum", "max", "min"];
+const DTS: BridgeDtype[] = ["float32", "float64", "bytes"];
+const opCode = (op: BridgeOp, dt: BridgeDtype, root: number) => OPS.indexOf(op) | (DTS.indexOf(dt) << 4) | (root << 8);
+function describeOp(code: number, n: number): string {
+  const op = OPS[code & 15] ?? "?", dt = DTS[(code >> 4) & 15] ?? "?";
+  if (op === "barrier") return `barrier of ${n}`;
+  if (op === "broadcast") return `broadcast from node ${code >>> 8} of ${n}`;
+  return `allReduce ${op} ${dt} of ${n}`;
+}
+
+function splitHostPort(addr: string): [string, number] {
+  const m = /^\[?([^\]]+?)\]?:(\d+)$/.exec(addr);
+  if (!m) throw new Error(`ring address '${addr}' is not HOST:PORT`);
+  return [m[1]!, Number(m[2])];
+}
+
+/** One collective in progress on this host. */
+interface Active {
+  e: number;
+  s: number;
+  code: number;
+  n: number;
+  bpe: number;
+  /** Per step: expected payload bytes, bytes received, whether its first frame came. */
+  expect: number[];
+  got: number[];
+  /** Per step: bytes received when the leader was last woken. */
+  woke: number[];
+  seen: boolean[];
+  /** Per step: the place its payload goes (byte offset in data or recv). */
+  dest: ((h: FrameHead) => Uint8Array)[];
+  finished: () => void;
+  fail: (e: Error) => void;
+  timer: NodeJS.Timeout;
 }
 
 export class Ring {
@@ -47,94 +77,72 @@ export class Ring {
   private broken: string | undefined;
   /** A lost host never comes back: every later op fails with this. */
   private lost: string | undefined;
-  private client: ClusterClient | undefined;
-  /** The stream the successor opened to this host's server: this host writes to it. */
-  private succ: grpc.ServerDuplexStream<Buffer, Buffer> | undefined;
-  private readonly inbox = new Map<string, { head: RingHead; value: ArrayBufferView }>();
-  private readonly waiters = new Map<string, Waiter>();
+  private client: DataClient | undefined;
+  /** The socket the successor opened to this host's data server: this host writes to it. */
+  private succ: Socket | undefined;
   private succReady: (() => void) | undefined;
   private readonly succConnected: Promise<void>;
+  private active: Active | undefined;
+  private readonly data: Uint8Array;
+  private readonly recv: Uint8Array;
+  private readonly ctrl: Int32Array;
+  /** Wake whoever waits for received bytes. */
+  private kicks: (() => void)[] = [];
 
-  constructor(private readonly me: number, private readonly peers: PeerInfo[], private readonly token: string, private readonly timeoutMs: number) {
+  constructor(
+    private readonly me: number, private readonly peers: PeerInfo[], private readonly auth: { token: string; runId: string },
+    private readonly timeoutMs: number, private readonly buffers: BridgeBuffers, private readonly chunkBytes = DEFAULT_CHUNK_BYTES,
+  ) {
     this.succConnected = new Promise((resolve) => (this.succReady = resolve));
+    this.data = new Uint8Array(buffers.data);
+    this.recv = new Uint8Array(buffers.recv);
+    this.ctrl = new Int32Array(buffers.control);
+    if (!(chunkBytes >= 64 && chunkBytes % 8 === 0)) throw new Error(`ring: chunk bytes must be a multiple of 8 >= 64, got ${chunkBytes}`);
   }
 
   private get size(): number {
     return this.peers.length;
   }
-  private mod(i: number): number {
-    return ((i % this.size) + this.size) % this.size;
-  }
   private get pred(): PeerInfo {
-    return this.peers[this.mod(this.me - 1)]!;
+    return this.peers[mod(this.me - 1, this.size)]!;
   }
   private get next(): PeerInfo {
-    return this.peers[this.mod(this.me + 1)]!;
+    return this.peers[mod(this.me + 1, this.size)]!;
   }
 
-  /**
-   * Connects to the predecessor's ring server and waits until the successor has connected to ours.
-   * Data flows from server to client (a host writes to the stream its successor opened), because
-   * grpc-js widens the HTTP/2 receive window on the client side only (64 KiB otherwise).
-   */
+  /** Dials the predecessor's data server and waits until the successor has dialled ours. */
   async open(): Promise<void> {
     if (this.size === 1) return;
-    this.client = connect(this.pred.addr, this.token);
-    await this.client.ready(this.timeoutMs);
-    const stream = this.client.ring();
-    stream.on("data", (buf: Buffer) => this.receive(buf));
-    stream.on("error", (e: unknown) => this.lose(this.pred, streamEndReason(e)));
-    stream.on("end", () => this.lose(this.pred, "the connection closed"));
-    stream.write(encodeFrame({ t: "hello", from: this.me, e: 0, s: 0, k: 0, op: "", n: 0 } satisfies RingHead));
+    const [host, port] = splitHostPort(this.pred.addr);
+    this.client = new DataClient(host, port, { ...this.auth, from: this.me, to: this.pred.nodeRank }, {
+      place: (h) => this.place(h),
+      progress: (h, total) => this.progress(h, total),
+    }, (reason) => this.lose(this.pred, reason));
     let timer: NodeJS.Timeout | undefined;
     const timeout = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`${describePeer(this.next)} did not open its ring connection to this host within ${this.timeoutMs / 1000} s`)), this.timeoutMs);
+      timer = setTimeout(() => reject(new Error(`the ring did not connect within ${this.timeoutMs / 1000} s (${describePeer(this.pred)} -> this host -> ${describePeer(this.next)})`)), this.timeoutMs);
     });
     try {
+      await Promise.race([this.client.ready, timeout]).catch((e: Error) => {
+        throw new Error(`cannot open the ring link to ${describePeer(this.pred)}: ${e.message}`);
+      });
       await Promise.race([this.succConnected, timeout]);
     } finally {
       clearTimeout(timer);
     }
   }
 
-  /** A stream opened to this host's ring server (by the successor, which this host sends to). */
-  attach(stream: grpc.ServerDuplexStream<Buffer, Buffer>): void {
-    let hello = false;
-    stream.on("data", (buf: Buffer) => {
-      let head: RingHead;
-      try {
-        head = decodeFrame<RingHead>(buf).head;
-      } catch (e) {
-        this.lose(this.next, `a malformed frame: ${(e as Error).message}`);
-        return;
-      }
-      if (hello || head.t !== "hello") return;
-      if (head.from !== this.next.nodeRank) {
-        stream.emit("error", { code: 9, details: `node ${head.from} is not this host's ring successor (node ${this.next.nodeRank})` });
-        return;
-      }
-      hello = true;
-      this.succ = stream;
-      this.succReady?.();
-    });
-    const lost = (reason: string) => hello && this.lose(this.next, reason);
-    stream.on("error", (e: unknown) => lost(streamEndReason(e)));
-    stream.on("cancelled", () => lost("the connection dropped (the agent process died or its host is unreachable)"));
-    stream.on("end", () => {
-      lost("the connection closed");
-      stream.end();
-    });
-  }
-
-  private receive(buf: Buffer): void {
-    let frame;
-    try {
-      frame = decodeFrame<RingHead>(buf);
-    } catch (e) {
-      this.lose(this.pred, `a malformed frame: ${(e as Error).message}`);
+  /** An authenticated socket dialled to this host's data server. */
+  attach(sock: Socket, from: number, to: number): void {
+    if (this.size === 1 || from !== this.next.nodeRank || to !== this.me || this.succ) {
+      logger().warn({ peer: `${sock.remoteAddress}:${sock.remotePort}`, from, to }, `refused a ring link: not this host's successor (node ${this.next.nodeRank} -> node ${this.me})`);
+      sock.destroy();
       return;
     }
-    if (frame.head.t === "data") this.deliver(frame.head, frame.value as ArrayBufferView);
+    this.succ = sock;
+    sock.on("error", (e) => this.lose(this.next, e.message));
+    sock.on("close", () => this.lose(this.next, "the connection closed (the agent process died or its host is unreachable)"));
+    this.succReady?.();
   }
 
   /** A new epoch (the driver's first call after a failed one): forget the failed state. */
@@ -143,20 +151,20 @@ export class Ring {
     this.epoch = epoch;
     this.seq = 0;
     this.broken = undefined;
-    for (const k of [...this.inbox.keys()]) if (Number(k.split(":")[0]) < epoch) this.inbox.delete(k);
+    this.client?.resume();
   }
 
   /** Fails the op in progress and every later one of this epoch. */
   abort(reason: string, epoch = this.epoch): void {
     if (epoch < this.epoch || this.broken !== undefined) return;
     this.broken = reason;
-    this.failWaiters(reason, "aborted");
+    this.active?.fail(new BridgeFailure(reason, "aborted"));
   }
 
   close(): void {
     this.lost ??= "this host is shutting down";
-    this.failWaiters(this.lost, "aborted");
-    this.succ?.end();
+    this.active?.fail(new BridgeFailure(this.lost, "aborted"));
+    this.succ?.destroy();
     this.client?.close();
   }
 
@@ -164,45 +172,7 @@ export class Ring {
     if (this.lost !== undefined) return;
     this.lost = `${describePeer(peer)} lost: ${reason}`;
     logger().error({ peer: peer.name, node: peer.nodeRank, reason }, "ring connection lost");
-    this.failWaiters(this.lost, "aborted");
-  }
-
-  private failWaiters(reason: string, kind: "aborted" | "timeout"): void {
-    for (const [k, w] of this.waiters) {
-      clearTimeout(w.timer);
-      w.reject(new BridgeFailure(reason, kind));
-      this.waiters.delete(k);
-    }
-  }
-
-  private deliver(head: RingHead, value: ArrayBufferView): void {
-    if (head.e < this.epoch) return;
-    const key = `${head.e}:${head.s}:${head.k}`;
-    const w = this.waiters.get(key);
-    if (!w) {
-      this.inbox.set(key, { head, value });
-      return;
-    }
-    this.waiters.delete(key);
-    clearTimeout(w.timer);
-    try {
-      w.resolve(this.checked(head, value));
-    } catch (e) {
-      w.reject(e as Error);
-    }
-  }
-
-  private expect: { op: string; n: number } | undefined;
-
-  private checked(head: RingHead, value: ArrayBufferView): ArrayBufferView {
-    const mine = this.expect!;
-    if (head.op !== mine.op || head.n !== mine.n) {
-      throw new BridgeFailure(
-        `hosts disagree on collective #${head.s}: ${describePeer(this.pred)} did ${head.op} of ${head.n} but this host (node ${this.me}) did ${mine.op} of ${mine.n}`,
-        "aborted",
-      );
-    }
-    return value;
+    this.active?.fail(new BridgeFailure(this.lost, "aborted"));
   }
 
   private usable(): void {
@@ -210,76 +180,165 @@ export class Ring {
     if (this.broken !== undefined) throw new BridgeFailure(this.broken, "aborted");
   }
 
-  private send(step: number, value: ArrayBufferView): void {
-    this.usable();
-    this.succ!.write(encodeFrame({ t: "data", e: this.epoch, s: this.seq, k: step, op: this.expect!.op, n: this.expect!.n } satisfies RingHead, value));
+  /** Where an arriving frame's payload goes; null holds it until its collective starts here. */
+  private place(h: FrameHead): Uint8Array | null | "discard" {
+    if (h.e < this.epoch) return "discard";
+    const a = this.active;
+    if (h.e > this.epoch || !a || h.s > a.s) return null;
+    if (h.s < a.s) return "discard";
+    if (h.code !== a.code || h.n !== a.n) {
+      a.fail(new BridgeFailure(
+        `hosts disagree on collective #${h.s}: ${describePeer(this.pred)} did ${describeOp(h.code, h.n)} but this host (node ${this.me}) did ${describeOp(a.code, a.n)}`, "aborted",
+      ));
+      return "discard";
+    }
+    if (h.k >= a.expect.length || h.off + h.len > a.expect[h.k]!) {
+      a.fail(new BridgeFailure(`ring: a frame for step ${h.k} at ${h.off}+${h.len} outside the ${a.expect[h.k] ?? 0} bytes expected`, "aborted"));
+      return "discard";
+    }
+    return a.dest[h.k]!(h);
   }
 
-  private recv(step: number): Promise<ArrayBufferView> {
-    this.usable();
-    const key = `${this.epoch}:${this.seq}:${step}`;
-    const got = this.inbox.get(key);
-    if (got) {
-      this.inbox.delete(key);
-      try {
-        return Promise.resolve(this.checked(got.head, got.value));
-      } catch (e) {
-        return Promise.reject(e as Error);
-      }
+  private progress(h: FrameHead, total: number): void {
+    const a = this.active;
+    if (!a || h.e !== a.e || h.s !== a.s) return;
+    a.got[h.k] = h.off + total;
+    a.seen[h.k] = true;
+    a.timer.refresh();
+    const H = this.size;
+    if ((a.code & 15) >= 2 && h.k < H - 1 && (total === h.len || a.got[h.k]! - (a.woke[h.k] ?? 0) >= WAKE_BYTES)) {
+      a.woke[h.k] = a.got[h.k]!;
+      Atomics.store(this.ctrl, RECV0 + h.k, a.got[h.k]!);
+      Atomics.add(this.ctrl, RECV_SIG, 1);
+      Atomics.notify(this.ctrl, RECV_SIG);
     }
-    return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => {
-        this.waiters.delete(key);
-        reject(new BridgeFailure(
-          `collective ${this.expect!.op} timed out after ${this.timeoutMs / 1000} s: ${describePeer(this.pred)} sent nothing to node ${this.me} (it may have failed or be stuck)`, "timeout",
-        ));
-      }, this.timeoutMs);
-      this.waiters.set(key, { resolve, reject, timer });
-    });
+    this.kick();
+  }
+
+  private kick(): void {
+    const ks = this.kicks;
+    this.kicks = [];
+    for (const k of ks) k();
+  }
+
+  private kicked(): Promise<void> {
+    return new Promise((resolve) => this.kicks.push(resolve));
   }
 
   /** Serves one bridge request from this host's leader rank. */
   async handle(req: BridgeRequest): Promise<void> {
     this.seq += 1;
-    if (req.op === "broadcast") {
-      this.expect = { op: `broadcast from node ${req.rootHost}`, n: req.length };
-      await this.broadcast(req.data.subarray(0, req.length), req.rootHost);
-      return;
-    }
-    const dt = req.dtype === "float64" ? "float64" : "float32";
-    this.expect = { op: `${req.op === "barrier" ? "barrier" : `allReduce ${req.op} ${dt}`}`, n: req.length };
-    const view: Numeric = dt === "float64" ? new Float64Array(req.data.buffer, 0, req.length) : new Float32Array(req.data.buffer, 0, req.length);
-    await this.allReduce(view, req.op);
-  }
-
-  private async allReduce(view: Numeric, op: string): Promise<void> {
-    const H = this.size, n = view.length;
-    if (H === 1) return;
-    const start = (i: number) => Math.floor((i * n) / H);
-    const seg = (i: number) => view.subarray(start(i), start(i + 1));
-    const combine = op === "max" ? Math.max : op === "min" ? Math.min : (a: number, b: number) => a + b;
-    for (let s = 0; s < H - 1; s++) {
-      this.send(s, seg(this.mod(this.me - s)).slice());
-      const got = (await this.recv(s)) as Numeric;
-      const into = seg(this.mod(this.me - s - 1));
-      if (got.length !== into.length) throw new BridgeFailure(`ring: segment of ${got.length} elements where ${into.length} were expected`, "aborted");
-      for (let i = 0; i < into.length; i++) into[i] = combine(into[i]!, got[i]!);
-    }
-    for (let s = 0; s < H - 1; s++) {
-      this.send(H - 1 + s, seg(this.mod(this.me + 1 - s)).slice());
-      const got = (await this.recv(H - 1 + s)) as Numeric;
-      view.set(got, start(this.mod(this.me - s)));
-    }
-  }
-
-  private async broadcast(bytes: Uint8Array, rootHost: number): Promise<void> {
+    this.usable();
     if (this.size === 1) return;
-    if (this.me === rootHost) {
-      this.send(0, bytes.slice());
-      return;
+    const H = this.size, me = this.me;
+    const isBcast = req.op === "broadcast", isBarrier = req.op === "barrier";
+    const bpe = isBcast || isBarrier ? 1 : req.dtype === "float64" ? 8 : 4;
+    const n = isBarrier ? 0 : req.length;
+    const seg = (i: number) => segment(mod(i, H), n, H);
+    const bytes = (i: number) => (seg(i)[1] - seg(i)[0]) * bpe;
+    const at = (i: number) => seg(i)[0] * bpe;
+    // Per step k: [what this host sends (offset in data, bytes), when a piece of it is ready].
+    const sends: { off: number; len: number; ready: (end: number) => boolean }[] = [];
+    const expect: number[] = [], dest: ((h: FrameHead) => Uint8Array)[] = [];
+    const combined = (s: number) => (end: number) => Atomics.load(this.ctrl, COMB0 + s) >= end;
+    let a!: Active;
+    const received = (k: number) => (end: number) => a.got[k]! >= end && a.seen[k]!;
+    if (isBcast) {
+      const root = req.rootHost;
+      if (me !== root) {
+        expect.push(n);
+        dest.push((h) => this.data.subarray(h.off, h.off + h.len));
+      }
+      if (me === root) sends.push({ off: 0, len: n, ready: () => true });
+      else if (mod(me + 1, H) !== root) sends.push({ off: 0, len: n, ready: received(0) });
+    } else {
+      for (let s = 0; s < H - 1; s++) {
+        const half = recvHalf(this.buffers, s);
+        expect.push(bytes(me - s - 1));
+        dest.push((h) => this.recv.subarray(half + h.off, half + h.off + h.len));
+        sends.push({ off: at(me - s), len: bytes(me - s), ready: s === 0 ? () => true : combined(s - 1) });
+      }
+      for (let s = 0; s < H - 1; s++) {
+        const base = at(me - s);
+        expect.push(bytes(me - s));
+        dest.push((h) => this.data.subarray(base + h.off, base + h.off + h.len));
+        sends.push({ off: at(me + 1 - s), len: bytes(me + 1 - s), ready: s === 0 ? combined(H - 2) : received(H - 1 + s - 1) });
+      }
+      if (isBarrier) for (let k = 0; k < sends.length; k++) sends[k]!.ready = k === 0 ? () => true : received(k - 1);
     }
-    const got = (await this.recv(0)) as Uint8Array;
-    bytes.set(got);
-    if (this.mod(this.me + 1) !== rootHost) this.send(0, got);
+    const code = opCode(req.op, req.dtype, isBcast ? req.rootHost : 0);
+    const what = describeOp(code, n);
+    const done = new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => a.fail(new BridgeFailure(
+        `collective ${what} timed out after ${this.timeoutMs / 1000} s: ${describePeer(this.pred)} sent nothing to node ${me} (it may have failed or be stuck)`, "timeout",
+      )), this.timeoutMs);
+      let over = false;
+      a = {
+        e: this.epoch, s: this.seq, code, n, bpe, expect, got: expect.map(() => 0), woke: expect.map(() => 0), seen: expect.map(() => false), dest, timer,
+        finished: () => {
+          if (!over) (over = true), clearTimeout(timer), resolve();
+        },
+        fail: (e) => {
+          if (!over) (over = true), clearTimeout(timer), reject(e);
+        },
+      };
+    });
+    const failed = done.then(() => false, () => true);
+    this.active = a;
+    try {
+      this.client!.resume();
+      const flushed = this.sendAll(a, sends, failed);
+      await Promise.race([done.catch(() => undefined), this.allReceived(a, failed)]);
+      await flushed;
+      a.finished();
+      await done;
+    } finally {
+      this.active = undefined;
+      this.kick();
+    }
+  }
+
+  private async waitProgress(failed: Promise<boolean>): Promise<void> {
+    const w = waitAsync(this.ctrl, COMB_SIG, Atomics.load(this.ctrl, COMB_SIG), 1000);
+    await Promise.race([w.async ? w.value : Promise.resolve(), this.kicked(), failed]);
+  }
+
+  private async allReceived(a: Active, failed: Promise<boolean>): Promise<void> {
+    for (;;) {
+      if (a.expect.every((x, k) => a.got[k] === x && a.seen[k])) return;
+      if (await Promise.race([this.kicked().then(() => false), failed])) return;
+    }
+  }
+
+  /** Writes every step's pieces once ready; resolves when the kernel has taken the last byte. */
+  private async sendAll(a: Active, sends: { off: number; len: number; ready: (end: number) => boolean }[], failed: Promise<boolean>): Promise<void> {
+    let outstanding = 0, allQueued = false;
+    let drained: () => void = () => undefined;
+    const flushed = new Promise<void>((resolve) => (drained = resolve));
+    const sock = this.succ!;
+    const wrote = () => {
+      if (--outstanding === 0 && allQueued) drained();
+    };
+    let isFailed = false;
+    void failed.then((f) => (isFailed = f));
+    for (let k = 0; k < sends.length; k++) {
+      const { off, len, ready } = sends[k]!;
+      for (let p = 0; p === 0 || p < len; p += this.chunkBytes) {
+        const end = Math.min(len, p + this.chunkBytes);
+        while (!ready(end)) {
+          if (isFailed) return;
+          await this.waitProgress(failed);
+        }
+        if (isFailed) return;
+        outstanding += 2;
+        sock.write(encodeHead({ e: a.e, s: a.s, k, off: p, len: end - p, code: a.code, n: a.n }), wrote);
+        sock.write(Buffer.from(this.data.buffer, this.data.byteOffset + off + p, end - p), wrote);
+        if (len === 0) break;
+      }
+    }
+    allQueued = true;
+    if (outstanding === 0) return;
+    // An aborted collective's bytes are dropped by the receiver (old epoch or seq); wait no longer than that takes.
+    await Promise.race([flushed, failed.then((f) => (f ? new Promise((r) => setTimeout(r, 2000).unref()) : flushed))]);
   }
 }

@@ -112,6 +112,7 @@ export class SFTTrainer {
       const result: SftResult = { globalStep: step, totalSteps, hfDir: join(cm.stepDir(step), "huggingface") };
       if (step >= totalSteps) {
         logger().info({ step, totalSteps }, "nothing to train: the checkpoint is already at the last step");
+        pool.markRunSucceeded();
         return result;
       }
       const testFreq = cfg.int("trainer.test_freq", -1), saveFreq = cfg.int("trainer.save_freq", -1);
@@ -141,6 +142,7 @@ export class SFTTrainer {
       }
       result.globalStep = step;
       result.hfDir = join(cm.stepDir(step), "huggingface");
+      pool.markRunSucceeded();
       return result;
     } finally {
       tracking.finish();
