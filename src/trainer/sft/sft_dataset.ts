@@ -69,7 +69,7 @@ export function readSftDataConfig(data: Record<string, unknown>): SftDataConfig 
 
 interface SourcedRow { row: Record<string, unknown>; where: string }
 
-function readRows(file: string): SourcedRow[] {
+export function readRows(file: string): SourcedRow[] {
   const path = expandHome(file);
   if (path.endsWith(".parquet")) return readParquetSync(path).map((row, i) => ({ row, where: `${file} row ${i}` }));
   if (path.endsWith(".jsonl") || path.endsWith(".json")) {
