@@ -143,7 +143,7 @@ export class SFTTrainer {
         logger().info({ step, totalSteps }, "nothing to train: the checkpoint is already at the last step");
         return result;
       }
-      const testFreq = cfg.int("trainer.test_freq", -1), saveFreq = cfg.int("trainer.save_freq", -1);
+      const testFreq = this.frequency("trainer.test_freq"), saveFreq = this.frequency("trainer.save_freq");
       let totalTokens = 0;
       while (step < totalSteps) {
         for (const batch of this.trainLoader) {
@@ -178,6 +178,11 @@ export class SFTTrainer {
       tracking.finish();
       await pool.destroy();
     }
+  }
+
+  /** trainer.test_freq / save_freq in steps: a number (-1 = off), or verl's "after_each_epoch". */
+  private frequency(key: string): number {
+    return this.cfg.raw(key) === "after_each_epoch" ? this.trainLoader.length : this.cfg.int(key, -1);
   }
 
   /** Restore weights, optimizer, scheduler and the dataloader position; the step to continue after. */
