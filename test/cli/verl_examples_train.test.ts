@@ -65,13 +65,13 @@ function substituted(e: Entry, substitute: Record<string, string>): string[] {
   });
 }
 
-/** The console logger's lines, `step:N - key:value - ...`, as one record per step. */
+/** The console logger's lines, `step:N - key:value - ...`, as one record per step (lines of one step merged: SFT logs val/loss apart). */
 function consoleSteps(stdout: string): Map<number, Record<string, number>> {
   const steps = new Map<number, Record<string, number>>();
   for (const line of stdout.split("\n")) {
     const m = /^step:(\d+) - (.*)$/.exec(line);
     if (!m) continue;
-    const rec: Record<string, number> = {};
+    const rec: Record<string, number> = steps.get(Number(m[1])) ?? {};
     for (const kv of m[2]!.split(" - ")) {
       const i = kv.lastIndexOf(":");
       rec[kv.slice(0, i)] = Number(kv.slice(i + 1));
@@ -211,22 +211,6 @@ const CASES_24: Case24[] = [
   },
 ];
 
-/** Console lines `step:N - key:value - ...`, merged per step (SFT logs val/loss on a line of its own). */
-function mergedSteps(stdout: string): Map<number, Record<string, number>> {
-  const out = new Map<number, Record<string, number>>();
-  for (const line of stdout.split("\n")) {
-    const m = /^step:(\d+) - (.*)$/.exec(line);
-    if (!m) continue;
-    const rec = out.get(Number(m[1])) ?? {};
-    for (const kv of m[2]!.split(" - ")) {
-      const i = kv.lastIndexOf(":");
-      rec[kv.slice(0, i)] = Number(kv.slice(i + 1));
-    }
-    out.set(Number(m[1]), rec);
-  }
-  return out;
-}
-
 describe("issue 24: verl's rollout-correction, OTB and SFT example scripts run 2 steps unchanged but for paths and sizes", { skip, concurrency: 2 }, () => {
   let dir = "";
   let data: Data24;
@@ -254,7 +238,7 @@ describe("issue 24: verl's rollout-correction, OTB and SFT example scripts run 2
         });
       });
       assert.equal(r.code, 0, `verl ${args.join(" ")}\n${r.stderr.slice(-3000)}`);
-      const steps = mergedSteps(r.stdout);
+      const steps = consoleSteps(r.stdout);
       for (const n of [1, 2]) {
         const m = steps.get(n);
         assert.ok(m, `step ${n} not logged: ${[...steps.keys()].join(", ")}`);
