@@ -209,3 +209,14 @@ test("the config check names what optimal_token_baseline and bypass_mode need", 
   assert.throws(() => validatePpoNames(cfg), (e: Error) =>
     /calculate_sum_pi_squared=True/.test(e.message) && /bypass_mode=true skips/.test(e.message) && /calculate_log_probs=True/.test(e.message) && /loss_type is "pg"/.test(e.message));
 });
+
+test("optim.override_optimizer_config: AdamW's keywords over the section's, Megatron's adam_* names, others refused by name", async () => {
+  const { adamWArgs } = await import("../../../../src/workers/dp_optimizer.js");
+  const { ConfigView } = await import("../../../../src/workers/config_view.js");
+  const view = (over: unknown) => new ConfigView({ a: { optim: { lr: 1e-3, betas: [0.9, 0.999], weight_decay: 0.01, override_optimizer_config: over } } } as never, "a.optim");
+  assert.deepEqual(adamWArgs(view(null)), { lr: 1e-3, betas: [0.9, 0.999], eps: 1e-8, weightDecay: 0.01 });
+  assert.deepEqual(adamWArgs(view({ eps: 1e-6, betas: [0.8, 0.95], fused: true, amsgrad: false })), { lr: 1e-3, betas: [0.8, 0.95], eps: 1e-6, weightDecay: 0.01 });
+  assert.deepEqual(adamWArgs(view({ adam_beta2: 0.98, adam_eps: 1e-5, lr: 2e-3 })), { lr: 2e-3, betas: [0.9, 0.98], eps: 1e-5, weightDecay: 0.01 });
+  assert.throws(() => adamWArgs(view({ bf16_stochastic_round: true })), /a\.optim\.override_optimizer_config\.bf16_stochastic_round=true: verl-ts's AdamW takes/);
+  assert.throws(() => adamWArgs(view({ amsgrad: true })), /amsgrad=true/);
+});
