@@ -12,11 +12,6 @@ import type { CommandContext } from "./context.js";
 
 type Runner = (ctx: CommandContext) => Promise<void>;
 
-/** Root configs that compose (so `--cfg job` shows them) but whose trainer is not built here. */
-const NOT_BUILT_CONFIGS: Record<string, string> = {
-  sft_trainer_engine: "verl's engine-based SFT trainer (verl.trainer.sft_trainer) is not built in verl-ts; use the default sft_trainer (model.partial_pretrain, data.prompt_key/response_key)",
-};
-
 /** Keys that name a model or tokenizer: a Hugging Face id there (`Qwen/Qwen2.5-0.5B-Instruct`) resolves through the HF cache. */
 const MODEL_PATH_KEYS = [
   "actor_rollout_ref.model.path", "actor_rollout_ref.model.tokenizer_path", "critic.model.path", "critic.model.tokenizer_path",
@@ -60,7 +55,7 @@ const LOG_LEVELS = ["trace", "debug", "info", "warn", "error", "fatal", "silent"
 // `example`: overrides that exist in that command's own config (the help text shows them with --cfg job).
 const CONFIG_COMMANDS = [
   { name: "train", config: "ppo_trainer", summary: "RL training (PPO, GRPO, RLOO, ...) of a policy", example: "algorithm.adv_estimator=grpo trainer.log_level=debug" },
-  { name: "sft", config: "sft_trainer", summary: "supervised fine-tuning on prompt/response pairs", example: "data.train_files=train.parquet trainer.log_level=debug" },
+  { name: "sft", config: "sft_trainer", summary: "supervised fine-tuning on prompt/response pairs or conversations (--config-name sft_trainer_engine: verl.trainer.sft_trainer)", example: "data.train_files=train.parquet trainer.log_level=debug" },
   { name: "generate", config: "generation", summary: "offline generation: add a `responses` column to a parquet of prompts", example: "data.path=prompts.parquet data.output_path=gen.parquet" },
   { name: "eval", config: "evaluation", summary: "offline scoring of a generated parquet", example: "data.path=gen.parquet custom_reward_function.path=my_reward.mjs" },
 ] as const;
@@ -135,7 +130,6 @@ export function buildProgram(): Command {
           process.stdout.write(toYaml(config));
           return;
         }
-        if (NOT_BUILT_CONFIGS[opts.configName]) throw new ConfigError(`--config-name ${opts.configName}: ${NOT_BUILT_CONFIGS[opts.configName]}`);
         const warning = keyReportWarning(checkKeyKinds(defaults, raw));
         if (warning) process.stderr.write(`${warning}\n`);
         validateDevice(config);

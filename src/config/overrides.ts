@@ -139,6 +139,8 @@ export interface DeferredTypeCheck { key: string; raw: string; expected: ConfigV
 
 /** Keys verl types as "a string or a list of strings" (peft's target_modules: "all-linear" or [q_proj, v_proj]). */
 const STRING_OR_LIST = new Set(["target_modules", "exclude_modules"]);
+/** Step frequencies that verl's engine SFT trainer also takes as "after_each_epoch". */
+const STEPS_OR_EPOCH = new Set(["test_freq", "save_freq"]);
 
 /** Null defaults and '???' take anything; null may replace anything; int and float are one kind. */
 export function typeMismatch(expected: ConfigValue, value: ConfigValue, key?: string): string | undefined {
@@ -147,6 +149,7 @@ export function typeMismatch(expected: ConfigValue, value: ConfigValue, key?: st
   if (want === got) return undefined;
   const leaf = key?.slice(key.lastIndexOf(".") + 1);
   if (leaf && STRING_OR_LIST.has(leaf) && (want === "string" || want === "list") && (got === "string" || got === "list")) return undefined;
+  if (leaf && STEPS_OR_EPOCH.has(leaf) && want === "number" && value === "after_each_epoch") return undefined;
   const shown = (v: ConfigValue) => JSON.stringify(v);
   return `expected a ${want} like the default ${shown(expected)}, got a ${got} ${shown(value)}`;
 }

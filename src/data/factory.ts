@@ -18,7 +18,8 @@ function positiveOr(v: unknown, key: string, fallback: number): number {
   return v as number;
 }
 
-function maxSamples(v: unknown, key: string): number {
+/** data.{train,val}_max_samples, checked (-1 = all rows). */
+export function maxSamples(v: unknown, key: string): number {
   if (v === undefined || v === null) return -1;
   if (!Number.isInteger(v)) throw new Error(`data.${key} must be an integer (-1 = all), got ${JSON.stringify(v)}`);
   return v as number;

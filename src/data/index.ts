@@ -5,5 +5,5 @@ export { RLHFDataset, type RLRow, type RLHFDatasetOptions } from "./rl_dataset.j
 export { StatefulDataLoader, type BatchSource, type DataLoaderOptions, type DataLoaderState } from "./dataloader.js";
 export { collateToDataProto, truncateIds, type CollateOptions } from "./collate.js";
 export { readDataConfig, dataFiles, TRUNCATIONS, type RLDataConfig, type Truncation } from "./data_config.js";
-export { createRLDataloaders, type RLDataloaders } from "./factory.js";
+export { createRLDataloaders, maxSamples, type RLDataloaders } from "./factory.js";
 export * from "./preprocess/index.js";

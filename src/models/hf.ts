@@ -66,9 +66,9 @@ function configOf(dir: string): { config: ModelConfig; raw: Record<string, unkno
   return { config: fromHfConfig(raw, path), raw };
 }
 
-/** Load a causal LM folder (LlamaForCausalLM / Qwen2ForCausalLM). */
-export async function loadHfModel(dir: string): Promise<LlamaModel> {
-  const { config } = configOf(dir);
+/** Load a causal LM folder (LlamaForCausalLM / Qwen2ForCausalLM); `configDir` holds its config.json (verl's hf_config_path). */
+export async function loadHfModel(dir: string, configDir = dir): Promise<LlamaModel> {
+  const { config } = configOf(configDir);
   const t = toTensors(readHfWeights(dir), config);
   try {
     for (const n of [...t.keys()]) if (n.startsWith("score.")) { t.get(n)!.dispose(); t.delete(n); }
@@ -85,8 +85,8 @@ export async function loadHfModel(dir: string): Promise<LlamaModel> {
  * loads as is; a causal LM gets a fresh score head (seeded by `rng`), as verl
  * initialises a critic from the actor's weights.
  */
-export async function loadHfValueModel(dir: string, rng: Rng): Promise<ValueHeadModel> {
-  const { config } = configOf(dir);
+export async function loadHfValueModel(dir: string, rng: Rng, configDir = dir): Promise<ValueHeadModel> {
+  const { config } = configOf(configDir);
   const t = toTensors(readHfWeights(dir), config);
   try {
     if (!t.has("score.weight")) {

@@ -23,6 +23,11 @@ function entropyOf(logSm: tf.Tensor): tf.Tensor {
   return tf.neg(tf.sum(tf.mul(tf.exp(logSm), logSm), -1));
 }
 
+/** Σ_v π(v)² from log-softmax values (verl's sum_pi_squared: exp(logsumexp(2·z) − 2·logsumexp(z))). */
+function sumPiSquaredOf(logSm: tf.Tensor): tf.Tensor {
+  return tf.sum(tf.exp(tf.mul(logSm, 2)), -1);
+}
+
 /** log softmax(logits)[label] along the last axis: logits [..., V], labels [...] -> [...]. */
 export function logProbsFromLogits(logits: tf.Tensor, labels: tf.Tensor): tf.Tensor {
   return tf.tidy(() => pick(tf.logSoftmax(logits), labels));
@@ -37,6 +42,8 @@ export interface LogProbOptions {
   /** Logits are divided by this first (the rollout temperature); 0 is read as 1 (greedy). */
   temperature?: number;
   calculateEntropy?: boolean;
+  /** Also Σ_v π(v)² of the (temperature-scaled) distribution at each response position. */
+  calculateSumPiSquared?: boolean;
   /** Pack the real tokens into one row (verl's use_remove_padding); padded slots then read 0. */
   removePadding?: boolean;
   /** MoE: also return the router's aux loss and load over the forward's real tokens (models/moe_loss.ts). */
@@ -44,7 +51,7 @@ export interface LogProbOptions {
 }
 
 /** What responseLogProbs returns: [B, R] log-probs, entropy when asked, the router's loss terms when asked. */
-export type ResponseLogProbs = { logProbs: tf.Tensor2D; entropy?: tf.Tensor2D; router?: { aux: tf.Scalar; load: tf.Scalar } };
+export type ResponseLogProbs = { logProbs: tf.Tensor2D; entropy?: tf.Tensor2D; sumPiSquared?: tf.Tensor2D; router?: { aux: tf.Scalar; load: tf.Scalar } };
 
 /** The router's loss terms from the logits a forward collected (disposed here). */
 function routerTerms(model: LlamaModel, collected: tf.Tensor[], tokenMask?: ArrayLike<number>): { aux: tf.Scalar; load: tf.Scalar } {
@@ -68,6 +75,14 @@ function tdata(data: DataProto, key: string): TensorData {
  * prompts, right of the longest response) are trimmed before the forward; the
  * trimmed response slots get log-prob 0 (they are masked everywhere).
  */
+/** The optional per-token outputs from the log-softmax values, through `place` (pad or unpack). */
+function extras(logSm: tf.Tensor, opts: LogProbOptions, place: (t: tf.Tensor) => tf.Tensor2D): Omit<ResponseLogProbs, "logProbs" | "router"> {
+  return {
+    ...(opts.calculateEntropy ? { entropy: place(entropyOf(logSm)) } : {}),
+    ...(opts.calculateSumPiSquared ? { sumPiSquared: place(sumPiSquaredOf(logSm)) } : {}),
+  };
+}
+
 export function responseLogProbs(model: LlamaModel, micro: DataProto, opts: LogProbOptions = {}): ResponseLogProbs {
   if (opts.routerLoss && !model.config.moe) throw new Error("log-probs: routerLoss asked of a model without experts");
   if (opts.removePadding) return packedResponseLogProbs(model, micro, opts);
@@ -98,8 +113,7 @@ export function responseLogProbs(model: LlamaModel, micro: DataProto, opts: LogP
     const labels = tf.tensor2d(int32Values(responses), [B, R], "int32").slice([0, 0], [B, lastR]);
     const pad = (t: tf.Tensor) => (lastR < R ? tf.concat([t, tf.zeros([B, R - lastR])], 1) : t) as tf.Tensor2D;
     const logSm = tf.logSoftmax(logits);
-    const logProbs = pad(pick(logSm, labels));
-    return { logProbs, ...(opts.calculateEntropy ? { entropy: pad(entropyOf(logSm)) } : {}), ...(router ? { router } : {}) };
+    return { logProbs: pad(pick(logSm, labels)), ...extras(logSm, opts, pad), ...(router ? { router } : {}) };
   });
 }
 
@@ -116,7 +130,7 @@ function packedResponseLogProbs(model: LlamaModel, micro: DataProto, opts: LogPr
   const temperature = opts.temperature && opts.temperature > 0 ? opts.temperature : 1;
   if (pk.source.length === 0) {
     const zeros = () => tf.zeros([B, R]) as tf.Tensor2D;
-    return opts.calculateEntropy ? { logProbs: zeros(), entropy: zeros() } : { logProbs: zeros() };
+    return { logProbs: zeros(), ...(opts.calculateEntropy ? { entropy: zeros() } : {}), ...(opts.calculateSumPiSquared ? { sumPiSquared: zeros() } : {}) };
   }
   return tf.tidy(() => {
     const N = pk.ids.length;
@@ -128,8 +142,7 @@ function packedResponseLogProbs(model: LlamaModel, micro: DataProto, opts: LogPr
     const logSm = tf.logSoftmax(logits);
     const slots = tf.tensor1d(pk.slot, "int32");
     const unpack = (t: tf.Tensor) => tf.gather(tf.concat([t, tf.zeros([1])]), slots).reshape([B, R]) as tf.Tensor2D;
-    const logProbs = unpack(pick(logSm, tf.tensor1d(pk.labels, "int32")));
-    return { logProbs, ...(opts.calculateEntropy ? { entropy: unpack(entropyOf(logSm)) } : {}), ...(router ? { router } : {}) };
+    return { logProbs: unpack(pick(logSm, tf.tensor1d(pk.labels, "int32"))), ...extras(logSm, opts, unpack), ...(router ? { router } : {}) };
   });
 }
 

@@ -19,6 +19,7 @@ import { loadModelTokenizer, loadPolicy } from "./model_source.js";
 import { checkRolloutFitsModel } from "./rollout_length.js";
 import { applyModelMemoryOptions, readModelMemoryOptions } from "./model_options.js";
 import { inferenceSpec, setupWorker } from "./worker_setup.js";
+import { isBypassMode } from "../trainer/ppo/rollout_corr.js";
 
 /** actor_rollout_ref (all three), actor_rollout (no reference), ref (reference only). */
 export type ActorRole = "actor_rollout_ref" | "actor_rollout" | "ref";
@@ -92,8 +93,10 @@ export class ActorRolloutRefWorker extends Worker {
       rolloutRng: new Rng(seed + 7919 * (this.rank + 1)), seed,
       logProbSpec: inferenceSpec(rolloutCfg, "log_prob_", "log_prob_use_dynamic_bsz", "log_prob_max_token_len_per_gpu", world),
     };
+    const rollCorr = cfg.section("algorithm.rollout_correction");
     const actorOpts = {
       config: actorCfg, miniBatchPerRank: plan.actorMiniBatchPerRank, microBatchPerRank: plan.actorMicroBatchPerRank, removePadding: memory.removePadding,
+      ...(isBypassMode(rollCorr) ? { bypassRolloutCorrection: rollCorr } : {}),
     };
     if (this.hasRef) {
       // under LoRA the reference policy is the base model with the adapter off (verl's disable_adapter): no copy
@@ -207,14 +210,16 @@ export class ActorRolloutRefWorker extends Worker {
     return new DataProto(out.batch, nonTensor, metrics ? { metrics: Object.fromEntries(Object.entries(metrics).map(([k, v]) => [k, [v]])) } : {});
   }
 
-  /** old_log_probs (and entropys) under the current actor. */
+  /** old_log_probs (and entropys; sum_pi_squared with actor.calculate_sum_pi_squared) under the current actor. */
   @register({ dispatchMode: Dispatch.DP_COMPUTE_PROTO })
   async computeLogProb(data: DataProto): Promise<DataProto> {
     const { actor } = this.requireActor("computeLogProb");
     const temperature = this.temperatureOf(data);
     const calc = data.metaInfo.calculate_entropy !== false;
-    const r = await actor.computeLogProb(data, this.state.logProbSpec, temperature, calc);
-    return new DataProto({ old_log_probs: r.logProbs, ...(r.entropy ? { entropys: r.entropy } : {}) }, {}, { temperature });
+    const spp = this.state.cfg.bool("actor_rollout_ref.actor.calculate_sum_pi_squared", false);
+    const r = await actor.computeLogProb(data, this.state.logProbSpec, temperature, calc, spp);
+    const out = { old_log_probs: r.logProbs, ...(r.entropy ? { entropys: r.entropy } : {}), ...(r.sumPiSquared ? { sum_pi_squared: r.sumPiSquared } : {}) };
+    return new DataProto(out, {}, { temperature });
   }
 
   @register({ dispatchMode: Dispatch.DP_COMPUTE_PROTO })

@@ -41,6 +41,44 @@ export interface StepResult {
   scalars: Float64Array;
 }
 
+/** torch AdamW keywords that only pick a kernel (same arithmetic here). */
+const KERNEL_FLAGS = ["foreach", "fused", "capturable", "differentiable"];
+
+/**
+ * AdamW's arguments from an optim section: lr, betas, eps, weight_decay, then verl's
+ * override_optimizer_config on top (keywords for the optimizer's constructor: torch's lr,
+ * weight_decay, betas, eps, amsgrad/maximize at false and the kernel flags, or Megatron's
+ * adam_beta1, adam_beta2, adam_eps); any other keyword is refused by name.
+ */
+export function adamWArgs(optim: ConfigView): { lr: number; betas: [number, number]; eps: number; weightDecay: number } {
+  const betas = optim.raw("betas") ?? [0.9, 0.999];
+  const checkBetas = (b: unknown, key: string): [number, number] => {
+    if (!Array.isArray(b) || b.length !== 2 || !b.every((x) => typeof x === "number")) throw new Error(`${key} must be a list of two numbers, got ${JSON.stringify(b)}`);
+    return b as [number, number];
+  };
+  const out = { lr: optim.num("lr"), betas: checkBetas(betas, optim.key("betas")), eps: optim.num("eps", 1e-8), weightDecay: optim.num("weight_decay", 0.01) };
+  const over = optim.raw("override_optimizer_config");
+  if (over === undefined || over === null) return out;
+  const where = optim.key("override_optimizer_config");
+  if (typeof over !== "object" || Array.isArray(over)) throw new Error(`${where} must be a mapping of optimizer keywords, got ${JSON.stringify(over)}`);
+  const num = (k: string, v: unknown) => {
+    if (typeof v !== "number" || !Number.isFinite(v)) throw new Error(`${where}.${k} must be a number, got ${JSON.stringify(v)}`);
+    return v;
+  };
+  for (const [k, v] of Object.entries(over as Record<string, unknown>)) {
+    if (k === "lr") out.lr = num(k, v);
+    else if (k === "weight_decay") out.weightDecay = num(k, v);
+    else if (k === "eps" || k === "adam_eps") out.eps = num(k, v);
+    else if (k === "betas") out.betas = checkBetas(v, `${where}.betas`);
+    else if (k === "adam_beta1") out.betas = [num(k, v), out.betas[1]];
+    else if (k === "adam_beta2") out.betas = [out.betas[0], num(k, v)];
+    else if ((k === "amsgrad" || k === "maximize") && v === false) continue;
+    else if (KERNEL_FLAGS.includes(k)) continue;
+    else throw new Error(`${where}.${k}=${JSON.stringify(v)}: verl-ts's AdamW takes lr, weight_decay, betas, eps (adam_beta1, adam_beta2, adam_eps), ${KERNEL_FLAGS.join(", ")}, and amsgrad/maximize only false`);
+  }
+  return out;
+}
+
 export class DataParallelOptimizer {
   readonly optimizer: AdamW;
   readonly scheduler: LrScheduler;
@@ -66,17 +104,8 @@ export class DataParallelOptimizer {
     if (onDevice && collective.worldSize !== 1) throw new Error("DataParallelOptimizer: the on-device step needs a world size of 1");
     const name = optim.str("optimizer", "AdamW");
     if (!isAdamW(name)) throw new Error(`${optim.key("optimizer")}='${name}' is not available; verl-ts implements AdamW`);
-    const betas = optim.raw("betas") ?? [0.9, 0.999];
-    if (!Array.isArray(betas) || betas.length !== 2 || !betas.every((b) => typeof b === "number")) {
-      throw new Error(`${optim.key("betas")} must be a list of two numbers, got ${JSON.stringify(betas)}`);
-    }
-    const lr = optim.num("lr");
-    this.optimizer = new AdamW(vars, {
-      lr,
-      betas: betas as [number, number],
-      eps: optim.num("eps", 1e-8),
-      weightDecay: optim.num("weight_decay", 0.01),
-    });
+    const { lr, betas, eps, weightDecay } = adamWArgs(optim);
+    this.optimizer = new AdamW(vars, { lr, betas, eps, weightDecay });
     const schedule = getLrSchedule(optim.section() as Parameters<typeof getLrSchedule>[0], totalSteps);
     this.scheduler = new LrScheduler(lr, (s) => schedule.ratio(s));
     this.acc = new FlatGradAccumulator(vars);

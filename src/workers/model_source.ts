@@ -116,8 +116,17 @@ export async function loadPolicy(model: ConfigView, tokenizer: Tokenizer, seed: 
   const kind = modelKind(path, model.key("path"));
   if (kind === "scratch") return initModel(scratchConfig(hfOverrides(model), tokenizer, model.key("override_config")), new Rng(seed));
   refuseOverridesOnCheckpoint(model);
+  const configDir = hfConfigDir(model, kind);
   if (kind === "llama2c") return loadLlama2c(expandHome(path));
-  return loadHfModel(expandHome(path));
+  return loadHfModel(expandHome(path), configDir);
+}
+
+/** hf_config_path: the folder whose config.json describes the weights at `path` (default: `path`). */
+function hfConfigDir(model: ConfigView, kind: string): string | undefined {
+  const p = model.optStr("hf_config_path");
+  if (p === null) return undefined;
+  if (kind !== "hf") throw new Error(`${model.key("hf_config_path")}: only a Hugging Face folder at ${model.key("path")} reads its config from elsewhere (a llama2.c checkpoint carries its own)`);
+  return expandHome(p);
 }
 
 /**
@@ -135,7 +144,8 @@ export async function loadValueModel(model: ConfigView, tokenizer: Tokenizer, se
     return ValueHeadModel.init(cfg, headRng);
   }
   refuseOverridesOnCheckpoint(model);
-  if (kind === "hf") return loadHfValueModel(expandHome(path), headRng);
+  const configDir = hfConfigDir(model, kind);
+  if (kind === "hf") return loadHfValueModel(expandHome(path), headRng, configDir);
   const policy = loadLlama2c(expandHome(path));
   try {
     return ValueHeadModel.fromPolicy(policy, headRng);

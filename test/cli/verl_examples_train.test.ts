@@ -6,11 +6,12 @@
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { packageRoot, sharedPath } from "../../src/utils/paths.js";
+import { makeMultiTurnSftData } from "./verl_examples_sft_data.js";
 
 /** The compiled CLI beside this compiled test (what bin/verl.js runs). */
 const MAIN = fileURLToPath(new URL("../../src/cli/main.js", import.meta.url));
@@ -64,13 +65,13 @@ function substituted(e: Entry, substitute: Record<string, string>): string[] {
   });
 }
 
-/** The console logger's lines, `step:N - key:value - ...`, as one record per step. */
+/** The console logger's lines, `step:N - key:value - ...`, as one record per step (lines of one step merged: SFT logs val/loss apart). */
 function consoleSteps(stdout: string): Map<number, Record<string, number>> {
   const steps = new Map<number, Record<string, number>>();
   for (const line of stdout.split("\n")) {
     const m = /^step:(\d+) - (.*)$/.exec(line);
     if (!m) continue;
-    const rec: Record<string, number> = {};
+    const rec: Record<string, number> = steps.get(Number(m[1])) ?? {};
     for (const kv of m[2]!.split(" - ")) {
       const i = kv.lastIndexOf(":");
       rec[kv.slice(0, i)] = Number(kv.slice(i + 1));
@@ -127,6 +128,125 @@ describe("verl's GSM8K example scripts train 2 steps unchanged but for model, da
       }
       // the script's inert plumbing (vLLM memory, FSDP offload, ...) is named in the one start-up warning
       assert.match(r.stderr, /setting\(s\) have no effect in verl-ts[\s\S]*gpu_memory_utilization/);
+    });
+  }
+});
+
+// ---- issue 24, algorithm and SFT rows: rollout correction's bypass mode, the optimal token
+// baseline, SFT with LoRA, multi-turn SFT and verl's engine SFT trainer (verl.trainer.sft_trainer),
+// each run as its script writes it but for paths and sizes, with its metrics under verl's names.
+
+/** verl's tests/special_e2e/sft/run_sft_engine.sh at the fixture's commit (its defaults: fsdp backend,
+ *  spmd mode, so `torchrun ... -m verl.trainer.sft_trainer` = `verl sft --config-name sft_trainer_engine`). */
+const SFT_ENGINE_SCRIPT: Entry = {
+  script: "tests/special_e2e/sft/run_sft_engine.sh", trainer: "sft_engine", configName: "sft_trainer_engine",
+  overrides: [
+    "data.train_files=/home/user/data/gsm8k_sft/train.parquet", "data.val_files=/home/user/data/gsm8k_sft/test.parquet",
+    "data.train_batch_size=128", "data.pad_mode=no_padding", "data.truncation=error", "data.use_dynamic_bsz=True",
+    "data.max_token_len_per_gpu=2048", "data.messages_key=messages", "model.path=/home/user/models/Qwen/Qwen2.5-0.5B",
+    "model.use_remove_padding=True", "engine=fsdp", "optim=fsdp", "optim.lr=1e-5", "optim.lr_warmup_steps_ratio=0.2",
+    "optim.weight_decay=0.1", "optim.betas=[0.9,0.95]", "optim.clip_grad=1.0", "optim.min_lr_ratio=0.1",
+    "optim.lr_scheduler_type=cosine", "engine.ulysses_sequence_parallel_size=1", "engine.strategy=fsdp", "engine.fsdp_size=1",
+    "trainer.test_freq=after_each_epoch", "trainer.save_freq=-1", "trainer.logger=['console','file']",
+    "trainer.project_name=verl_sft_test", "trainer.experiment_name=gsm8k-fsdp-fsdp-sp1-fsdp1-pad-no_padding-use_remove_padding-True-mode-spmd",
+    "trainer.total_epochs=2", "trainer.total_training_steps=2", "trainer.default_local_dir=/home/user/verl/test/gsm8k-sft-fsdp",
+    "trainer.resume_mode=disable",
+  ],
+};
+
+interface Case24 {
+  script: string;
+  /** `verl` subcommand. */
+  command: "train" | "sft";
+  /** Keys to substitute (paths and sizes) -> value, given the prepared data. */
+  substitute: (d: Data24) => Record<string, string>;
+  /** Keys the script leaves at verl's defaults, set to keep the run to 2 short steps. */
+  added: string[];
+  /** Metrics every training step must carry (verl's names). */
+  metrics: string[];
+  /** Metrics that must not appear (the other SFT trainer's names). */
+  absent?: string[];
+  /** Files the run must leave under its working folder. */
+  files?: string[];
+}
+
+interface Data24 { gsm8kTrain: string; gsm8kTest: string; mtModel: string; mtTrain: string; mtTest: string }
+
+const SFT_SIZES = { "data.train_batch_size": "4", "data.micro_batch_size_per_gpu": "4", "data.micro_batch_size": "4" };
+const LEGACY_SFT_METRICS = ["train/loss", "train/lr(1e-3)", "train/time(s)"];
+
+const CASES_24: Case24[] = [
+  {
+    script: "examples/rollout_correction/run_with_rollout_corr.sh", command: "train",
+    substitute: (d) => ({ "data.train_files": d.gsm8kTrain, "data.val_files": d.gsm8kTest, "actor_rollout_ref.model.path": MODEL!, ...SIZES, "actor_rollout_ref.actor.ppo_mini_batch_size": "1", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": "1" }),
+    added: ADDED_SIZES,
+    // bypass mode: the actor's loss reports the correction against the current policy
+    metrics: ["actor/pg_loss", "actor/ppo_kl", "rollout_corr/rollout_is_mean", "rollout_corr/rollout_is_batch_norm_factor", "rollout_corr/kl", "rollout_corr/training_ppl"],
+  },
+  {
+    script: "examples/otb_trainer/run_qwen2_5-7b.sh", command: "train",
+    substitute: (d) => ({ "data.train_files": d.gsm8kTrain, "data.val_files": d.gsm8kTest, "actor_rollout_ref.model.path": MODEL!, ...SIZES }),
+    added: ADDED_SIZES,
+    metrics: ["actor/pg_loss", "critic/advantages/mean", "variance_proxy/proxy2_total_power", "variance_proxy/expected_w", "variance_proxy/proxy3_pure_noise"],
+  },
+  {
+    script: "examples/sft/gsm8k/run_qwen_05_peft.sh", command: "sft",
+    substitute: (d) => ({ "data.train_files": d.gsm8kTrain, "data.val_files": d.gsm8kTest, "model.partial_pretrain": MODEL!, ...SFT_SIZES, "trainer.default_local_dir": "ckpt" }),
+    added: ["trainer.total_training_steps=2", "data.train_batch_size=4", "data.train_max_samples=16", "data.val_max_samples=4", "data.max_length=256", "data.truncation=right"],
+    metrics: LEGACY_SFT_METRICS, absent: ["train/lr", "train/grad_norm"],
+    // LoRA: the adapter in peft's layout beside the merged Hugging Face export
+    files: ["ckpt/global_step_2/lora_adapter/adapter_config.json", "ckpt/global_step_2/huggingface/model.safetensors"],
+  },
+  {
+    script: "examples/sft/multiturn/run_qwen_05_sp2.sh", command: "sft",
+    substitute: (d) => ({ "data.train_files": d.mtTrain, "data.val_files": d.mtTest, "model.partial_pretrain": d.mtModel, ...SFT_SIZES, "trainer.default_local_dir": "ckpt", "trainer.total_training_steps": "2" }),
+    added: ["data.train_batch_size=4", "data.max_length=256"],
+    metrics: LEGACY_SFT_METRICS, absent: ["train/lr"],
+  },
+  {
+    script: SFT_ENGINE_SCRIPT.script, command: "sft",
+    substitute: (d) => ({ "data.train_files": d.mtTrain, "data.val_files": d.mtTest, "model.path": d.mtModel, "data.train_batch_size": "4", "data.max_token_len_per_gpu": "512", "trainer.default_local_dir": "ckpt" }),
+    added: ["data.max_length=256"],
+    metrics: ["train/loss", "train/grad_norm", "train/lr", "train/global_tokens", "train/total_tokens(B)"], absent: ["train/lr(1e-3)"],
+  },
+];
+
+describe("issue 24: verl's rollout-correction, OTB and SFT example scripts run 2 steps unchanged but for paths and sizes", { skip, concurrency: 2 }, () => {
+  let dir = "";
+  let data: Data24;
+  before(async () => {
+    dir = mkdtempSync(join(tmpdir(), "verl-examples-24-"));
+    await preprocessGsm8k(GSM8K_RAW!, join(dir, "gsm8k"));
+    const mt = await makeMultiTurnSftData(dir);
+    data = { gsm8kTrain: join(dir, "gsm8k", "train.parquet"), gsm8kTest: join(dir, "gsm8k", "test.parquet"), mtModel: mt.model, mtTrain: mt.train, mtTest: mt.test };
+  });
+  after(() => rmSync(dir, { recursive: true, force: true }));
+
+  for (const c of CASES_24) {
+    test(c.script, async () => {
+      const e = c.script === SFT_ENGINE_SCRIPT.script ? SFT_ENGINE_SCRIPT : entries.find((x) => x.script === c.script);
+      assert.ok(e, `${c.script} is not in the fixture`);
+      const substitute = c.substitute(data);
+      const overrides = substituted(e, substitute);
+      const changed = e.overrides.filter((o, i) => o !== overrides[i]).map((o) => o.slice(0, o.indexOf("=")));
+      for (const k of ["data.train_files", "data.val_files"]) assert.ok(changed.includes(k), `the script sets no ${k} to substitute`);
+      const args = [c.command, ...(e.configName ? ["--config-name", e.configName] : []), ...overrides, ...c.added];
+      const cwd = mkdtempSync(join(dir, "run-"));
+      const r = await new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) => {
+        execFile(process.execPath, [MAIN, ...args], { cwd, encoding: "utf8", maxBuffer: 64 << 20, timeout: 120_000, env: { ...process.env, VERL_FILE_LOGGER_PATH: join(cwd, "metrics.jsonl") } }, (err, stdout, stderr) => {
+          resolve({ code: err ? (typeof err.code === "number" ? err.code : null) : 0, stdout, stderr });
+        });
+      });
+      assert.equal(r.code, 0, `verl ${args.join(" ")}\n${r.stderr.slice(-3000)}`);
+      const steps = consoleSteps(r.stdout);
+      for (const n of [1, 2]) {
+        const m = steps.get(n);
+        assert.ok(m, `step ${n} not logged: ${[...steps.keys()].join(", ")}`);
+        for (const k of c.metrics) assert.ok(Number.isFinite(m[k]), `step ${n}: ${k} is ${m[k]}`);
+        for (const k of c.absent ?? []) assert.ok(!(k in m), `step ${n} logs ${k}, a name this trainer of verl's does not use`);
+      }
+      if (c.command === "sft") assert.ok(Number.isFinite(steps.get(2)!["val/loss"]), "val/loss at the last step");
+      for (const f of c.files ?? []) assert.ok(existsSync(join(cwd, f)), `${f} was not written`);
     });
   }
 });

@@ -75,7 +75,8 @@ test("not-built features set away from default fail in one error naming each fea
   );
   // LoRA and the memory switches are honoured on the actor and the critic
   assert.deepEqual(check(["actor_rollout_ref.model.lora_rank=8", "critic.model.lora_rank=4", "actor_rollout_ref.model.use_remove_padding=false"]), { inert: [], unread: [] });
-  assert.throws(() => check(["data.multiturn.enable=true"], "sft_trainer"), /multi-turn SFT/);
+  // multi-turn SFT and LoRA for SFT are honoured too
+  assert.deepEqual(check(["data.multiturn.enable=true", "model.lora_rank=8"], "sft_trainer"), { inert: [], unread: [] });
 });
 
 test("keys added with + that nothing declares are warned about; declared ones are not", () => {

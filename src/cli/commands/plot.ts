@@ -24,7 +24,7 @@ export const CHARTS: readonly ChartSpec[] = [
   { file: "val_accuracy", title: "Validation accuracy", yLabel: "mean reward", keys: [/^val-core\//] },
   { file: "loss", title: "Loss", yLabel: "loss", keys: ["train/loss", "val/loss", "actor/pg_loss", "critic/vf_loss"] },
   { file: "entropy", title: "Policy entropy", yLabel: "nats per token", keys: ["actor/entropy"] },
-  { file: "lr", title: "Learning rate", yLabel: "lr", keys: ["train/lr", "actor/lr"] },
+  { file: "lr", title: "Learning rate", yLabel: "lr", keys: ["train/lr", "train/lr(1e-3)", "actor/lr"] },
 ];
 
 /** The series of one chart that the metrics hold. */

@@ -161,3 +161,44 @@ export function computeThroughputMetrics(batch: DataProtoLike, timingRaw: Record
   if (typeof time !== "number") throw new Error("metrics: timing 'step' is missing; throughput needs the step time");
   return { "perf/total_num_tokens": total, "perf/time_per_step": time, "perf/throughput": total / (time * nGpus) };
 }
+
+/**
+ * verl's gradient-variance proxies (variance_proxy/*), from the actor's Σπ² when the batch has it:
+ * W(τ) = Σ_t (1 − 2π_t + Σπ²_t)·mask (×ρ_t² with rollout IS weights), Ā(τ) the mean advantage
+ * over the response; total power E[Ā²·max(W, 0)] (with IS weights E[ρ̄²·Ā²·W] on the unweighted
+ * W), signal strength grad_norm², pure noise max(0, (power − signal)/(N − 1)).
+ */
+export function computeVarianceProxyMetrics(batch: DataProtoLike, gradNorm?: number): Record<string, number> {
+  const spp = batch.batch.sum_pi_squared, old = batch.batch.old_log_probs, adv = batch.batch.advantages, mask = batch.batch.response_mask;
+  if (!spp || !old || !adv || !mask) return {};
+  const [N, T] = mask.shape as [number, number];
+  const is = batch.batch.rollout_is_weights;
+  const a = new Float64Array(N), w = new Float64Array(N), wPlain = new Float64Array(N), rho = new Float64Array(N);
+  for (let i = 0; i < N; i++) {
+    let n = 0, sa = 0, sw = 0, swPlain = 0, srho = 0;
+    for (let t = 0; t < T; t++) {
+      const k = i * T + t, m = Number(mask.data[k]);
+      if (!m) continue;
+      const step = 1 - 2 * Math.exp(Number(old.data[k])) + Number(spp.data[k]);
+      const r2 = is ? Number(is.data[k]) ** 2 : 1;
+      n += m; sa += Number(adv.data[k]) * m; sw += step * r2 * m;
+      swPlain += ((step * r2) / Math.max(r2, 1e-10)) * m;
+      if (is) srho += Number(is.data[k]) * m;
+    }
+    a[i] = sa / (n + 1e-8); w[i] = sw; wPlain[i] = Math.max(swPlain, 0); rho[i] = srho / (n + 1e-8);
+  }
+  const avg = (f: (i: number) => number) => {
+    let s = 0;
+    for (let i = 0; i < N; i++) s += f(i);
+    return s / N;
+  };
+  const power = is ? avg((i) => rho[i]! ** 2 * a[i]! ** 2 * wPlain[i]!) : avg((i) => a[i]! ** 2 * Math.max(w[i]!, 0));
+  const signal = gradNorm === undefined || !Number.isFinite(gradNorm) ? null : gradNorm ** 2;
+  return {
+    "variance_proxy/proxy1_signal_strength": signal ?? 0,
+    "variance_proxy/proxy2_total_power": power,
+    "variance_proxy/proxy3_pure_noise": signal !== null && N > 1 ? Math.max(0, (power - signal) / (N - 1)) : 0,
+    "variance_proxy/expected_a_squared": avg((i) => a[i]! ** 2),
+    "variance_proxy/expected_w": avg((i) => w[i]!),
+  };
+}

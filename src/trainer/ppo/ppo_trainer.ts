@@ -19,8 +19,8 @@ import {
   aggLoss, applyKlPenalty, computeAdvantage, getKlController, type AlgoConfig, type KlController, type KlCtrlConfig,
 } from "./core_algos/index.js";
 import { nonFiniteRewardMetrics, perOptimizerStep, SkippedStepGuard } from "./fault_guards.js";
-import { applyRolloutCorrection } from "./rollout_corr.js";
-import { computeDataMetrics, computeThroughputMetrics, computeTimingMetrics, reduceMetrics } from "./metric_utils.js";
+import { applyBypassMode, applyRolloutCorrection, isBypassMode } from "./rollout_corr.js";
+import { computeDataMetrics, computeThroughputMetrics, computeTimingMetrics, computeVarianceProxyMetrics, reduceMetrics } from "./metric_utils.js";
 import { callProto, type PpoWorkers } from "./resources.js";
 import { balanceBatchOrder } from "./seqlen_balancing.js";
 import { agentRowKeys, assignUids, decodeRows, flattenMetricLists, popGenBatch, requireTensor, rowSums } from "./step_batch.js";
@@ -157,12 +157,18 @@ export class PPOTrainer {
       Object.assign(metrics, nonFiniteRewardMetrics(reward.rewardTensor, batch.nonTensorBatch[cfg.str("data.reward_fn_key", "data_source")], step));
       Object.assign(workerMetrics, flattenMetricLists(genOut.metaInfo.metrics));
 
-      await timed(timing, "old_log_prob", async () => {
-        const out = await callProto(workers.actorRollout, "computeLogProb", batch);
-        const ent = out.batch.entropys;
-        if (ent) metrics["actor/entropy"] = this.aggregate(ent, requireTensor(batch, "response_mask"));
-        batch = batch.union(out.select(["old_log_probs"]));
-      });
+      // bypass mode: old_log_probs are the rollout's (2 policies); else recomputed by the actor (3)
+      const rollCorr = cfg.section("algorithm.rollout_correction");
+      const bypass = isBypassMode(rollCorr);
+      if (bypass) applyBypassMode(batch);
+      else {
+        await timed(timing, "old_log_prob", async () => {
+          const out = await callProto(workers.actorRollout, "computeLogProb", batch);
+          const ent = out.batch.entropys;
+          if (ent) metrics["actor/entropy"] = this.aggregate(ent, requireTensor(batch, "response_mask"));
+          batch = batch.union(out.select(["old_log_probs", ...(out.batch.sum_pi_squared ? ["sum_pi_squared"] : [])]));
+        });
+      }
       if (plan.needReference) {
         await timed(timing, "ref", async () => { batch = batch.union(await callProto(workers.actorRollout, "computeRefLogProb", batch)); });
       }
@@ -176,7 +182,8 @@ export class PPOTrainer {
         if (this.klCtrl) Object.assign(metrics, await applyKlPenalty(batch, this.klCtrl, cfg.str("algorithm.kl_penalty", "kl")));
         else batch.batch.token_level_rewards = reward.rewardTensor;
         // the rollout engine's numerics vs the trainer's: IS weights, rejection, rollout_corr/ metrics
-        Object.assign(metrics, applyRolloutCorrection(batch, cfg.section("algorithm.rollout_correction")));
+        // (in bypass mode the actor's loss does this against the current policy instead)
+        if (!bypass) Object.assign(metrics, applyRolloutCorrection(batch, rollCorr));
         batch = await computeAdvantage(batch, {
           advEstimator: cfg.str("algorithm.adv_estimator"), numRepeat: n, config: cfg.section("algorithm") as AlgoConfig, rng: this.rng,
         });
@@ -223,6 +230,7 @@ export class PPOTrainer {
     Object.assign(metrics, computeDataMetrics(batch, Boolean(this.d.workers.critic)));
     Object.assign(metrics, computeTimingMetrics(batch, timing));
     Object.assign(metrics, computeThroughputMetrics(batch, timing, this.d.workers.worldSize));
+    Object.assign(metrics, computeVarianceProxyMetrics(batch, metrics["actor/grad_norm"]));
     return metrics;
   }
 

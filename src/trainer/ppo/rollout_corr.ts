@@ -1,4 +1,5 @@
-// verl's rollout correction (algorithm.rollout_correction, decoupled mode): the
+// verl's rollout correction (algorithm.rollout_correction; decoupled mode here,
+// bypass mode's loss in core_algos/policy_loss_bypass.ts): the
 // rollout engine samples with its own numerics (llama.cpp vs the training
 // engine), so the trainer's old_log_probs and the engine's rollout_log_probs
 // differ a little. From log_ratio = old_log_probs - rollout_log_probs this gives
@@ -171,11 +172,17 @@ export function parseRsThresholds(options: string[], spec: string | number | nul
   return out;
 }
 
-function rejection(logRatio: Float32Array, m: Masked, cfg: RolloutCorrectionConfig): { keep: Float32Array; metrics: Record<string, number> } {
-  const { B, R } = m;
-  const options = [...new Set(String(cfg.rolloutRs).split(",").map((s) => s.trim()).filter(Boolean))];
+/** rollout_rs's comma-separated options, deduplicated and checked. */
+export function rsOptions(spec: string): string[] {
+  const options = [...new Set(String(spec).split(",").map((s) => s.trim()).filter(Boolean))];
   if (options.length === 0) throw new Error(`${KEY}.rollout_rs holds no option`);
   for (const o of options) if (!RS_OPTIONS.includes(o)) throw new Error(`${KEY}.rollout_rs: unknown option '${o}' (one of ${RS_OPTIONS.join(", ")})`);
+  return options;
+}
+
+function rejection(logRatio: Float32Array, m: Masked, cfg: RolloutCorrectionConfig): { keep: Float32Array; metrics: Record<string, number> } {
+  const { B, R } = m;
+  const options = rsOptions(String(cfg.rolloutRs));
   const thresholds = parseRsThresholds(options, cfg.rolloutRsThreshold);
   const lr = (i: number) => clampSafe(logRatio[i]!);
   const k = { k1: (i: number) => -lr(i), k2: (i: number) => 0.5 * lr(i) ** 2, k3: (i: number) => Math.exp(lr(i)) - 1 - lr(i) };
@@ -289,7 +296,6 @@ export function rolloutCorrectionConfig(section: Record<string, unknown> | undef
   if (rs !== null && typeof rs !== "string") throw new Error(`${KEY}.rollout_rs must be null or a string of options, got ${JSON.stringify(rs)}`);
   const rsThr = s.rollout_rs_threshold ?? null;
   if (rsThr !== null && typeof rsThr !== "string" && typeof rsThr !== "number") throw new Error(`${KEY}.rollout_rs_threshold must be a number or a string, got ${JSON.stringify(rsThr)}`);
-  if (s.bypass_mode === true) throw new Error(`${KEY}.bypass_mode=true is not supported in verl-ts (old_log_probs are always recomputed)`);
   return { rolloutIs: is, rolloutIsThreshold: thr, rolloutIsBatchNormalize: s.rollout_is_batch_normalize === true, rolloutRs: rs, rolloutRsThreshold: rsThr };
 }
 
@@ -309,4 +315,19 @@ export function applyRolloutCorrection(batch: DataProto, section: Record<string,
   batch.batch.response_mask = tensor(out.responseMask, [B, R], "int32");
   if (out.weights) batch.batch.rollout_is_weights = tensor(out.weights, [B, R], "float32");
   return out.metrics;
+}
+
+/** Whether algorithm.rollout_correction.bypass_mode is on. */
+export function isBypassMode(section: Record<string, unknown> | undefined): boolean {
+  return section?.bypass_mode === true;
+}
+
+/**
+ * verl's apply_bypass_mode: old_log_probs are the rollout engine's log-probs (the actor's
+ * log-prob pass is skipped); the actor then trains with the bypass_mode policy loss.
+ */
+export function applyBypassMode(batch: DataProto): void {
+  const roll = batch.batch.rollout_log_probs;
+  if (!roll) throw new Error(`${KEY}.bypass_mode=true needs rollout_log_probs in the batch: set actor_rollout_ref.rollout.calculate_log_probs=True`);
+  batch.batch.old_log_probs = roll;
 }

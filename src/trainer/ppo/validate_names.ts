@@ -38,6 +38,21 @@ function samplingRanges(cfg: Config, at: string, errors: string[]): void {
   inRange(cfg, `${at}.n`, (x) => Number.isInteger(x) && x >= 1, "a positive integer", errors);
 }
 
+/** Columns an estimator or mode needs that another setting must produce (verl asserts these at step 1). */
+function algorithmInputs(cfg: Config, errors: string[]): void {
+  const A = "actor_rollout_ref.actor", RC = "algorithm.rollout_correction";
+  const est = getPath(cfg, "algorithm.adv_estimator");
+  const bypass = getPath(cfg, `${RC}.bypass_mode`) === true;
+  if (est === "optimal_token_baseline" || est === "tir_optimal_token_baseline") {
+    if (getPath(cfg, `${A}.calculate_sum_pi_squared`) !== true) errors.push(`algorithm.adv_estimator=${est} needs sum_pi_squared: set ${A}.calculate_sum_pi_squared=True`);
+    if (bypass) errors.push(`algorithm.adv_estimator=${est} needs the actor's log-prob pass (it gives sum_pi_squared), which ${RC}.bypass_mode=true skips`);
+  }
+  if (bypass) {
+    if (getPath(cfg, "actor_rollout_ref.rollout.calculate_log_probs") !== true) errors.push(`${RC}.bypass_mode=true takes old_log_probs from the rollout: set actor_rollout_ref.rollout.calculate_log_probs=True`);
+    oneOf(cfg, `${RC}.loss_type`, ["ppo_clip", "reinforce"], errors);
+  }
+}
+
 /** Throws one ConfigError (exit 2) listing every bad name or range. */
 export function validatePpoNames(cfg: Config): void {
   const errors: string[] = [];
@@ -55,5 +70,6 @@ export function validatePpoNames(cfg: Config): void {
   optimizerName(cfg, "critic.optim.optimizer", errors);
   samplingRanges(cfg, R, errors);
   samplingRanges(cfg, `${R}.val_kwargs`, errors);
+  algorithmInputs(cfg, errors);
   if (errors.length > 0) throw new ConfigError(`invalid names or ranges in the config:\n  - ${errors.join("\n  - ")}`);
 }

@@ -1,5 +1,6 @@
-// The driver of `verl sft` (verl's fsdp_sft_trainer.fit): batches of
-// data.train_batch_size prompt/response pairs, each step dispatched over the
+// The driver of `verl sft` (verl's fsdp_sft_trainer.fit, and its engine trainer
+// verl.trainer.sft_trainer under --config-name sft_trainer_engine): batches of
+// data.train_batch_size prompt/response pairs or conversations, each step dispatched over the
 // ranks of the worker group (data parallel, gradients all-reduced), validation
 // loss every trainer.test_freq steps and at the end, checkpoints every
 // trainer.save_freq steps and at the end (global_step_N/ with the weights, the
@@ -7,7 +8,7 @@
 // loads as actor_rollout_ref.model.path), resumable with trainer.resume_mode.
 import { join } from "node:path";
 import type { Config } from "../../config/index.js";
-import { dataFiles, StatefulDataLoader } from "../../data/index.js";
+import { dataFiles, maxSamples, StatefulDataLoader } from "../../data/index.js";
 import type { Tokenizer } from "../../models/index.js";
 import type { DataProto } from "../../protocol/index.js";
 import { ClassWithInitArgs, ResourcePool, WorkerGroup } from "../../single_controller/index.js";
@@ -19,6 +20,8 @@ import type { SftEvalResult, SftStepResult } from "../../workers/sft/sft_worker.
 import { CheckpointManager } from "../checkpoint/checkpoint_manager.js";
 import { restoreLoaderState } from "../checkpoint/loader_state.js";
 import { SFTDataset, type SftExample } from "./sft_dataset.js";
+import { MultiTurnSFTDataset, readMultiTurnConfig } from "./multiturn_sft_dataset.js";
+import { isEngineSftLayout, isMultiTurnSft } from "./sft_layout.js";
 import { loadSftTokenizer } from "./sft_model.js";
 
 const SFT_WORKER = new URL("../../workers/sft/sft_worker.js", import.meta.url);
@@ -39,25 +42,52 @@ interface RoleGroup {
   call<R = unknown>(method: string, ...args: unknown[]): PromiseLike<R>;
 }
 
-/** Keys of sft_trainer.yaml whose non-default values verl-ts does not implement: fail instead of ignoring them. */
-function checkUnsupported(cfg: ConfigView): void {
-  if (cfg.bool("data.multiturn.enable", false)) {
-    throw new Error("data.multiturn.enable=true: multi-turn SFT is not implemented in verl-ts; give prompt/response columns");
+/** The rows of either dataset the trainer reads. */
+interface SftRows {
+  readonly length: number;
+  get(i: number): SftExample;
+  collate(rows: SftExample[]): DataProto;
+}
+
+/** The first `max` rows of a dataset (verl's {train,val}_max_samples without shuffling); all when max < 1. */
+function firstRows(rows: SftRows, max: number): SftRows {
+  if (max < 1 || max >= rows.length) return rows;
+  return { length: max, get: (i) => rows.get(i), collate: (r) => rows.collate(r) };
+}
+
+/** SFTDataset (prompt/response pairs) or MultiTurnSFTDataset (conversations), as the layout says. */
+function sftRows(config: Config, split: "train" | "val", tokenizer: Tokenizer): SftRows {
+  const data = new ConfigView(config).section("data");
+  const files = dataFiles(data[`${split}_files`], `${split}_files`);
+  const max = maxSamples(data[`${split}_max_samples`], `${split}_max_samples`);
+  if (!isMultiTurnSft(config)) return firstRows(new SFTDataset(files, tokenizer, data), max);
+  const engine = isEngineSftLayout(config);
+  const keys = engine ? data : (data.multiturn as Record<string, unknown> | undefined) ?? {};
+  return firstRows(new MultiTurnSFTDataset(files, tokenizer, readMultiTurnConfig(data, keys, engine ? "data" : "data.multiturn")), max);
+}
+
+/** One step's metrics under the names each of verl's SFT trainers logs. */
+function stepMetrics(engine: boolean, r: SftStepResult, seconds: number, tokens: { step: number; total: number }): Record<string, number> {
+  if (engine) {
+    return {
+      "train/loss": r.loss, "train/grad_norm": r.gradNorm, "train/lr": r.lr,
+      "train/global_tokens": tokens.step, "train/total_tokens(B)": tokens.total / 1e9,
+    };
   }
-  const lora = cfg.raw("model.lora_rank");
-  if (typeof lora === "number" && lora > 0) throw new Error(`model.lora_rank=${lora}: LoRA is not implemented in verl-ts; SFT trains all weights`);
+  return { "train/loss": r.loss, "train/lr(1e-3)": r.lr * 1e3, "train/time(s)": seconds };
 }
 
 export class SFTTrainer {
   readonly cfg: ConfigView;
   private tokenizer!: Tokenizer;
   private trainLoader!: StatefulDataLoader<SftExample>;
-  private valSet: SFTDataset | undefined;
+  private readonly engine: boolean;
+  private valSet: SftRows | undefined;
   private readonly batchSize: number;
 
   constructor(readonly config: Config) {
     this.cfg = new ConfigView(config);
-    checkUnsupported(this.cfg);
+    this.engine = isEngineSftLayout(config);
     this.batchSize = this.cfg.int("data.train_batch_size");
     if (this.batchSize < 1) throw new Error(`data.train_batch_size must be >= 1, got ${this.batchSize}`);
   }
@@ -65,10 +95,9 @@ export class SFTTrainer {
   private async loadData(): Promise<void> {
     const cfg = this.cfg;
     this.tokenizer = await loadSftTokenizer(this.config);
-    const data = cfg.section("data");
-    const train = new SFTDataset(dataFiles(cfg.raw("data.train_files"), "train_files"), this.tokenizer, data);
+    const train = sftRows(this.config, "train", this.tokenizer);
     const valFiles = cfg.raw("data.val_files");
-    this.valSet = valFiles === null || valFiles === undefined ? undefined : new SFTDataset(dataFiles(valFiles, "val_files"), this.tokenizer, data);
+    this.valSet = valFiles === null || valFiles === undefined ? undefined : sftRows(this.config, "val", this.tokenizer);
     // verl's sampler drops the last partial batch of an epoch.
     this.trainLoader = new StatefulDataLoader(train, { batchSize: this.batchSize, shuffle: true, seed: cfg.int("trainer.seed", 1), dropLast: true });
     if (this.trainLoader.length === 0) {
@@ -115,7 +144,8 @@ export class SFTTrainer {
         pool.markRunSucceeded();
         return result;
       }
-      const testFreq = cfg.int("trainer.test_freq", -1), saveFreq = cfg.int("trainer.save_freq", -1);
+      const testFreq = this.frequency("trainer.test_freq"), saveFreq = this.frequency("trainer.save_freq");
+      let totalTokens = 0;
       while (step < totalSteps) {
         for (const batch of this.trainLoader) {
           step += 1;
@@ -124,7 +154,9 @@ export class SFTTrainer {
           const r = ranks[0]!;
           if (r.skipped) logger().warn({ step, gradNorm: r.gradNorm }, "gradient norm is not finite: update skipped");
           result.trainLoss = r.loss;
-          tracking.log({ "train/loss": r.loss, "train/lr": r.lr, "train/grad_norm": r.gradNorm, "train/time(s)": (performance.now() - t0) / 1000 }, step);
+          const stepTokens = attendedTokens(batch);
+          totalTokens += stepTokens;
+          tracking.log(stepMetrics(this.engine, r, (performance.now() - t0) / 1000, { step: stepTokens, total: totalTokens }), step);
           const last = step >= totalSteps;
           if (this.valSet && (last || (testFreq > 0 && step % testFreq === 0))) {
             result.valLoss = await this.validate(group);
@@ -148,6 +180,11 @@ export class SFTTrainer {
       tracking.finish();
       await pool.destroy();
     }
+  }
+
+  /** trainer.test_freq / save_freq in steps: a number (-1 = off), or verl's "after_each_epoch". */
+  private frequency(key: string): number {
+    return this.cfg.raw(key) === "after_each_epoch" ? this.trainLoader.length : this.cfg.int(key, -1);
   }
 
   /** Restore weights, optimizer, scheduler and the dataloader position; the step to continue after. */
@@ -176,6 +213,14 @@ export class SFTTrainer {
     }
     return tokens > 0 ? lossSum / tokens : 0;
   }
+}
+
+/** Σ attention_mask of a batch (verl's train/global_tokens). */
+function attendedTokens(batch: DataProto): number {
+  const m = batch.batch.attention_mask;
+  let n = 0;
+  if (m) for (let i = 0; i < m.data.length; i++) n += Number(m.data[i]);
+  return n;
 }
 
 /** `verl sft`: train and return where the final model is. */

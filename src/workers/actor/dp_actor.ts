@@ -19,6 +19,7 @@ import type { DataParallelOptimizer } from "../dp_optimizer.js";
 import type { LlamaModel } from "../../models/index.js";
 import { responseLogProbs } from "../../rollout/index.js";
 import { inferInMicroBatches, readScalars } from "../forward.js";
+import { computeRolloutCorrection, rolloutCorrectionConfig, type RolloutCorrectionConfig } from "../../trainer/ppo/rollout_corr.js";
 
 export interface DpActorOptions {
   /** The actor section (actor_rollout_ref.actor). */
@@ -31,6 +32,11 @@ export interface DpActorOptions {
   seed: number;
   /** Forward on packed real tokens (model.use_remove_padding). */
   removePadding?: boolean;
+  /**
+   * algorithm.rollout_correction when its bypass_mode is on: old_log_probs are the rollout's,
+   * and the update uses the bypass_mode policy loss with this section (verl's apply_bypass_mode).
+   */
+  bypassRolloutCorrection?: Record<string, unknown>;
 }
 
 /** Per-mini-batch and per-micro-batch metric lists (reduced by the driver). */
@@ -52,6 +58,23 @@ async function readMicroScalars(terms: tf.Scalar[], kept: LossMetrics): Promise<
   return { terms: vals.subarray(0, terms.length), metrics };
 }
 
+/** The actor config with verl's bypass-mode override: loss_mode bypass_mode, the section passed inside policy_loss. */
+function bypassLossConfig(section: ActorLossConfig, bypass: Record<string, unknown> | undefined): ActorLossConfig {
+  if (!bypass) return section;
+  return { ...section, policy_loss: { ...(section.policy_loss ?? {}), loss_mode: "bypass_mode", rollout_correction: bypass } };
+}
+
+/**
+ * Bypass mode's rollout_corr/ metrics for one micro-batch: the current policy against the
+ * rollout's log-probs (`rollout` null: the on-policy pass, where verl compares the policy with itself).
+ */
+async function bypassMetrics(current: tf.Tensor, rollout: TensorData | null, mask: TensorData, cfg: RolloutCorrectionConfig): Promise<Record<string, number>> {
+  const [B, R] = mask.shape as [number, number];
+  const cur = (await current.data()) as Float32Array;
+  const roll = rollout ? Float32Array.from(rollout.data as ArrayLike<number>) : cur;
+  return computeRolloutCorrection(cur, roll, mask.data as ArrayLike<number>, B, R, cfg).metrics;
+}
+
 export function push(into: MetricLists, key: string, v: number): void {
   (into[key] ??= []).push(v);
 }
@@ -67,13 +90,20 @@ export class DataParallelPPOActor {
     this.rng = new Rng(opts.seed);
   }
 
-  /** Old (or reference) log-probs [B, R], and the entropy when asked; no gradients. */
-  async computeLogProb(data: DataProto, spec: MicroBatchSpec, temperature: number, calculateEntropy: boolean): Promise<{ logProbs: TensorData; entropy?: TensorData }> {
+  /** Old (or reference) log-probs [B, R], and the entropy and Σπ² when asked; no gradients. */
+  async computeLogProb(
+    data: DataProto, spec: MicroBatchSpec, temperature: number, calculateEntropy: boolean, calculateSumPiSquared = false,
+  ): Promise<{ logProbs: TensorData; entropy?: TensorData; sumPiSquared?: TensorData }> {
     const outs = await inferInMicroBatches(data, spec, (micro) => {
-      const r = responseLogProbs(this.model, micro, { temperature, calculateEntropy, removePadding: this.opts.removePadding });
-      return r.entropy ? [r.logProbs, r.entropy] : [r.logProbs];
+      const r = responseLogProbs(this.model, micro, { temperature, calculateEntropy, calculateSumPiSquared, removePadding: this.opts.removePadding });
+      return [r.logProbs, ...(r.entropy ? [r.entropy] : []), ...(r.sumPiSquared ? [r.sumPiSquared] : [])];
     });
-    return calculateEntropy ? { logProbs: outs[0]!, entropy: outs[1]! } : { logProbs: outs[0]! };
+    let at = 1;
+    return {
+      logProbs: outs[0]!,
+      ...(calculateEntropy ? { entropy: outs[at++]! } : {}),
+      ...(calculateSumPiSquared ? { sumPiSquared: outs[at++]! } : {}),
+    };
   }
 
   async updatePolicy(data: DataProto): Promise<MetricLists> {
@@ -91,8 +121,10 @@ export class DataParallelPPOActor {
     const klType = cfg.str("kl_loss_type", "low_var_kl");
     const mode = cfg.str("loss_agg_mode", "token-mean");
     const scaleFactor = cfg.optNum("loss_scale_factor");
-    const lossCfg = cfg.section() as ActorLossConfig;
-    const lossFn = getPolicyLoss(cfg.str("policy_loss.loss_mode", "vanilla"));
+    const bypass = this.opts.bypassRolloutCorrection;
+    const lossCfg = bypassLossConfig(cfg.section() as ActorLossConfig, bypass);
+    const lossFn = getPolicyLoss(lossCfg.policy_loss?.loss_mode ?? "vanilla");
+    const bypassCfg = bypass ? rolloutCorrectionConfig(bypass) : null;
     const dynamic = cfg.bool("use_dynamic_bsz", false);
     const spec: MicroBatchSpec = {
       microBatchSize: this.opts.microBatchPerRank,
@@ -119,6 +151,7 @@ export class DataParallelPPOActor {
           heartbeat();
           let kept: LossMetrics = {};
           let parts: tf.Scalar[] = [];
+          let current = null as tf.Tensor | null;
           const { value, grads } = tf.variableGrads(() => {
             const { logProbs: logProb, entropy, router } = responseLogProbs(this.model, micro, { temperature, calculateEntropy: withEntropy, removePadding: this.opts.removePadding, routerLoss: moe !== undefined });
             const responseMask = toTf(column(micro, "response_mask"), "float32");
@@ -129,6 +162,7 @@ export class DataParallelPPOActor {
               rolloutIsWeights: micro.batch.rollout_is_weights ? toTf(micro.batch.rollout_is_weights, "float32") : null,
             });
             kept = keepMetrics(out.metrics);
+            if (bypassCfg) current = tf.keep(stopGradient(logProb));
             let loss: tf.Scalar = out.pgLoss;
             const terms: tf.Scalar[] = [out.pgLoss, tf.scalar(0), tf.scalar(0), tf.scalar(0), tf.scalar(0)];
             if (router) {
@@ -158,6 +192,10 @@ export class DataParallelPPOActor {
           // `value` may be one of `parts` (the bare policy loss): dispose each once.
           tf.dispose([...new Set<tf.Tensor>([value, ...parts, ...Object.values(grads)])]);
           pgSum += vals[0]!; klSum += vals[1]!; entSum += vals[2]!; auxSum += vals[3]!; loadSum += vals[4]!;
+          if (bypassCfg && current) {
+            Object.assign(read.metrics, await bypassMetrics(current, onPolicy ? null : column(micro, "old_log_probs"), column(micro, "response_mask"), bypassCfg));
+            current.dispose();
+          }
           means.add(read.metrics, tokenAndSequenceCounts(column(micro, "response_mask")).tokens);
         }
         const res = await optimizer.step([pgSum, klSum, entSum, auxSum, loadSum, ...means.pack()]);

@@ -1,5 +1,5 @@
-// One data-parallel rank of `verl sft`: a replica of the model, its share of each
-// global batch cut into micro-batches (gradient accumulation), the token-mean loss
+// One data-parallel rank of `verl sft`: a replica of the model (with a LoRA adapter under
+// model.lora_rank), its share of each global batch cut into micro-batches (gradient accumulation), the token-mean loss
 // normalised by the token count of the whole global batch (summed over ranks), and
 // the flat-gradient all-reduce + clip + AdamW step the PPO actor uses.
 import * as tf from "@tensorflow/tfjs";
@@ -9,7 +9,9 @@ import type { DataProto } from "../../protocol/index.js";
 import { Dispatch, heartbeat, register, Worker } from "../../single_controller/index.js";
 import { countLossTokens, sftLossSum } from "../../trainer/sft/sft_loss.js";
 import { loadSftModel, loadSftTokenizer } from "../../trainer/sft/sft_model.js";
-import { microBatches } from "../batching.js";
+import { isEngineSftLayout, sftMicroBatchSpec, sftModelView } from "../../trainer/sft/sft_layout.js";
+import { applyModelMemoryOptions, readModelMemoryOptions } from "../model_options.js";
+import { microBatches, type MicroBatchSpec } from "../batching.js";
 import { loadRoleCheckpoint, saveRoleCheckpoint } from "../checkpoint.js";
 import { ConfigView } from "../config_view.js";
 import { DataParallelOptimizer } from "../dp_optimizer.js";
@@ -39,11 +41,15 @@ interface SftState {
   model: LlamaModel;
   tokenizer: Tokenizer;
   optimizer: DataParallelOptimizer;
-  microBatchSize: number;
+  spec: MicroBatchSpec;
 }
 
-/** sft_trainer.yaml's optim section in the form DataParallelOptimizer reads (lr_scheduler -> lr_scheduler_type). */
+/**
+ * The optim section in the form DataParallelOptimizer reads: sft_trainer_engine's is the shared
+ * optim group as it is; legacy sft_trainer's names its schedule lr_scheduler (-> lr_scheduler_type).
+ */
 function optimView(config: Config): ConfigView {
+  if (isEngineSftLayout(config)) return new ConfigView(config, "optim");
   const cfg = new ConfigView(config);
   const scheduler = cfg.str("optim.lr_scheduler", "cosine");
   if (!(SFT_LR_SCHEDULERS as readonly string[]).includes(scheduler)) {
@@ -78,46 +84,50 @@ export class SFTWorker extends Worker {
     const cfg = new ConfigView(this.config);
     const backend = await initWorkerBackend(cfg.str("trainer.device", "auto"));
     await importExternalLib(cfg.optStr("model.external_lib"), "model.external_lib");
-    const microBatchSize = cfg.int("data.micro_batch_size_per_gpu");
-    if (microBatchSize < 1) throw new Error(`data.micro_batch_size_per_gpu must be >= 1, got ${microBatchSize}`);
+    const spec = sftMicroBatchSpec(this.config);
     const tokenizer = await loadSftTokenizer(this.config);
-    const model = await loadSftModel(this.config, tokenizer, cfg.int("trainer.seed", 1));
+    const seed = cfg.int("trainer.seed", 1);
+    const model = await loadSftModel(this.config, tokenizer, seed);
+    const modelView = sftModelView(this.config);
     if (model.config.vocabSize < tokenizer.vocabSize) {
-      throw new Error(`model.partial_pretrain: the model's vocabulary (${model.config.vocabSize}) is smaller than the tokenizer's (${tokenizer.vocabSize})`);
+      throw new Error(`${modelView.key("path")}: the model's vocabulary (${model.config.vocabSize}) is smaller than the tokenizer's (${tokenizer.vocabSize})`);
     }
+    // LoRA (model.lora_rank / lora_alpha / target_modules / lora_adapter_path) and gradient
+    // checkpointing with the PPO actor's keys and peft layout: only the adapter trains
+    applyModelMemoryOptions(model, readModelMemoryOptions(modelView, { removePadding: false }), modelView, seed);
     const vars = model.trainableVariables();
     const optimizer = new DataParallelOptimizer(vars, optimView(this.config), totalSteps, this.collective, cfg.optNum("optim.clip_grad"));
-    this.s = { model, tokenizer, optimizer, microBatchSize };
+    this.s = { model, tokenizer, optimizer, spec };
     return { backend, numParams: vars.reduce((a, v) => a + v.size, 0) };
   }
 
   /** One optimizer step on this rank's rows of the global batch (every rank must be called, even with no rows). */
   @register({ dispatchMode: Dispatch.DP_COMPUTE_METRIC })
   async trainStep(data: DataProto): Promise<SftStepResult> {
-    const { model, optimizer, microBatchSize } = this.state;
+    const { model, optimizer, spec } = this.state;
     const counts = Float64Array.of(countLossTokens(data));
     optimizer.allReduceSum(counts);
     const norm = counts[0]! + 1e-8;
     let lossSum = 0;
-    for (const micro of microBatches(data, { microBatchSize, maxTokenLen: null }).batches) {
+    for (const micro of microBatches(data, spec).batches) {
       heartbeat();
       const { value, grads } = tf.variableGrads(() => tf.div(sftLossSum(model, micro), norm) as tf.Scalar, optimizer.vars);
       optimizer.accumulate(grads);
       lossSum += (await value.data())[0]!;
       tf.dispose([value, ...Object.values(grads)]);
     }
-    const lr = optimizer.lr;
     const res = await optimizer.step([lossSum]);
     optimizer.scheduler.step();
-    return { loss: res.scalars[0]!, gradNorm: res.gradNorm, lr, tokens: counts[0]!, skipped: res.skipped };
+    // verl logs the scheduler's rate after its step (get_last_lr): the next step's
+    return { loss: res.scalars[0]!, gradNorm: res.gradNorm, lr: optimizer.lr, tokens: counts[0]!, skipped: res.skipped };
   }
 
   /** Summed loss and token count of this rank's rows (no gradients, no collectives). */
   @register({ dispatchMode: Dispatch.DP_COMPUTE_METRIC })
   async evalLoss(data: DataProto): Promise<SftEvalResult> {
-    const { model, microBatchSize } = this.state;
+    const { model, spec } = this.state;
     let lossSum = 0;
-    for (const micro of microBatches(data, { microBatchSize, maxTokenLen: null }).batches) {
+    for (const micro of microBatches(data, spec).batches) {
       heartbeat();
       const t = tf.tidy(() => sftLossSum(model, micro));
       lossSum += (await t.data())[0]!;
@@ -131,14 +141,14 @@ export class SFTWorker extends Worker {
   async saveCheckpoint(dir: string): Promise<void> {
     const { model, tokenizer, optimizer } = this.state;
     await saveRoleCheckpoint(dir, {
-      rank: this.rank, worldSize: this.worldSize, params: model.params, optimizer, rngs: {}, hf: { model, tokenizer },
+      rank: this.rank, worldSize: this.worldSize, params: model.trainableParams(), optimizer, rngs: {}, hf: { model, tokenizer },
     });
   }
 
   @register({ dispatchMode: Dispatch.ONE_TO_ALL })
   async loadCheckpoint(dir: string): Promise<void> {
     const { model, optimizer } = this.state;
-    await loadRoleCheckpoint(dir, { rank: this.rank, worldSize: this.worldSize, params: model.params, optimizer, rngs: {} });
+    await loadRoleCheckpoint(dir, { rank: this.rank, worldSize: this.worldSize, params: model.trainableParams(), optimizer, rngs: {} });
   }
 
   /** Live tensors in this rank's engine (tests check they stay flat across steps). */

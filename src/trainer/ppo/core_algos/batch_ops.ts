@@ -88,7 +88,8 @@ function groupIndex(data: DataProtoLike): (string | number)[] | undefined {
 
 /**
  * Run the estimator named `advEstimator` over the batch (token_level_rewards,
- * response_mask, values / reward_baselines / uid when present) and write
+ * response_mask, values / reward_baselines / old_log_probs / sum_pi_squared /
+ * rollout_is_weights / uid when present) and write
  * `advantages` and `returns` back. Returns the batch (resampled when PF-PPO is on).
  */
 export async function computeAdvantage<D extends DataProtoLike>(data: D, opts: ComputeAdvantageOptions): Promise<D> {
@@ -108,6 +109,9 @@ export async function computeAdvantage<D extends DataProtoLike>(data: D, opts: C
     };
     if (data.batch.values) args.values = toTf(data.batch.values);
     if (data.batch.reward_baselines) args.rewardBaselines = toTf(data.batch.reward_baselines);
+    if (data.batch.old_log_probs) args.oldLogProbs = toTf(data.batch.old_log_probs);
+    if (data.batch.sum_pi_squared) args.sumPiSquared = toTf(data.batch.sum_pi_squared);
+    if (data.batch.rollout_is_weights) args.rolloutIsWeights = toTf(data.batch.rollout_is_weights);
     const res = fn(args);
     return { advantages: res.advantages, returns: res.returns };
   });

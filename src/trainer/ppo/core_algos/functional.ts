@@ -25,6 +25,23 @@ export function detached(f: (...xs: tf.Tensor[]) => tf.Tensor, ...inputs: tf.Ten
   return op(...inputs);
 }
 
+/**
+ * `f()` computed off the gradient tape: the result is a constant with no path back to any
+ * variable, so ops without a gradient (comparisons, where) may follow it in a loss. (A
+ * customGrad's forward runs as one kernel, whose inner ops the tape does not record.)
+ * The result is kept: the caller disposes it.
+ */
+export function offTape<T extends tf.Tensor>(f: () => T): T {
+  let out: T | undefined;
+  const op = tf.customGrad((x) => {
+    out = tf.keep(f());
+    return { value: tf.clone(x as tf.Tensor), gradFunc: (dy: tf.Tensor) => tf.zerosLike(dy) };
+  });
+  const anchor = tf.scalar(0);
+  tf.dispose([op(anchor), anchor]);
+  return out!;
+}
+
 /** A float32 view of a 0/1 mask of any dtype. */
 export function toFloatMask(mask: tf.Tensor): tf.Tensor {
   return mask.dtype === "float32" ? mask : tf.cast(mask, "float32");

@@ -12,11 +12,13 @@ export {
   computeReinforcePlusPlusBaselineOutcomeAdvantage, computeRlooOutcomeAdvantage, computeRlooVectorizedOutcomeAdvantage,
   computeOpoOutcomeAdvantage, computeGpgOutcomeAdvantage,
 } from "./advantage_group.js";
+export { computeOptimalTokenBaselineAdvantage, computeTirOptimalTokenBaselineAdvantage } from "./advantage_otb.js";
 export {
   computePolicyLossVanilla, computePolicyLossGspo, computePolicyLossSapo, computePolicyLossGpg,
   computePolicyLossGeoMean, computePolicyLossCispo,
 } from "./policy_loss.js";
 export { computePolicyLossClipCov, computePolicyLossKlCov, selectTopK } from "./policy_loss_cov.js";
+export { computePolicyLossBypassMode, computePolicyLossReinforce, bypassIsWeights, bypassRejectionMask } from "./policy_loss_bypass.js";
 export { aggLoss, aggLossOptionsFromConfig, checkLossAggMode, LOSS_AGG_MODES, type LossAggMode } from "./agg_loss.js";
 export {
   klPenalty, klPenaltyForward, KL_PENALTY_KINDS, FixedKLController, AdaptiveKLController, getKlController, type KlController,

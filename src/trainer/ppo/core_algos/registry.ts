@@ -12,11 +12,13 @@ import {
   computeGrpoVectorizedOutcomeAdvantage, computeOpoOutcomeAdvantage, computeReinforcePlusPlusBaselineOutcomeAdvantage,
   computeRlooOutcomeAdvantage, computeRlooVectorizedOutcomeAdvantage,
 } from "./advantage_group.js";
+import { computeOptimalTokenBaselineAdvantage, computeTirOptimalTokenBaselineAdvantage } from "./advantage_otb.js";
 import {
   computePolicyLossCispo, computePolicyLossGeoMean, computePolicyLossGpg, computePolicyLossGspo,
   computePolicyLossSapo, computePolicyLossVanilla,
 } from "./policy_loss.js";
 import { computePolicyLossClipCov, computePolicyLossKlCov } from "./policy_loss_cov.js";
+import { computePolicyLossBypassMode } from "./policy_loss_bypass.js";
 
 const advEstimators = new NamedRegistry<AdvEstimatorFn>("advantage estimator");
 const policyLosses = new NamedRegistry<PolicyLossFn>("policy loss");
@@ -33,6 +35,8 @@ const BUILTIN_ADV_ESTIMATORS: Record<string, AdvEstimatorFn> = {
   opo: computeOpoOutcomeAdvantage,
   remax: computeRemaxOutcomeAdvantage,
   gpg: computeGpgOutcomeAdvantage,
+  optimal_token_baseline: computeOptimalTokenBaselineAdvantage,
+  tir_optimal_token_baseline: computeTirOptimalTokenBaselineAdvantage,
 };
 
 const BUILTIN_POLICY_LOSSES: Record<string, PolicyLossFn> = {
@@ -44,6 +48,7 @@ const BUILTIN_POLICY_LOSSES: Record<string, PolicyLossFn> = {
   kl_cov: computePolicyLossKlCov,
   geo_mean: computePolicyLossGeoMean,
   cispo: computePolicyLossCispo,
+  bypass_mode: computePolicyLossBypassMode,
 };
 
 for (const [name, fn] of Object.entries(BUILTIN_ADV_ESTIMATORS)) advEstimators.register(name, fn);

@@ -48,6 +48,12 @@ export interface AdvEstimatorArgs {
   normAdvByStdInGrpo?: boolean;
   /** [B] greedy-rollout rewards (remax). */
   rewardBaselines?: tf.Tensor;
+  /** [B,T] the actor's log-probs of the sampled tokens (optimal_token_baseline). */
+  oldLogProbs?: tf.Tensor;
+  /** [B,T] Σ_v π(v)² at each response position (actor.calculate_sum_pi_squared; optimal_token_baseline). */
+  sumPiSquared?: tf.Tensor;
+  /** [B,T] rollout-correction IS weights, when rollout_is is on (optimal_token_baseline scales by their square). */
+  rolloutIsWeights?: tf.Tensor;
   epsilon?: number;
   config?: AlgoConfig;
   /** The whole batch, for custom estimators that need more columns. */
