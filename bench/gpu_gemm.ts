@@ -8,9 +8,17 @@ import * as tf from "@tensorflow/tfjs";
 import { initBackend } from "../src/engine/backend.js";
 import { webGpuInfo, webGpuSummary } from "../src/engine/webgpu.js";
 import { DEFAULT_TILE, fitTile, gemmFlops, tileBytes, type GemmShape, type GemmTile } from "../src/engine/webgpu_gemm.js";
-import { gemmShape, setMatmulPrecision, tensorCoreMatMul, tensorCoreStats, tensorCoreSupport } from "../src/engine/webgpu_kernels.js";
+import { directPadding, type DirectTile } from "../src/engine/webgpu_gemm.js";
+import { directMatMul, gemmShape, setMatmulPrecision, tensorCoreMatMul, tensorCoreStats, tensorCoreSupport } from "../src/engine/webgpu_kernels.js";
 
-interface Args { only: Set<string>; size: number; reps: number; tiles: GemmTile[]; formats: string[] }
+interface Args { only: Set<string>; size: number; reps: number; tiles: GemmTile[]; formats: string[]; direct: DirectTile[]; kernel: "direct" | "staged" }
+
+function parseDirect(s: string): DirectTile {
+  const [sgM, sgN, tm, tn, unroll] = s.split("x").map(Number);
+  if (![sgM, sgN, tm, tn, unroll].every((v) => Number.isInteger(v) && v! > 0)) throw new Error(`bench/gpu_gemm: direct tile '${s}' is not SGMxSGNxTMxTNxUNROLL`);
+  return { sgM: sgM!, sgN: sgN!, tm: tm!, tn: tn!, unroll: unroll === 2 ? 2 : 1 };
+}
+const DIRECT = ["1x1x4x4x1", "2x2x4x4x1", "2x2x4x4x2", "4x1x4x4x1", "1x4x4x4x1", "2x2x2x4x1", "2x2x4x2x1", "2x4x2x2x1", "4x4x2x2x1", "2x2x2x2x2"];
 
 function parseTile(s: string): GemmTile {
   const [bm, bn, bk, sgM, sgN, buf] = s.split("x").map(Number);
@@ -21,7 +29,7 @@ function parseTile(s: string): GemmTile {
 const SWEEP = ["128x128x32x2x4x2", "128x128x16x2x4x2", "128x128x32x4x2x2", "128x128x64x2x4x1", "128x256x16x2x4x2", "256x128x16x4x2x2", "128x256x32x2x4x1", "64x128x32x2x2x2", "64x64x32x2x2x2"];
 
 function parseArgs(argv: string[]): Args {
-  const a: Args = { only: new Set(["adapter", "check", "sweep", "registry", "f32"]), size: 4096, reps: 10, tiles: SWEEP.map(parseTile), formats: ["packed", "f32"] };
+  const a: Args = { only: new Set(["adapter", "check", "sweep", "registry", "f32"]), size: 4096, reps: 10, tiles: SWEEP.map(parseTile), formats: ["packed", "f32"], direct: DIRECT.map(parseDirect), kernel: "direct" };
   for (let i = 0; i < argv.length; i += 2) {
     const k = argv[i], v = argv[i + 1];
     if (v === undefined) throw new Error(`bench/gpu_gemm: '${k}' needs a value`);
@@ -30,6 +38,8 @@ function parseArgs(argv: string[]): Args {
     else if (k === "--reps") a.reps = Number(v);
     else if (k === "--tiles") a.tiles = v.split(",").map(parseTile);
     else if (k === "--formats") a.formats = v.split(",");
+    else if (k === "--direct") a.direct = v.split(",").map(parseDirect);
+    else if (k === "--kernel") a.kernel = v === "staged" ? "staged" : "direct";
     else throw new Error(`bench/gpu_gemm: unknown argument '${k}'`);
   }
   return a;
@@ -64,6 +74,14 @@ function reference(a: tf.Tensor, b: tf.Tensor, ta: boolean, tb: boolean): tf.Ten
 }
 
 let seed = 11;
+let kernelKind: "direct" | "staged" = "direct";
+/** One product on the tensor cores with the kernel under test. */
+function tc(a: tf.Tensor, b: tf.Tensor, s: GemmShape, opts: { packed?: boolean; rounding?: "f16" | "bf16"; strictUniformity?: boolean } = {}): tf.Tensor {
+  const out = kernelKind === "direct"
+    ? directMatMul(backend(), a as unknown as TI, b as unknown as TI, s, [s.batch, s.m, s.n], { rounding: opts.rounding })
+    : tensorCoreMatMul(backend(), a as unknown as TI, b as unknown as TI, s, [s.batch, s.m, s.n], { ...opts, experimental: true });
+  return toTensor(out);
+}
 function operands(s: GemmShape): [tf.Tensor, tf.Tensor] {
   const aShape = s.transposeA ? [s.batchA, s.k, s.m] : [s.batchA, s.m, s.k];
   const bShape = s.transposeB ? [s.batchB, s.n, s.k] : [s.batchB, s.k, s.n];
@@ -96,7 +114,7 @@ async function validate(): Promise<void> {
     const [a, b] = operands(s);
     errors.length = 0;
     dev.pushErrorScope("validation");
-    const out = toTensor(tensorCoreMatMul(backend(), a as unknown as TI, b as unknown as TI, s, [1, 256, 256], { packed, strictUniformity }));
+    const out = tc(a, b, s, { packed, strictUniformity });
     const scope = await dev.popErrorScope();
     const ref = reference(a, b, false, true);
     let err: object;
@@ -114,8 +132,8 @@ async function debug(): Promise<void> {
   for (const packed of [false, true]) {
     const b = tf.randomNormal([1, 16, 16], 0, 1, "float32", 5);
     const s: GemmShape = { batch: 1, m: 16, n: 16, k: 16, transposeA: false, transposeB: false, batchA: 1, batchB: 1 };
-    const o1 = toTensor(tensorCoreMatMul(backend(), eye(16) as unknown as TI, b as unknown as TI, s, [1, 16, 16], { packed }));
-    const o2 = toTensor(tensorCoreMatMul(backend(), b as unknown as TI, eye(16) as unknown as TI, s, [1, 16, 16], { packed }));
+    const o1 = tc(eye(16), b, s, { packed });
+    const o2 = tc(b, eye(16), s, { packed });
     emit("debug_identity", { packed }, { b_row0: await row(b, 6), b_col0: Array.from((await b.data()).filter((_, i) => i % 16 === 0).slice(0, 6)).map((v) => +v.toFixed(3)),
       I_times_b_row0: await row(o1, 6), b_times_I_row0: await row(o2, 6), ...(await relErr(o1, b)), b_times_I: await relErr(o2, b) });
     tf.dispose([b, o1, o2]);
@@ -125,7 +143,7 @@ async function debug(): Promise<void> {
     for (const packed of [false, true]) {
       const s: GemmShape = { batch: 1, m, n, k, transposeA: false, transposeB: false, batchA: 1, batchB: 1 };
       const [a, b] = operands(s);
-      const out = toTensor(tensorCoreMatMul(backend(), a as unknown as TI, b as unknown as TI, s, [1, m, n], { packed }));
+      const out = tc(a, b, s, { packed });
       const ref = reference(a, b, false, false);
       emit("debug_case", { m, n, k, packed }, await relErr(out, ref));
       tf.dispose([a, b, out, ref]);
@@ -141,7 +159,7 @@ async function check(): Promise<void> {
       for (const packed of [false, true]) {
         const s: GemmShape = { batch, m, n, k, transposeA: ta, transposeB: tb, batchA: batch, batchB: bb };
         const [a, b] = operands(s);
-        const out = toTensor(tensorCoreMatMul(backend(), a as unknown as TI, b as unknown as TI, s, [batch, m, n], { packed }));
+        const out = tc(a, b, s, { packed });
         const ref = reference(a, b, ta, tb);
         const e = await relErr(out, ref);
         emit("check", { batch, m, n, k, batchB: bb, transposeA: ta, transposeB: tb, packed }, { ...e, ok: !e.nan && e.rel < 2e-3 });
@@ -153,7 +171,7 @@ async function check(): Promise<void> {
     const s: GemmShape = { batch: 1, m: 512, n: 512, k: 512, transposeA: false, transposeB: false, batchA: 1, batchB: 1 };
     const [a, b] = operands(s);
     for (const packed of [false, true]) {
-      const out = toTensor(tensorCoreMatMul(backend(), a as unknown as TI, b as unknown as TI, s, [1, 512, 512], { packed, rounding }));
+      const out = tc(a, b, s, { packed, rounding });
       const ref = reference(a, b, false, false);
       emit("check", { m: 512, n: 512, k: 512, rounding, packed }, await relErr(out, ref));
       tf.dispose([out, ref]);
@@ -172,7 +190,7 @@ async function sweep(a: Args): Promise<void> {
       for (const fmt of a.formats) {
         await part("sweep", async () => {
           const packed = fmt === "packed";
-          const run = () => toTensor(tensorCoreMatMul(backend(), x as unknown as TI, y as unknown as TI, s, [1, N, N], { packed, tile }));
+          const run = () => toTensor(tensorCoreMatMul(backend(), x as unknown as TI, y as unknown as TI, s, [1, N, N], { packed, tile, experimental: true }));
           const ms = await timeIt(run, a.reps);
           const out = run();
           const e = await relErr(out, ref);
@@ -180,6 +198,27 @@ async function sweep(a: Args): Promise<void> {
           emit("sweep", { m: N, n: N, k: N, transposeB: layout[1], tile: fitTile(tile, s), packed, workgroup_bytes: tileBytes(fitTile(tile, s), s) }, { ms, tflops: gemmFlops(s) / ms / 1e9, ...e });
         });
       }
+    }
+    tf.dispose([x, y, ref]);
+  }
+}
+
+async function sweepDirect(a: Args): Promise<void> {
+  const N = a.size;
+  for (const [ta, tb] of [[false, false], [false, true], [true, false]] as const) {
+    const s: GemmShape = { batch: 1, m: N, n: N, k: N, transposeA: ta, transposeB: tb, batchA: 1, batchB: 1 };
+    const [x, y] = operands(s);
+    const ref = reference(x, y, ta, tb);
+    for (const tile of a.direct) {
+      await part("sweep_direct", async () => {
+        const run = () => toTensor(directMatMul(backend(), x as unknown as TI, y as unknown as TI, s, [1, N, N], { tile }));
+        const ms = await timeIt(run, a.reps);
+        const out = run();
+        const e = await relErr(out, ref);
+        out.dispose();
+        emit("sweep_direct", { m: N, n: N, k: N, transposeA: ta, transposeB: tb, tile, padded: directPadding(s, tile) }, { ms, tflops: gemmFlops(s) / ms / 1e9, ...e });
+      });
+      if (ta) break; // the TN layout with the first tile only
     }
     tf.dispose([x, y, ref]);
   }
@@ -199,7 +238,7 @@ async function registry(a: Args): Promise<void> {
       const y = tf.randomNormal(tb ? [n, k] : [k, n], 0, 1, "float32", seed++) as tf.Tensor2D;
       const ref = reference(x, y, ta, tb);
       const f32ms = await timeIt(() => tf.matMul(x, y, ta, tb), 5);
-      setMatmulPrecision("f16");
+      setMatmulPrecision("f16", a.direct[0] ? { direct: a.direct[0] } : {});
       const before = tensorCoreStats().calls;
       const ms = await timeIt(() => tf.matMul(x, y, ta, tb), a.reps);
       const out = tf.matMul(x, y, ta, tb);
@@ -224,7 +263,9 @@ async function main(): Promise<void> {
   if (a.only.has("validate")) await part("validate", validate);
   if (a.only.has("debug")) await part("debug", debug);
   if (a.only.has("check")) await part("check", check);
+  kernelKind = a.kernel;
   if (a.only.has("sweep")) await part("sweep", () => sweep(a));
+  if (a.only.has("direct")) await part("sweep_direct", () => sweepDirect(a));
   if (a.only.has("registry")) await part("registry", () => registry(a));
   emit("done", {}, { numTensors: tf.memory().numTensors });
 }

@@ -1,4 +1,4 @@
-import { hoistDirectives } from "./webgpu_gemm.js";
+import { hoistDirectives, rewriteF16Bindings } from "./webgpu_gemm.js";
 import { tensorCoreSupport } from "./webgpu_kernels.js";
 
 // WebGPU through Dawn (the `webgpu` npm package). navigator.gpu must exist before
@@ -103,7 +103,7 @@ function tensorCoreDevices(gpu: GpuLike): void {
       webGpuInfo.requested = [...(d.requiredFeatures ?? []).flat(), ...extra];
       const dev = (await device({ ...d, requiredFeatures: [...(d.requiredFeatures ?? []), ...extra] })) as DeviceLike;
       const create = dev.createShaderModule.bind(dev);
-      dev.createShaderModule = (desc: { code: string }) => create({ ...desc, code: hoistDirectives(desc.code) });
+      dev.createShaderModule = (desc: { code: string }) => create({ ...desc, code: rewriteF16Bindings(hoistDirectives(desc.code)) });
       return dev;
     };
     return adapter;

@@ -4,7 +4,11 @@
 // float32 tensors and are rounded to f16 (or to bf16 precision first, then held in f16) inside
 // the kernels; the products accumulate in f32 and the result is a float32 tensor.
 //
-// Two kernels, in tfjs-backend-webgpu's program shape (run with backend.runWebGPUProgram):
+// The kernel the BatchMatMul override runs is the direct one at the end of this file (padded f16
+// operands, fragments loaded from storage). The first kernels below stage tiles in workgroup
+// memory; on the H200 they were right only single-buffered on whole tiles (docs/gpu.md), so
+// only the benchmark runs them.
+// Staged kernels, in tfjs-backend-webgpu's program shape (run with backend.runWebGPUProgram):
 //   PackF16Program   float32 [n] -> int32 [n / 2], two f16 a word (optionally bf16-rounded first)
 //   GemmProgram      C[b] = op(A[b]) op(B[b]), op = optional transpose, batch broadcast, with
 //                    operands either float32 (converted while staged) or packed f16 words.
@@ -31,7 +35,7 @@ export interface GemmTile {
   buffers: 1 | 2;
 }
 
-/** The default tile (the best of the H200 sweep in docs/gpu.md). */
+/** The staged kernel's tile for the benchmark (single-buffered where it does not fit; see fitTile). */
 export const DEFAULT_TILE: GemmTile = { bm: 128, bn: 128, bk: 32, sgM: 2, sgN: 4, buffers: 2 };
 
 export interface GemmShape {
@@ -360,4 +364,157 @@ export class GemmProgram implements GpuProgram {
 /** Floating-point work of a product (2 m n k a batch). */
 export function gemmFlops(s: GemmShape): number {
   return 2 * s.batch * s.m * s.n * s.k;
+}
+
+// ---- direct kernel: padded f16 operands, fragments loaded straight from storage ----------------
+//
+// The staged kernel above is right with one workgroup buffer but gave wrong results on the
+// H200 wherever a subgroup-matrix load or store touched workgroup memory at a second buffer or
+// the edge scratch (docs/gpu.md), and it ran at 17-22 TFLOP/s. This kernel uses no workgroup
+// memory: PackPadProgram writes each operand as f16 into a zero-padded copy (rows to the tile,
+// columns to 16), so every fragment load is in bounds, and the output is padded the same way
+// (sliced back by the caller when the shape is not a multiple).
+
+/** Marks user code whose named inputs are f16 storage (the shader hook rewrites tfjs's declarations). */
+export const F16_BINDINGS = "// verl-f16-bindings:";
+
+/** tfjs declares inputs by dtype (array<i32> for packed words): rewrite the marked ones to array<f16>. */
+export function rewriteF16Bindings(code: string): string {
+  const at = code.indexOf(F16_BINDINGS);
+  if (at < 0) return code;
+  const names = code.slice(at + F16_BINDINGS.length, code.indexOf("\n", at)).split(",").map((x) => x.trim()).filter(Boolean);
+  let out = code;
+  for (const n of names) out = out.replace(new RegExp(`(var<storage, read> ${n}\\s*:\\s*)array<.*?>;`), "$1array<f16>;");
+  return out;
+}
+
+export const roundUp = (x: number, m: number) => Math.ceil(x / m) * m;
+
+/**
+ * float32 [batch, rows, cols] -> f16 [batch, rowsP, colsP] zero-padded, as int32 words (two halves
+ * a word; colsP even). Rounded to f16, or to bf16 precision first.
+ */
+export class PackPadProgram implements GpuProgram {
+  variableNames = ["x"];
+  outputShape: number[];
+  shaderKey: string;
+  dispatchLayout = { x: [0] };
+  dispatch: [number, number, number];
+  workgroupSize: [number, number, number] = [256, 1, 1];
+  uniforms = "rows : i32, cols : i32, rowsP : i32, colsP : i32, words : i32,";
+  readonly words: number;
+  constructor(private readonly batch: number, private readonly rows: number, private readonly cols: number,
+    private readonly rowsP: number, private readonly colsP: number, private readonly rounding: Rounding) {
+    if (colsP % 2 !== 0) throw new Error(`PackPadProgram: padded columns ${colsP} must be even`);
+    this.words = (batch * rowsP * colsP) / 2;
+    this.outputShape = [this.words];
+    const groups = Math.ceil(this.words / 256);
+    this.dispatch = [Math.min(groups, 32768), Math.ceil(groups / 32768), 1];
+    this.shaderKey = `verlPackPad_${rounding}`;
+  }
+  uniformValues(): UniformValue[] {
+    return [this.rows, this.cols, this.rowsP, this.colsP, this.words].map((v) => ({ type: "int32" as const, data: [v] }));
+  }
+  getUserCode(): string {
+    const r = this.rounding === "bf16";
+    const v = (e: string) => (r ? `verlBf16(${e})` : e);
+    return `${r ? BF16_FN : ""}
+      fn verlAt(b : i32, row : i32, col : i32) -> f32 {
+        if (row < uniforms.rows && col < uniforms.cols) { return x[(b * uniforms.rows + row) * uniforms.cols + col]; }
+        return 0.0;
+      }
+      fn main(index : i32) {
+        if (index < uniforms.words) {
+          let e = index * 2;
+          let perB = uniforms.rowsP * uniforms.colsP;
+          let b = e / perB;
+          let rem = e - b * perB;
+          let row = rem / uniforms.colsP;
+          let col = rem - row * uniforms.colsP;
+          result[index] = bitcast<i32>(pack2x16float(vec2<f32>(${v("verlAt(b, row, col)")}, ${v("verlAt(b, row, col + 1)")})));
+        }
+      }`;
+  }
+}
+
+/** Direct kernel shape: subgroups per workgroup and fragments per subgroup, K steps unrolled. */
+export interface DirectTile { sgM: number; sgN: number; tm: number; tn: number; unroll: 1 | 2 }
+/** The best of the H200 sweep (docs/gpu.md): 2 x 2 subgroups of 4 x 4 fragments, 128 x 128 a workgroup. */
+export const DEFAULT_DIRECT_TILE: DirectTile = { sgM: 2, sgN: 2, tm: 4, tn: 4, unroll: 1 };
+
+/** Padded extents of a product for a direct tile. */
+export function directPadding(s: GemmShape, t: DirectTile): { mP: number; nP: number; kP: number } {
+  return { mP: roundUp(s.m, 16 * t.tm * t.sgM), nP: roundUp(s.n, 16 * t.tn * t.sgN), kP: roundUp(s.k, 16 * t.unroll) };
+}
+
+/**
+ * C[b] (float32 [batch, mP, nP]) = op(A[b]) op(B[b]) from padded f16 operands: A as [mP, kP]
+ * (or [kP, mP] transposed), B as [kP, nP] (or [nP, kP]).
+ */
+export class DirectGemmProgram implements GpuProgram {
+  variableNames = ["a", "b"];
+  outputShape: number[];
+  shaderKey: string;
+  dispatchLayout = { x: [2], y: [1], z: [0] };
+  dispatch: [number, number, number];
+  workgroupSize: [number, number, number];
+  uniforms = "mP : i32, nP : i32, kP : i32, strideA : i32, strideB : i32,";
+  readonly pad: { mP: number; nP: number; kP: number };
+  constructor(private readonly s: GemmShape, private readonly t: DirectTile) {
+    this.pad = directPadding(s, t);
+    this.outputShape = [s.batch, this.pad.mP, this.pad.nP];
+    this.workgroupSize = [32 * t.sgM * t.sgN, 1, 1];
+    this.dispatch = [this.pad.nP / (16 * t.tn * t.sgN), this.pad.mP / (16 * t.tm * t.sgM), s.batch];
+    this.shaderKey = `verlDirectGemm_${t.sgM}x${t.sgN}_${t.tm}x${t.tn}_u${t.unroll}_${s.transposeA ? "T" : "N"}${s.transposeB ? "T" : "N"}`;
+  }
+  uniformValues(): UniformValue[] {
+    const { mP, nP, kP } = this.pad, s = this.s, i = (v: number): UniformValue => ({ type: "int32", data: [v] });
+    return [i(mP), i(nP), i(kP), i(s.batchA > 1 ? mP * kP : 0), i(s.batchB > 1 ? kP * nP : 0)];
+  }
+  getUserCode(): string {
+    const { s, t } = this;
+    const L = "subgroup_matrix_left<f16, 16, 16>", R = "subgroup_matrix_right<f16, 16, 16>", C = "subgroup_matrix_result<f32, 16, 16>";
+    const aFrag = (i: number, k: string) => s.transposeA
+      ? `subgroupMatrixLoad<${L}, col_major>(&a, aOff + (${k}) * mP + row0 + ${i * 16}u, mP)`
+      : `subgroupMatrixLoad<${L}, row_major>(&a, aOff + (row0 + ${i * 16}u) * kP + ${k}, kP)`;
+    const bFrag = (j: number, k: string) => s.transposeB
+      ? `subgroupMatrixLoad<${R}, col_major>(&b, bOff + (col0 + ${j * 16}u) * kP + ${k}, kP)`
+      : `subgroupMatrixLoad<${R}, row_major>(&b, bOff + (${k}) * nP + col0 + ${j * 16}u, nP)`;
+    const acc: string[] = [], body: string[] = [], store: string[] = [];
+    for (let i = 0; i < t.tm; i++) for (let j = 0; j < t.tn; j++) acc.push(`var c${i}_${j} : ${C};`);
+    for (let u = 0; u < t.unroll; u++) {
+      const k = u === 0 ? "k" : `k + ${16 * u}u`;
+      for (let i = 0; i < t.tm; i++) body.push(`let a${u}_${i} = ${aFrag(i, k)};`);
+      for (let j = 0; j < t.tn; j++) body.push(`let b${u}_${j} = ${bFrag(j, k)};`);
+    }
+    for (let u = 0; u < t.unroll; u++) for (let i = 0; i < t.tm; i++) for (let j = 0; j < t.tn; j++) body.push(`c${i}_${j} = subgroupMatrixMultiplyAccumulate(a${u}_${i}, b${u}_${j}, c${i}_${j});`);
+    for (let i = 0; i < t.tm; i++) for (let j = 0; j < t.tn; j++) {
+      store.push(`subgroupMatrixStore<row_major>(&result, cOff + (row0 + ${i * 16}u) * nP + col0 + ${j * 16}u, c${i}_${j}, nP);`);
+    }
+    return `
+      enable f16;
+      enable chromium_experimental_subgroup_matrix;
+      diagnostic(off, chromium.subgroup_matrix_uniformity);
+      ${F16_BINDINGS} a,b
+      var<workgroup> wgShared : vec3<u32>;
+      fn main() {
+        let tid = localIndex;
+        if (tid == 0u) { wgShared = workgroupId; }
+        let wid = workgroupUniformLoad(&wgShared);
+        let sg = tid / 32u;
+        let mP = u32(uniforms.mP);
+        let nP = u32(uniforms.nP);
+        let kP = u32(uniforms.kP);
+        let row0 = wid.y * ${16 * t.tm * t.sgM}u + (sg / ${t.sgN}u) * ${16 * t.tm}u;
+        let col0 = wid.x * ${16 * t.tn * t.sgN}u + (sg % ${t.sgN}u) * ${16 * t.tn}u;
+        let aOff = wid.z * u32(uniforms.strideA);
+        let bOff = wid.z * u32(uniforms.strideB);
+        let cOff = wid.z * mP * nP;
+        ${acc.join("\n        ")}
+        for (var k = 0u; k < kP; k = k + ${16 * t.unroll}u) {
+          ${body.join("\n          ")}
+        }
+        ${store.join("\n        ")}
+      }`;
+  }
 }
