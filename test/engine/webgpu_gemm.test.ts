@@ -83,3 +83,16 @@ test("off WebGPU 16-bit products fall back to float32, results unchanged", async
   assert.equal(matmulPrecision(), "f32");
   tf.dispose([a, b]);
 });
+
+test("dynamic loss scale: halves on a skipped step, doubles after the growth interval", async () => {
+  const { DynamicLossScale } = await import("../../src/engine/loss_scale.js");
+  const s = new DynamicLossScale(1024, 3, 256);
+  s.update(true);
+  assert.equal(s.scale, 512);
+  s.update(false); s.update(false);
+  assert.equal(s.scale, 512);
+  s.update(false);
+  assert.equal(s.scale, 1024);
+  for (let i = 0; i < 5; i++) s.update(true);
+  assert.equal(s.scale, 256); // floor
+});
