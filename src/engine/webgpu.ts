@@ -99,7 +99,9 @@ function tensorCoreDevices(gpu: GpuLike): void {
     if (!adapter) return adapter;
     const device = adapter.requestDevice.bind(adapter);
     adapter.requestDevice = async (d: { requiredFeatures?: string[]; requiredLimits?: Record<string, number> } = {}) => {
-      const extra = TC_FEATURES.filter((f) => adapter.features?.has(f));
+      // only where the tensor cores are there: other adapters (llvmpipe's compatibility mode) get the device they always got
+      const tc = adapter.features?.has("shader-f16") && adapter.features.has("chromium-experimental-subgroup-matrix");
+      const extra = tc ? TC_FEATURES.filter((f) => adapter.features?.has(f)) : [];
       webGpuInfo.requested = [...(d.requiredFeatures ?? []).flat(), ...extra];
       const dev = (await device({ ...d, requiredFeatures: [...(d.requiredFeatures ?? []), ...extra] })) as DeviceLike;
       const create = dev.createShaderModule.bind(dev);
