@@ -19,16 +19,26 @@ import { WebGpuDecoder, type WebGpuDecodeOptions } from "../src/rollout/webgpu_d
 import { sharedPath } from "../src/utils/paths.js";
 import { Rng } from "../src/utils/rng.js";
 import { buildActor, DeviceStep, rolloutBatch } from "./gpu.js";
+import { matmulPrecision, parsePrecision, setMatmulPrecision, tensorCoreStats, type MatmulPrecision } from "../src/engine/webgpu_kernels.js";
+import { webGpuSummary } from "../src/engine/webgpu.js";
+
+/** Runs fn with 16-bit matrix products asked for (or not); an adapter without tensor cores is reported. */
+async function withPrecision(p: MatmulPrecision, fn: () => Promise<void>): Promise<void> {
+  if (!setMatmulPrecision(p)) { emit(`precision_${p}`, {}, { skipped: "no tensor-core kernel on this backend/adapter" }); return; }
+  try { await fn(); } finally { setMatmulPrecision("f32"); }
+}
 
 interface Args {
   only: Set<string>; vocab: number[]; prompts: number; n: number; newTokens: number;
   budgetS: number; model?: string; layers: number; updates: string[]; submitBatches: number[];
+  /** matrix-product precisions to run the update and decode parts at (f16/bf16: the tensor-core kernel) */
+  precisions: MatmulPrecision[];
 }
 
 function parseArgs(argv: string[]): Args {
   const a: Args = {
     only: new Set(["adapter", "correct", "decode", "update", "untransposed", "device-step"]), vocab: [512, 32000], prompts: 64, n: 8, newTokens: 256,
-    budgetS: 240, layers: 24, updates: ["16x16", "16x16xhost", "16x4", "64x16", "64x64"], submitBatches: [15, 1000],
+    budgetS: 240, layers: 24, updates: ["16x16", "16x16xhost", "16x4", "64x16", "64x64"], submitBatches: [15, 1000], precisions: ["f32"],
   };
   const list = (v: string) => v.split(",").map(Number);
   for (let i = 0; i < argv.length; i += 2) {
@@ -44,6 +54,7 @@ function parseArgs(argv: string[]): Args {
     else if (k === "--layers") a.layers = Number(v);
     else if (k === "--updates") a.updates = v.split(",").filter(Boolean); // ROWSxMICRO[xhost]
     else if (k === "--submit") a.submitBatches = list(v).filter((x) => x > 0);
+    else if (k === "--precision") a.precisions = v.split(",").map((x) => parsePrecision(x, "--precision"));
     else throw new Error(`bench/gpu_decode: unknown argument '${k}'`);
   }
   return a;
@@ -177,7 +188,7 @@ async function decode(a: Args, vocab: number, opts: WebGpuDecodeOptions, newToke
     const lp = out.batch["rollout_log_probs"]!.data;
     let finite = true;
     for (const x of lp) if (!Number.isFinite(x)) { finite = false; break; }
-    emit(`webgpu_decode_${label}`, { params: numParams(cfg), vocab, rows, new_tokens: newTokens, layers: cfg.nLayers, ...opts }, {
+    emit(`webgpu_decode_${label}`, { params: numParams(cfg), vocab, rows, new_tokens: newTokens, layers: cfg.nLayers, matmul: matmulPrecision(), tensor_core_calls: tensorCoreStats().calls, ...opts }, {
       tokens_per_s: (rows * newTokens) / (ms / 1e3), wall_ms: ms, warmup_ms: warmMs, prefill_ms: s.prefillMs, decode_ms: s.decodeMs,
       ms_per_step: s.decodeMs / Math.max(1, s.steps + 1), record_ms_per_step: s.recordMs / Math.max(1, s.steps), steps: s.steps, read_backs: s.readBacks,
       dispatches_per_step: c.dispatches / Math.max(1, s.steps + 1), submits: c.submits, read_bytes: c.readBytes, logprobs_finite: finite,
@@ -215,7 +226,7 @@ async function updateProfile(a: Args): Promise<void> {
         const t0 = performance.now();
         await actor.updatePolicy(data);
         const ms = performance.now() - t0;
-        emit("update_0.5B_worker_path", { B: rows, P, R, micro: mb, optimizer: onDevice ? "device" : "host", params: numParams(cfg), submit_batch: tf.env().get("WEBGPU_DEFERRED_SUBMIT_BATCH_SIZE") },
+        emit("update_0.5B_worker_path", { B: rows, P, R, micro: mb, optimizer: onDevice ? "device" : "host", params: numParams(cfg), matmul: matmulPrecision(), tensor_core_calls: tensorCoreStats().calls, submit_batch: tf.env().get("WEBGPU_DEFERRED_SUBMIT_BATCH_SIZE") },
           { ...fig(ms, ins.reset()), forward_only_ms: fwdMs, forward_tflops: flop / 3 / (fwdMs / 1e3) / 1e12, forward_dispatches: fwd.dispatches, forward_reads: fwd.reads });
         actor.optimizer?.dispose();
       });
@@ -265,14 +276,20 @@ async function updateProfile(a: Args): Promise<void> {
 async function main(): Promise<void> {
   const a = parseArgs(process.argv.slice(2));
   const backend = await initBackend("webgpu");
+  if (backend === "webgpu") emit("webgpu", {}, { summary: webGpuSummary() });
   emit("backend", {}, { backend, submit_batch: tf.env().get("WEBGPU_DEFERRED_SUBMIT_BATCH_SIZE"), dawn_flags: process.env.VERL_DAWN_FLAGS ?? "enable-dawn-features=skip_validation" });
   if (a.only.has("adapter")) await part("adapter", adapterInfo);
   const modelPath = a.model ?? sharedPath("models", "stories260K", "stories260K.bin") ?? ".gpu/stories260K/stories260K.bin";
   if (a.only.has("correct")) await part("decode_correctness_stories260K", () => correctness(modelPath));
   const [first, ...rest] = a.vocab;
-  if (a.only.has("decode") && first) await part(`webgpu_decode_v${first}`, () => decode(a, first, {}, a.newTokens, `v${first}`));
-  if (a.only.has("update") && elapsedS() < a.budgetS) await part("update_profile", () => updateProfile(a));
-  for (const v of rest) if (a.only.has("decode") && elapsedS() < a.budgetS) await part(`webgpu_decode_v${v}`, () => decode(a, v, {}, a.newTokens, `v${v}`));
+  for (const p of a.precisions) {
+    if (a.only.has("update") && elapsedS() < a.budgetS) await withPrecision(p, () => part(`update_profile_${p}`, () => updateProfile(a)));
+  }
+  for (const p of a.precisions) {
+    for (const v of [first, ...rest]) {
+      if (v && a.only.has("decode") && elapsedS() < a.budgetS) await withPrecision(p, () => part(`webgpu_decode_v${v}_${p}`, () => decode(a, v, {}, a.newTokens, `v${v}_${p}`)));
+    }
+  }
   if (a.only.has("untransposed") && first && elapsedS() < a.budgetS) {
     await part("webgpu_decode_untransposed", () => decode(a, first, { transposedWeights: false }, 32, `v${first}_untransposed_weights`));
   }

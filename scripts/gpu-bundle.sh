@@ -53,7 +53,7 @@ cp bin/verl.js "$APP/bin/"
 meta=$(mktemp -d)
 find "$OUT_DIST/src" "$OUT_DIST/bench" -name '*.js' -not -path '*/device/*' > "$meta/entries"
 nice -n 19 npx esbuild $(cat "$meta/entries") --bundle --platform=node --format=esm --target=node20 \
-  --outdir="$meta/out" --metafile="$meta/meta.json" --log-level=error --main-fields=main --conditions=node \
+  --outdir="$meta/out" --metafile="$meta/meta.json" --log-level=error --main-fields=main --conditions=node --preserve-symlinks \
   --external:webgpu --external:@tensorflow/tfjs-node-gpu --external:@tensorflow/tfjs-node \
   --external:tsx --external:pino-pretty --external:'*.node'
 node scripts/esbuild-inputs.mjs "$meta/meta.json" "$meta/files" --wasm

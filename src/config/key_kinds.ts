@@ -137,6 +137,11 @@ export const KEY_RULES: readonly KeyRule[] = [
   { keys: "reward_model.model.input_tokenizer", kind: "not_built", what: "reward models with their own chat template (input_tokenizer)" },
 
   // --- inert: plumbing of verl's engines ---------------------------------------------------------------
+  {
+    keys: "actor_rollout_ref.{actor,ref}.fsdp_config.mixed_precision.{param_dtype,reduce_dtype,buffer_dtype}",
+    kind: "honoured",
+    what: "16-bit matrix products on WebGPU's tensor cores (param_dtype; reduce/buffer fp32 only): src/engine/webgpu_kernels.ts",
+  },
   { keys: "**.fsdp_config.**", kind: "inert", what: "FSDP" },
   { keys: "{**.,}megatron.**", kind: "inert", what: "Megatron-LM" },
   { keys: "engine.**", kind: "inert", what: "verl's training engines (FSDP/Megatron/VeOmni)" },

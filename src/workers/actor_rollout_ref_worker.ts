@@ -2,6 +2,7 @@
 // (generation with the actor's live weights: the same variables, no copy), and
 // the reference policy (a frozen copy of the initial weights, only when a KL
 // term needs it). Methods keep verl's names and dispatch modes.
+import { readMixedPrecision, withMatmulPrecision, type MixedPrecision } from "../engine/webgpu_kernels.js";
 import * as tf from "@tensorflow/tfjs";
 import type { Config } from "../config/index.js";
 import { LlamaModel, type Tokenizer } from "../models/index.js";
@@ -210,6 +211,11 @@ export class ActorRolloutRefWorker extends Worker {
     return new DataProto(out.batch, nonTensor, metrics ? { metrics: Object.fromEntries(Object.entries(metrics).map(([k, v]) => [k, [v]])) } : {});
   }
 
+  /** verl's fsdp_config.mixed_precision of the actor or the reference policy (16-bit matrix products on WebGPU). */
+  private precision(section: "actor" | "ref"): MixedPrecision {
+    return readMixedPrecision((k) => this.state.cfg.optStr(k), `actor_rollout_ref.${section}`);
+  }
+
   /** old_log_probs (and entropys; sum_pi_squared with actor.calculate_sum_pi_squared) under the current actor. */
   @register({ dispatchMode: Dispatch.DP_COMPUTE_PROTO })
   async computeLogProb(data: DataProto): Promise<DataProto> {
@@ -217,7 +223,7 @@ export class ActorRolloutRefWorker extends Worker {
     const temperature = this.temperatureOf(data);
     const calc = data.metaInfo.calculate_entropy !== false;
     const spp = this.state.cfg.bool("actor_rollout_ref.actor.calculate_sum_pi_squared", false);
-    const r = await actor.computeLogProb(data, this.state.logProbSpec, temperature, calc, spp);
+    const r = await withMatmulPrecision(this.precision("actor"), () => actor.computeLogProb(data, this.state.logProbSpec, temperature, calc, spp));
     const out = { old_log_probs: r.logProbs, ...(r.entropy ? { entropys: r.entropy } : {}), ...(r.sumPiSquared ? { sum_pi_squared: r.sumPiSquared } : {}) };
     return new DataProto(out, {}, { temperature });
   }
@@ -226,7 +232,7 @@ export class ActorRolloutRefWorker extends Worker {
   async computeRefLogProb(data: DataProto): Promise<DataProto> {
     const s = this.state;
     if (!s.ref || !s.refLogProbSpec) throw new Error(`computeRefLogProb: role '${this.role}' holds no reference policy (no KL term is on)`);
-    const r = await s.ref.computeLogProb(data, s.refLogProbSpec, this.temperatureOf(data), false);
+    const r = await withMatmulPrecision(this.precision("ref"), () => s.ref!.computeLogProb(data, s.refLogProbSpec!, this.temperatureOf(data), false));
     return new DataProto({ ref_log_prob: r.logProbs }, {}, {});
   }
 
@@ -234,7 +240,7 @@ export class ActorRolloutRefWorker extends Worker {
   async updateActor(data: DataProto): Promise<DataProto> {
     const { actor, optimizer } = this.requireActor("updateActor");
     const lr = optimizer.lr;
-    const metrics = await actor.updatePolicy(data);
+    const metrics = await withMatmulPrecision(this.precision("actor"), () => actor.updatePolicy(data));
     metrics["actor/lr"] = [lr];
     optimizer.scheduler.step();
     return new DataProto({}, {}, { metrics });

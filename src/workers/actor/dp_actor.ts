@@ -13,6 +13,8 @@ import {
 } from "../../trainer/ppo/core_algos/index.js";
 import { heartbeat } from "../../single_controller/heartbeat.js";
 import { Rng } from "../../utils/rng.js";
+import { DynamicLossScale } from "../../engine/loss_scale.js";
+import { matmulPrecision } from "../../engine/webgpu_kernels.js";
 import { column, miniBatches, microBatches, toTf, tokenAndSequenceCounts, TokenWeightedMeans, type MicroBatchSpec } from "../batching.js";
 import type { ConfigView } from "../config_view.js";
 import type { DataParallelOptimizer } from "../dp_optimizer.js";
@@ -81,6 +83,8 @@ export function push(into: MetricLists, key: string, v: number): void {
 
 export class DataParallelPPOActor {
   readonly rng: Rng;
+  /** the loss scale of 16-bit products, made on the first such update (engine/loss_scale.ts) */
+  private lossScale?: DynamicLossScale;
 
   constructor(
     readonly model: LlamaModel,
@@ -142,6 +146,8 @@ export class DataParallelPPOActor {
     const vars = optimizer.vars;
     const metrics: MetricLists = {};
     const moe = this.model.config.moe;
+    // 16-bit matrix products (fsdp_config.mixed_precision): the loss is scaled so small gradients survive them
+    const lossScale = matmulPrecision() === "f32" ? 1 : (this.lossScale ??= new DynamicLossScale()).scale;
     for (let epoch = 0; epoch < epochs; epoch++) {
       for (const mini of miniBatches(batch, this.opts.miniBatchPerRank, shuffle ? this.rng : undefined)) {
         const info = optimizer.globalLossNorm(column(mini, "response_mask"), scaleFactor);
@@ -184,9 +190,14 @@ export class DataParallelPPOActor {
               loss = tf.add(loss, tf.mul(klLoss, klCoef));
             }
             parts = terms.map((t) => tf.keep(t));
-            return loss;
+            return lossScale === 1 ? loss : tf.mul(loss, lossScale);
           }, vars);
-          optimizer.accumulate(grads);
+          if (lossScale === 1) optimizer.accumulate(grads);
+          else {
+            const unscaled = tf.tidy(() => Object.fromEntries(Object.entries(grads).map(([k, g]) => [k, tf.mul(g, 1 / lossScale)])));
+            optimizer.accumulate(unscaled);
+            tf.dispose(Object.values(unscaled));
+          }
           const read = await readMicroScalars(parts, kept);
           const vals = read.terms;
           // `value` may be one of `parts` (the bare policy loss): dispose each once.
@@ -199,6 +210,7 @@ export class DataParallelPPOActor {
           means.add(read.metrics, tokenAndSequenceCounts(column(micro, "response_mask")).tokens);
         }
         const res = await optimizer.step([pgSum, klSum, entSum, auxSum, loadSum, ...means.pack()]);
+        if (lossScale !== 1) this.lossScale!.update(res.skipped);
         for (const [k, v] of Object.entries(means.read(res.scalars.subarray(5)))) push(metrics, k, v);
         if (moe) {
           push(metrics, "actor/router_aux_loss", res.scalars[3]!);

@@ -1,0 +1,276 @@
+// The tensor-core GEMM of issue 23 (src/engine/webgpu_gemm.ts) on the GPU, in one process:
+//   bash scripts/gpu-run.sh node dist/bench/gpu_gemm.js [--only adapter,validate,check,sweep,registry,f32]
+//     [--size 4096] [--reps 10] [--tiles BMxBNxBKxSGMxSGNxBUF,...] [--formats f32,packed]
+// `validate` is meant for a run with Dawn's validation on (VERL_DAWN_FLAGS without
+// skip_validation): it reports every uncaptured device error and the error scope around one
+// product. One JSON line per measurement; each part is caught on its own.
+import * as tf from "@tensorflow/tfjs";
+import { initBackend } from "../src/engine/backend.js";
+import { webGpuInfo, webGpuSummary } from "../src/engine/webgpu.js";
+import { DEFAULT_TILE, fitTile, gemmFlops, tileBytes, type GemmShape, type GemmTile } from "../src/engine/webgpu_gemm.js";
+import { directPadding, type DirectTile } from "../src/engine/webgpu_gemm.js";
+import { directMatMul, gemmShape, setMatmulPrecision, tensorCoreMatMul, tensorCoreStats, tensorCoreSupport } from "../src/engine/webgpu_kernels.js";
+
+interface Args { only: Set<string>; size: number; reps: number; tiles: GemmTile[]; formats: string[]; direct: DirectTile[]; kernel: "direct" | "staged" }
+
+function parseDirect(s: string): DirectTile {
+  const [sgM, sgN, tm, tn, unroll] = s.split("x").map(Number);
+  if (![sgM, sgN, tm, tn, unroll].every((v) => Number.isInteger(v) && v! > 0)) throw new Error(`bench/gpu_gemm: direct tile '${s}' is not SGMxSGNxTMxTNxUNROLL`);
+  return { sgM: sgM!, sgN: sgN!, tm: tm!, tn: tn!, unroll: unroll === 2 ? 2 : 1 };
+}
+const DIRECT = ["1x1x4x4x1", "2x2x4x4x1", "2x2x4x4x2", "4x1x4x4x1", "1x4x4x4x1", "2x2x2x4x1", "2x2x4x2x1", "2x4x2x2x1", "4x4x2x2x1", "2x2x2x2x2"];
+
+function parseTile(s: string): GemmTile {
+  const [bm, bn, bk, sgM, sgN, buf] = s.split("x").map(Number);
+  if (![bm, bn, bk, sgM, sgN, buf].every((v) => Number.isInteger(v) && v! > 0)) throw new Error(`bench/gpu_gemm: tile '${s}' is not BMxBNxBKxSGMxSGNxBUF`);
+  return { bm: bm!, bn: bn!, bk: bk!, sgM: sgM!, sgN: sgN!, buffers: buf === 1 ? 1 : 2 };
+}
+
+const SWEEP = ["128x128x32x2x4x2", "128x128x16x2x4x2", "128x128x32x4x2x2", "128x128x64x2x4x1", "128x256x16x2x4x2", "256x128x16x4x2x2", "128x256x32x2x4x1", "64x128x32x2x2x2", "64x64x32x2x2x2"];
+
+function parseArgs(argv: string[]): Args {
+  const a: Args = { only: new Set(["adapter", "check", "sweep", "registry", "f32"]), size: 4096, reps: 10, tiles: SWEEP.map(parseTile), formats: ["packed", "f32"], direct: DIRECT.map(parseDirect), kernel: "direct" };
+  for (let i = 0; i < argv.length; i += 2) {
+    const k = argv[i], v = argv[i + 1];
+    if (v === undefined) throw new Error(`bench/gpu_gemm: '${k}' needs a value`);
+    if (k === "--only") a.only = new Set(v.split(","));
+    else if (k === "--size") a.size = Number(v);
+    else if (k === "--reps") a.reps = Number(v);
+    else if (k === "--tiles") a.tiles = v.split(",").map(parseTile);
+    else if (k === "--formats") a.formats = v.split(",");
+    else if (k === "--direct") a.direct = v.split(",").map(parseDirect);
+    else if (k === "--kernel") a.kernel = v === "staged" ? "staged" : "direct";
+    else throw new Error(`bench/gpu_gemm: unknown argument '${k}'`);
+  }
+  return a;
+}
+
+const emit = (name: string, config: object, figures: object) => console.log(JSON.stringify({ name, config, figures }));
+async function part(name: string, fn: () => Promise<void>): Promise<void> {
+  try { await fn(); } catch (e) { emit(name, {}, { error: (e as Error).stack ?? String(e) }); }
+}
+
+interface TI { dataId: object; shape: number[]; dtype: string }
+const backend = () => tf.backend() as unknown as Parameters<typeof tensorCoreMatMul>[0] & { device: GpuDevice };
+interface GpuDevice {
+  pushErrorScope(f: string): void; popErrorScope(): Promise<{ message: string } | null>;
+  addEventListener(t: string, f: (e: { error: { message: string } }) => void): void;
+  queue: { onSubmittedWorkDone(): Promise<void> };
+}
+const toTensor = (t: TI) => tf.engine().makeTensorFromTensorInfo(t as tf.TensorInfo);
+
+/** ||x - ref|| / ||ref|| and whether x has a NaN, read back as two scalars. */
+async function relErr(x: tf.Tensor, ref: tf.Tensor): Promise<{ rel: number; nan: boolean }> {
+  const [r, n] = tf.tidy(() => [tf.div(tf.norm(tf.sub(x, ref)), tf.norm(ref)), tf.any(tf.isNaN(x))]);
+  const rel = (await r!.data())[0]!, nan = (await n!.data())[0]! !== 0;
+  tf.dispose([r!, n!]);
+  return { rel, nan };
+}
+
+/** The f32 reference product through tfjs's own kernel (the override off). */
+function reference(a: tf.Tensor, b: tf.Tensor, ta: boolean, tb: boolean): tf.Tensor {
+  setMatmulPrecision("f32");
+  return tf.matMul(a as tf.Tensor3D, b as tf.Tensor3D, ta, tb);
+}
+
+let seed = 11;
+let kernelKind: "direct" | "staged" = "direct";
+/** One product on the tensor cores with the kernel under test. */
+function tc(a: tf.Tensor, b: tf.Tensor, s: GemmShape, opts: { packed?: boolean; rounding?: "f16" | "bf16"; strictUniformity?: boolean } = {}): tf.Tensor {
+  const out = kernelKind === "direct"
+    ? directMatMul(backend(), a as unknown as TI, b as unknown as TI, s, [s.batch, s.m, s.n], { rounding: opts.rounding })
+    : tensorCoreMatMul(backend(), a as unknown as TI, b as unknown as TI, s, [s.batch, s.m, s.n], { ...opts, experimental: true });
+  return toTensor(out);
+}
+function operands(s: GemmShape): [tf.Tensor, tf.Tensor] {
+  const aShape = s.transposeA ? [s.batchA, s.k, s.m] : [s.batchA, s.m, s.k];
+  const bShape = s.transposeB ? [s.batchB, s.n, s.k] : [s.batchB, s.k, s.n];
+  return [tf.randomNormal(aShape, 0, 1, "float32", seed++), tf.randomNormal(bShape, 0, 1, "float32", seed++)];
+}
+
+async function timeIt(run: () => tf.Tensor, reps: number): Promise<number> {
+  for (let i = 0; i < 2; i++) { const w = run(); await w.data(); w.dispose(); }
+  const t0 = performance.now();
+  let last: tf.Tensor | undefined;
+  for (let i = 0; i < reps; i++) { last?.dispose(); last = run(); }
+  await last!.data();
+  const ms = (performance.now() - t0) / reps;
+  last!.dispose();
+  return ms;
+}
+
+async function adapter(): Promise<void> {
+  const dev = backend().device as unknown as { features: Set<string> };
+  emit("adapter", {}, { summary: webGpuSummary(), flags: webGpuInfo.flags, adapter_features: webGpuInfo.features, device_features: [...dev.features].sort(),
+    requested: webGpuInfo.requested, subgroup_matrix_configs: webGpuInfo.subgroupMatrixConfigs, tensor_cores: tensorCoreSupport });
+}
+
+/** With validation on: every device error while one product of each kind runs. */
+async function validate(): Promise<void> {
+  const dev = backend().device, errors: string[] = [];
+  dev.addEventListener("uncapturederror", (e) => { errors.push(e.error.message); });
+  for (const [packed, strictUniformity] of [[false, false], [true, false], [false, true]]) {
+    const s: GemmShape = { batch: 1, m: 256, n: 256, k: 256, transposeA: false, transposeB: true, batchA: 1, batchB: 1 };
+    const [a, b] = operands(s);
+    errors.length = 0;
+    dev.pushErrorScope("validation");
+    const out = tc(a, b, s, { packed, strictUniformity });
+    const scope = await dev.popErrorScope();
+    const ref = reference(a, b, false, true);
+    let err: object;
+    try { err = await relErr(out, ref); } catch (e) { err = { read_failed: (e as Error).message }; }
+    await dev.queue.onSubmittedWorkDone();
+    emit("validate", { packed, strict_uniformity: strictUniformity, flags: webGpuInfo.flags }, { scope_error: scope?.message ?? null, uncaptured: [...errors], ...err });
+    tf.dispose([a, b, out, ref]);
+  }
+}
+
+/** Small cases that tell a layout mistake from a K-loop or edge mistake (identity operands, one fragment, one tile). */
+async function debug(): Promise<void> {
+  const eye = (n: number) => tf.eye(n).reshape([1, n, n]);
+  const row = async (t: tf.Tensor, n: number) => Array.from((await t.data()).slice(0, n)).map((v) => +v.toFixed(3));
+  for (const packed of [false, true]) {
+    const b = tf.randomNormal([1, 16, 16], 0, 1, "float32", 5);
+    const s: GemmShape = { batch: 1, m: 16, n: 16, k: 16, transposeA: false, transposeB: false, batchA: 1, batchB: 1 };
+    const o1 = tc(eye(16), b, s, { packed });
+    const o2 = tc(b, eye(16), s, { packed });
+    emit("debug_identity", { packed }, { b_row0: await row(b, 6), b_col0: Array.from((await b.data()).filter((_, i) => i % 16 === 0).slice(0, 6)).map((v) => +v.toFixed(3)),
+      I_times_b_row0: await row(o1, 6), b_times_I_row0: await row(o2, 6), ...(await relErr(o1, b)), b_times_I: await relErr(o2, b) });
+    tf.dispose([b, o1, o2]);
+  }
+  const cases: [number, number, number][] = [[16, 16, 16], [16, 16, 32], [128, 128, 32], [128, 128, 64], [128, 128, 96], [256, 256, 256], [130, 128, 32], [128, 136, 32], [128, 128, 40], [1000, 1032, 1000]];
+  for (const [m, n, k] of cases) {
+    for (const packed of [false, true]) {
+      const s: GemmShape = { batch: 1, m, n, k, transposeA: false, transposeB: false, batchA: 1, batchB: 1 };
+      const [a, b] = operands(s);
+      const out = tc(a, b, s, { packed });
+      const ref = reference(a, b, false, false);
+      emit("debug_case", { m, n, k, packed }, await relErr(out, ref));
+      tf.dispose([a, b, out, ref]);
+    }
+  }
+}
+
+/** Edge shapes, all four transpose combinations, batches and broadcast, against tfjs's f32 product. */
+async function check(): Promise<void> {
+  const shapes: [number, number, number, number, number][] = [[1, 1000, 1032, 1000, 1], [1, 77, 96, 40, 1], [3, 100, 64, 100, 3], [4, 130, 136, 64, 1], [1, 512, 896, 896, 1], [2, 256, 256, 128, 2]];
+  for (const [batch, m, n, k, bb] of shapes) {
+    for (const [ta, tb] of [[false, false], [false, true], [true, false], [true, true]] as const) {
+      for (const packed of [false, true]) {
+        const s: GemmShape = { batch, m, n, k, transposeA: ta, transposeB: tb, batchA: batch, batchB: bb };
+        const [a, b] = operands(s);
+        const out = tc(a, b, s, { packed });
+        const ref = reference(a, b, ta, tb);
+        const e = await relErr(out, ref);
+        emit("check", { batch, m, n, k, batchB: bb, transposeA: ta, transposeB: tb, packed }, { ...e, ok: !e.nan && e.rel < 2e-3 });
+        tf.dispose([a, b, out, ref]);
+      }
+    }
+  }
+  for (const rounding of ["bf16"] as const) {
+    const s: GemmShape = { batch: 1, m: 512, n: 512, k: 512, transposeA: false, transposeB: false, batchA: 1, batchB: 1 };
+    const [a, b] = operands(s);
+    for (const packed of [false, true]) {
+      const out = tc(a, b, s, { packed, rounding });
+      const ref = reference(a, b, false, false);
+      emit("check", { m: 512, n: 512, k: 512, rounding, packed }, await relErr(out, ref));
+      tf.dispose([out, ref]);
+    }
+    tf.dispose([a, b]);
+  }
+}
+
+async function sweep(a: Args): Promise<void> {
+  const N = a.size;
+  for (const layout of [[false, false], [false, true]] as const) {
+    const s: GemmShape = { batch: 1, m: N, n: N, k: N, transposeA: layout[0], transposeB: layout[1], batchA: 1, batchB: 1 };
+    const [x, y] = operands(s);
+    const ref = reference(x, y, layout[0], layout[1]);
+    for (const tile of a.tiles) {
+      for (const fmt of a.formats) {
+        await part("sweep", async () => {
+          const packed = fmt === "packed";
+          const run = () => toTensor(tensorCoreMatMul(backend(), x as unknown as TI, y as unknown as TI, s, [1, N, N], { packed, tile, experimental: true }));
+          const ms = await timeIt(run, a.reps);
+          const out = run();
+          const e = await relErr(out, ref);
+          out.dispose();
+          emit("sweep", { m: N, n: N, k: N, transposeB: layout[1], tile: fitTile(tile, s), packed, workgroup_bytes: tileBytes(fitTile(tile, s), s) }, { ms, tflops: gemmFlops(s) / ms / 1e9, ...e });
+        });
+      }
+    }
+    tf.dispose([x, y, ref]);
+  }
+}
+
+async function sweepDirect(a: Args): Promise<void> {
+  const N = a.size;
+  for (const [ta, tb] of [[false, false], [false, true], [true, false]] as const) {
+    const s: GemmShape = { batch: 1, m: N, n: N, k: N, transposeA: ta, transposeB: tb, batchA: 1, batchB: 1 };
+    const [x, y] = operands(s);
+    const ref = reference(x, y, ta, tb);
+    for (const tile of a.direct) {
+      await part("sweep_direct", async () => {
+        const run = () => toTensor(directMatMul(backend(), x as unknown as TI, y as unknown as TI, s, [1, N, N], { tile }));
+        const ms = await timeIt(run, a.reps);
+        const out = run();
+        const e = await relErr(out, ref);
+        out.dispose();
+        emit("sweep_direct", { m: N, n: N, k: N, transposeA: ta, transposeB: tb, tile, padded: directPadding(s, tile) }, { ms, tflops: gemmFlops(s) / ms / 1e9, ...e });
+      });
+      if (ta) break; // the TN layout with the first tile only
+    }
+    tf.dispose([x, y, ref]);
+  }
+}
+
+/** Through the registered kernel: tf.matMul with 16-bit products asked for, at the model's shapes. */
+async function registry(a: Args): Promise<void> {
+  const cases: [string, number, number, number, boolean, boolean][] = [
+    ["square", a.size, a.size, a.size, false, false],
+    ["x_wT_up", 6144, 4864, 896, false, true], ["x_wT_down", 6144, 896, 4864, false, true],
+    ["dX", 6144, 896, 4864, false, false], ["dW", 4864, 896, 6144, true, false],
+    ["decode_x_wT", 512, 4864, 896, false, true], ["lm_head_151936", 512, 151936, 896, false, true],
+  ];
+  for (const [name, m, n, k, ta, tb] of cases) {
+    await part(`registry_${name}`, async () => {
+      const x = tf.randomNormal(ta ? [k, m] : [m, k], 0, 1, "float32", seed++) as tf.Tensor2D;
+      const y = tf.randomNormal(tb ? [n, k] : [k, n], 0, 1, "float32", seed++) as tf.Tensor2D;
+      const ref = reference(x, y, ta, tb);
+      const f32ms = await timeIt(() => tf.matMul(x, y, ta, tb), 5);
+      setMatmulPrecision("f16", a.direct[0] ? { direct: a.direct[0] } : {});
+      const before = tensorCoreStats().calls;
+      const ms = await timeIt(() => tf.matMul(x, y, ta, tb), a.reps);
+      const out = tf.matMul(x, y, ta, tb);
+      const used = tensorCoreStats().calls - before;
+      const e = await relErr(out, ref);
+      const flop = 2 * m * n * k;
+      emit("registry", { name, m, n, k, transposeA: ta, transposeB: tb, shape_ok: gemmShape(x.shape, y.shape, ta, tb) !== null },
+        { tensor_core_ms: ms, tensor_core_tflops: flop / ms / 1e9, f32_ms: f32ms, f32_tflops: flop / f32ms / 1e9, speedup: f32ms / ms, tensor_core_calls: used, ...e });
+      tf.dispose([x, y, ref, out]);
+      setMatmulPrecision("f32");
+    });
+  }
+}
+
+async function main(): Promise<void> {
+  const a = parseArgs(process.argv.slice(2));
+  await initBackend("webgpu");
+  if (a.only.has("adapter")) await part("adapter", adapter);
+  if (!tensorCoreSupport.available) { emit("tensor_cores", {}, { skipped: tensorCoreSupport.reason }); process.exit(0); }
+  setMatmulPrecision("f16", { tile: DEFAULT_TILE });
+  setMatmulPrecision("f32");
+  if (a.only.has("validate")) await part("validate", validate);
+  if (a.only.has("debug")) await part("debug", debug);
+  if (a.only.has("check")) await part("check", check);
+  kernelKind = a.kernel;
+  if (a.only.has("sweep")) await part("sweep", () => sweep(a));
+  if (a.only.has("direct")) await part("sweep_direct", () => sweepDirect(a));
+  if (a.only.has("registry")) await part("registry", () => registry(a));
+  emit("done", {}, { numTensors: tf.memory().numTensors });
+}
+
+main().then(() => process.exit(0), (e: unknown) => {
+  console.error(`bench/gpu_gemm failed: ${(e as Error).stack ?? String(e)}`);
+  process.exit(1);
+});

@@ -1,0 +1,520 @@
+// Tensor-core matrix products on WebGPU (issue 23): WGSL with Dawn's experimental subgroup
+// matrices (`chromium-experimental-subgroup-matrix`, f16 x f16 -> f32, 16 x 16 x 16, which
+// NVIDIA's Vulkan driver runs on the tensor cores). tfjs has no f16 dtype, so the operands stay
+// float32 tensors and are rounded to f16 (or to bf16 precision first, then held in f16) inside
+// the kernels; the products accumulate in f32 and the result is a float32 tensor.
+//
+// The kernel the BatchMatMul override runs is the direct one at the end of this file (padded f16
+// operands, fragments loaded from storage). The first kernels below stage tiles in workgroup
+// memory; on the H200 they were right only single-buffered on whole tiles (docs/gpu.md), so
+// only the benchmark runs them.
+// Staged kernels, in tfjs-backend-webgpu's program shape (run with backend.runWebGPUProgram):
+//   PackF16Program   float32 [n] -> int32 [n / 2], two f16 a word (optionally bf16-rounded first)
+//   GemmProgram      C[b] = op(A[b]) op(B[b]), op = optional transpose, batch broadcast, with
+//                    operands either float32 (converted while staged) or packed f16 words.
+// A workgroup of (sgM x sgN) subgroups of 32 lanes computes a BM x BN tile of C; each
+// subgroup holds (BM / 16 / sgM) x (BN / 16 / sgN) result fragments. Per step of BK along K
+// the workgroup stages the A and B tiles in workgroup memory as f16 (double-buffered: the
+// next tile's global loads are issued before the current tile's products), and the subgroups
+// load their fragments from there. Tiles on the edge of C are stored through workgroup memory
+// with bounds checks; inner tiles straight to C.
+//
+// WGSL requires `enable` directives before any declaration, but tfjs prepends its own
+// declarations to the user code: `hoistDirectives` (applied by webgpu.ts to every shader
+// module of the device) moves them to the top.
+import type { GpuProgram, UniformValue } from "../rollout/webgpu_programs.js";
+
+export type Rounding = "f16" | "bf16";
+
+/** The tile shape of one GEMM kernel. */
+export interface GemmTile {
+  bm: number; bn: number; bk: number;
+  /** subgroups along M and N (the workgroup has 32 * sgM * sgN lanes) */
+  sgM: number; sgN: number;
+  /** 2: double-buffered workgroup tiles, 1: single */
+  buffers: 1 | 2;
+}
+
+/** The staged kernel's tile for the benchmark (single-buffered where it does not fit; see fitTile). */
+export const DEFAULT_TILE: GemmTile = { bm: 128, bn: 128, bk: 32, sgM: 2, sgN: 4, buffers: 2 };
+
+export interface GemmShape {
+  batch: number; m: number; n: number; k: number;
+  transposeA: boolean; transposeB: boolean;
+  /** operands' batch sizes (1 = broadcast) */
+  batchA: number; batchB: number;
+}
+
+/** How the operands are read: float32 words (vw floats a load) or packed f16 (pv halves a load). */
+export interface OperandFormat { packed: boolean; width: number }
+
+const PAD = 8; // f16 elements of padding per workgroup-tile row (bank spread, 16-byte alignment)
+const MAX_WORKGROUP_BYTES = 49152;
+
+/** The contiguous extent of an operand in memory (its fastest dimension). */
+function contiguous(s: GemmShape, which: "a" | "b"): number {
+  if (which === "a") return s.transposeA ? s.m : s.k;
+  return s.transposeB ? s.k : s.n;
+}
+
+/** Widest load each operand allows: packed f16 (8 halves a load) needs a contiguous extent of a multiple of 8. */
+export function operandFormat(s: GemmShape, which: "a" | "b", packed: boolean): OperandFormat {
+  const c = contiguous(s, which);
+  if (packed && c % 8 === 0) return { packed, width: 8 };
+  return { packed: false, width: c % 4 === 0 ? 4 : 1 };
+}
+
+/** Workgroup memory of a tile (bytes), or the reason it cannot be built. */
+export function tileBytes(t: GemmTile, s: Pick<GemmShape, "transposeA" | "transposeB">): number {
+  const l = layout(t, s);
+  return (t.buffers * (l.aSize + l.bSize) + l.aStride + l.bStride) * 2 + (t.sgM * t.sgN * 256 + 16) * 4 + 16; // + the shared workgroup id
+}
+
+/**
+ * Workgroup tiles: A as [m][k] (row-major fragments) or [k][m] (column-major), B as [k][n] or
+ * [n][k]; each array has one row stride of slack at its end (a fragment load's bounds clamp
+ * may count 16 full strides).
+ */
+function layout(t: GemmTile, s: Pick<GemmShape, "transposeA" | "transposeB">): { aStride: number; aSize: number; bStride: number; bSize: number } {
+  const aStride = s.transposeA ? t.bm + PAD : t.bk + PAD, aSize = s.transposeA ? t.bk * aStride : t.bm * aStride;
+  const bStride = s.transposeB ? t.bk + PAD : t.bn + PAD, bSize = s.transposeB ? t.bn * bStride : t.bk * bStride;
+  return { aStride, aSize, bStride, bSize };
+}
+
+/** The tile itself when it fits this product's layout, else its single-buffered version (or an error). */
+export function fitTile(t: GemmTile, s: Pick<GemmShape, "transposeA" | "transposeB">): GemmTile {
+  if (tileBytes(t, s) <= MAX_WORKGROUP_BYTES || t.buffers === 1) return t;
+  return { ...t, buffers: 1 };
+}
+
+export function checkTile(t: GemmTile, s: Pick<GemmShape, "transposeA" | "transposeB">): void {
+  const tm = t.bm / 16 / t.sgM, tn = t.bn / 16 / t.sgN;
+  if (!Number.isInteger(tm) || !Number.isInteger(tn) || tm < 1 || tn < 1) throw new Error(`GEMM tile ${JSON.stringify(t)}: bm/bn must be multiples of 16 * sgM/sgN`);
+  if (t.bk % 16 !== 0) throw new Error(`GEMM tile ${JSON.stringify(t)}: bk must be a multiple of 16`);
+  const bytes = tileBytes(t, s);
+  if (bytes > MAX_WORKGROUP_BYTES) throw new Error(`GEMM tile ${JSON.stringify(t)} needs ${bytes} bytes of workgroup memory (limit ${MAX_WORKGROUP_BYTES})`);
+}
+
+const dirRe = /^[ \t]*(enable|requires|diagnostic)\b[^;]*;[ \t]*$/gm;
+
+/** Moves WGSL's global directives (enable/requires/diagnostic) to the top of a shader, once each. */
+export function hoistDirectives(code: string): string {
+  if (!/\b(enable|requires)\s+[a-z]/.test(code) && !/^\s*diagnostic\s*\(/m.test(code)) return code;
+  const found: string[] = [];
+  const body = code.replace(dirRe, (line) => {
+    const d = line.trim();
+    if (!found.includes(d)) found.push(d);
+    return "";
+  });
+  return found.length ? `${found.join("\n")}\n${body}` : code;
+}
+
+/** f32 -> f16 (or bf16 precision held in f16) as WGSL. */
+function roundExpr(x: string, rounding: Rounding): string {
+  return rounding === "bf16" ? `f16(verlBf16(${x}))` : `f16(${x})`;
+}
+const BF16_FN = `
+      fn verlBf16(x : f32) -> f32 {
+        let b = bitcast<u32>(x);
+        return bitcast<f32>((b + 0x7fffu + ((b >> 16u) & 1u)) & 0xffff0000u);
+      }`;
+const BF16_VEC4_FN = `
+      fn verlBf16v(x : vec4<f32>) -> vec4<f32> {
+        return vec4<f32>(verlBf16(x.x), verlBf16(x.y), verlBf16(x.z), verlBf16(x.w));
+      }`;
+
+/** float32 [n] (n a multiple of 4) -> int32 [n / 2]: pack2x16float of consecutive pairs (bf16 rounding first when asked). */
+export class PackF16Program implements GpuProgram {
+  variableNames = ["x"];
+  outputShape: number[];
+  shaderKey: string;
+  dispatchLayout = { x: [0] };
+  dispatch: [number, number, number];
+  workgroupSize: [number, number, number] = [256, 1, 1];
+  uniforms = "count : i32,";
+  variableComponents = [4];
+  outputComponent = 2;
+  constructor(private readonly n: number, private readonly rounding: Rounding) {
+    // output as vec2<i32> words: one invocation packs 4 floats into 2 words
+    if (n % 4 !== 0) throw new Error(`PackF16Program: ${n} elements is not a multiple of 4`);
+    this.outputShape = [n / 2];
+    const groups = Math.ceil(Math.ceil(n / 4) / 256);
+    this.dispatch = [Math.min(groups, 32768), Math.ceil(groups / 32768), 1];
+    this.shaderKey = `verlPackF16_${rounding}`;
+  }
+  static uniforms(n: number): UniformValue[] { return [{ type: "int32", data: [n] }]; }
+  getUserCode(): string {
+    const r = this.rounding === "bf16";
+    return `${r ? BF16_FN + BF16_VEC4_FN : ""}
+      fn main(index : i32) {
+        let q = index;
+        if (q * 4 < uniforms.count) {
+          var v = x[q];
+          ${r ? "v = verlBf16v(v);" : ""}
+          result[q] = vec2<i32>(bitcast<i32>(pack2x16float(v.xy)), bitcast<i32>(pack2x16float(v.zw)));
+        }
+      }`;
+  }
+}
+
+/**
+ * C = op(A) op(B) on the tensor cores. Inputs: a, b (float32, or int32 words of packed f16
+ * when the format says so); output float32 [batch, m, n].
+ */
+export class GemmProgram implements GpuProgram {
+  variableNames = ["a", "b"];
+  outputShape: number[];
+  shaderKey: string;
+  dispatchLayout = { x: [2], y: [1], z: [0] };
+  dispatch: [number, number, number];
+  workgroupSize: [number, number, number];
+  uniforms = "dimM : i32, dimN : i32, dimK : i32, strideA : i32, strideB : i32,";
+  variableComponents: number[];
+  constructor(private readonly s: GemmShape, private readonly t: GemmTile, private readonly fa: OperandFormat, private readonly fb: OperandFormat,
+    private readonly rounding: Rounding, private readonly uniformityOff = true) {
+    checkTile(t, s);
+    this.outputShape = [s.batch, s.m, s.n];
+    this.workgroupSize = [32 * t.sgM * t.sgN, 1, 1];
+    this.dispatch = [Math.ceil(s.n / t.bn), Math.ceil(s.m / t.bm), s.batch];
+    const comp = (f: OperandFormat) => (f.packed ? f.width / 2 : f.width);
+    this.variableComponents = [comp(fa), comp(fb)];
+    const fmt = (f: OperandFormat) => `${f.packed ? "h" : "f"}${f.width}`;
+    this.shaderKey = `verlGemm_${t.bm}_${t.bn}_${t.bk}_${t.sgM}x${t.sgN}_${t.buffers}_${s.transposeA ? "T" : "N"}${s.transposeB ? "T" : "N"}_${fmt(fa)}_${fmt(fb)}_${rounding}${uniformityOff ? "" : "_strict"}`;
+  }
+
+  uniformValues(): UniformValue[] {
+    const s = this.s, i = (v: number): UniformValue => ({ type: "int32", data: [v] });
+    return [i(s.m), i(s.n), i(s.k), i(s.batchA > 1 ? s.m * s.k : 0), i(s.batchB > 1 ? s.k * s.n : 0)];
+  }
+
+  /**
+   * WGSL staging one operand's tile into workgroup memory. Logical tile rows x cols along
+   * (outer, inner) where inner is contiguous in global memory; `g(o, i)` is the element index
+   * in global memory, `w(o, i)` in workgroup memory.
+   */
+  private stage(name: string, f: OperandFormat, rows: number, cols: number, outerDim: string, innerDim: string,
+    outer0: string, inner0: string, ld: string, smem: string, w: (o: string, i: string) => string): { load: string; store: string; regs: string } {
+    const lanes = this.workgroupSize[0], per = (rows * cols) / f.width, n = Math.ceil(per / lanes);
+    const vecT = f.packed ? (f.width === 8 ? "vec4<i32>" : "i32") : (f.width === 4 ? "vec4<f32>" : "f32");
+    const zero = f.packed ? (f.width === 8 ? "vec4<i32>(0)" : "0") : (f.width === 4 ? "vec4<f32>(0.0)" : "0.0");
+    const vecsPerRow = cols / f.width;
+    let load = "", store = "";
+    for (let j = 0; j < n; j++) {
+      load += `
+        {
+          let li = tid + ${j * lanes}u;
+          let o = li / ${vecsPerRow}u;
+          let iv = (li % ${vecsPerRow}u) * ${f.width}u;
+          let go = ${outer0} + o;
+          let gi = ${inner0} + iv;
+          var v = ${zero};
+          if (li < ${per}u && go < u32(${outerDim}) && gi < u32(${innerDim})) { v = ${name}[(${name}Off + go * u32(${ld}) + gi) / ${f.width}u]; }
+          r_${name}[${j}] = v;
+        }`;
+      // the halves of the loaded vector, as f16
+      let halves: string[];
+      if (f.packed) {
+        const words = f.width === 8 ? ["v.x", "v.y", "v.z", "v.w"] : ["v"];
+        halves = words.flatMap((wd, q) => [`h${q}.x`, `h${q}.y`]);
+        store += `
+        {
+          let li = tid + ${j * lanes}u;
+          if (li < ${per}u) {
+            let o = li / ${vecsPerRow}u;
+            let iv = (li % ${vecsPerRow}u) * ${f.width}u;
+            let v = r_${name}[${j}];
+            ${words.map((wd, q) => `let h${q} = bitcast<vec2<f16>>(${wd});`).join(" ")}
+            ${halves.map((h, c) => `${smem}[${w("o", `iv + ${c}u`)}] = ${h};`).join("\n            ")}
+          }
+        }`;
+      } else {
+        const comps = f.width === 4 ? ["v.x", "v.y", "v.z", "v.w"] : ["v"];
+        store += `
+        {
+          let li = tid + ${j * lanes}u;
+          if (li < ${per}u) {
+            let o = li / ${vecsPerRow}u;
+            let iv = (li % ${vecsPerRow}u) * ${f.width}u;
+            let v = r_${name}[${j}];
+            ${comps.map((cv, c) => `${smem}[${w("o", `iv + ${c}u`)}] = ${roundExpr(cv, this.rounding)};`).join("\n            ")}
+          }
+        }`;
+      }
+    }
+    return { load, store, regs: `var r_${name} : array<${vecT}, ${n}>;` };
+  }
+
+  getUserCode(): string {
+    const { s, t } = this, TM = t.bm / 16 / t.sgM, TN = t.bn / 16 / t.sgN, NSG = t.sgM * t.sgN;
+    const { aStride, aSize, bStride, bSize } = layout(t, s);
+    const A = s.transposeA
+      ? this.stage("a", this.fa, t.bk, t.bm, "uniforms.dimK", "uniforms.dimM", "k0", "m0", "uniforms.dimM", "As", (o, i) => `aBase + ${o} * ${aStride}u + ${i}`)
+      : this.stage("a", this.fa, t.bm, t.bk, "uniforms.dimM", "uniforms.dimK", "m0", "k0", "uniforms.dimK", "As", (o, i) => `aBase + ${o} * ${aStride}u + ${i}`);
+    const B = s.transposeB
+      ? this.stage("b", this.fb, t.bn, t.bk, "uniforms.dimN", "uniforms.dimK", "n0", "k0", "uniforms.dimK", "Bs", (o, i) => `bBase + ${o} * ${bStride}u + ${i}`)
+      : this.stage("b", this.fb, t.bk, t.bn, "uniforms.dimK", "uniforms.dimN", "k0", "n0", "uniforms.dimN", "Bs", (o, i) => `bBase + ${o} * ${bStride}u + ${i}`);
+    const L = "subgroup_matrix_left<f16, 16, 16>", R = "subgroup_matrix_right<f16, 16, 16>", C = "subgroup_matrix_result<f32, 16, 16>";
+    // fragment (row block i of the subgroup's tile, k block kk) of A in workgroup memory
+    const aFrag = (i: number, kk: string) => s.transposeA
+      ? `subgroupMatrixLoad<${L}, col_major>(&As, cur * ${aSize}u + (${kk}) * 16u * ${aStride}u + sgRow + ${i * 16}u, ${aStride}u)`
+      : `subgroupMatrixLoad<${L}, row_major>(&As, cur * ${aSize}u + (sgRow + ${i * 16}u) * ${aStride}u + (${kk}) * 16u, ${aStride}u)`;
+    const bFrag = (j: number, kk: string) => s.transposeB
+      ? `subgroupMatrixLoad<${R}, col_major>(&Bs, cur * ${bSize}u + (sgCol + ${j * 16}u) * ${bStride}u + (${kk}) * 16u, ${bStride}u)`
+      : `subgroupMatrixLoad<${R}, row_major>(&Bs, cur * ${bSize}u + (${kk}) * 16u * ${bStride}u + sgCol + ${j * 16}u, ${bStride}u)`;
+    const accs: string[] = [], macs: string[] = [], stores: string[] = [], edge: string[] = [];
+    for (let i = 0; i < TM; i++) for (let j = 0; j < TN; j++) accs.push(`var c${i}_${j} : ${C};`);
+    macs.push(...Array.from({ length: TM }, (_, i) => `let fa${i} = ${aFrag(i, "kk")};`));
+    macs.push(...Array.from({ length: TN }, (_, j) => `let fb${j} = ${bFrag(j, "kk")};`));
+    for (let i = 0; i < TM; i++) for (let j = 0; j < TN; j++) macs.push(`c${i}_${j} = subgroupMatrixMultiplyAccumulate(fa${i}, fb${j}, c${i}_${j});`);
+    for (let i = 0; i < TM; i++) for (let j = 0; j < TN; j++) {
+      stores.push(`subgroupMatrixStore<row_major>(&result, cBase + (m0 + sgRow + ${i * 16}u) * N + n0 + sgCol + ${j * 16}u, c${i}_${j}, N);`);
+      edge.push(`
+          subgroupMatrixStore<row_major>(&Cs, sg * 256u, c${i}_${j}, 16u);
+          workgroupBarrier();
+          for (var e = lane; e < 256u; e = e + 32u) {
+            let gm = m0 + sgRow + ${i * 16}u + e / 16u;
+            let gn = n0 + sgCol + ${j * 16}u + e % 16u;
+            if (gm < M && gn < N) { result[cBase + gm * N + gn] = Cs[sg * 256u + e]; }
+          }
+          workgroupBarrier();`);
+    }
+    const bufs = t.buffers;
+    const next = bufs === 2 ? "1u - cur" : "0u";
+    const aBaseOf = (buf: string) => `${buf} * ${aSize}u`, bBaseOf = (buf: string) => `${buf} * ${bSize}u`;
+    return `
+      enable f16;
+      enable chromium_experimental_subgroup_matrix;
+      ${this.uniformityOff ? "diagnostic(off, chromium.subgroup_matrix_uniformity);" : ""}
+      ${this.rounding === "bf16" ? BF16_FN : ""}
+      var<workgroup> As : array<f16, ${bufs * aSize + aStride}>;
+      var<workgroup> Bs : array<f16, ${bufs * bSize + bStride}>;
+      var<workgroup> Cs : array<f32, ${NSG * 256 + 16}>;
+      var<workgroup> wgShared : vec3<u32>;
+      fn main() {
+        let tid = localIndex;
+        // tfjs keeps the builtins in private variables, which the uniformity analysis treats
+        // as non-uniform: the workgroup id goes through workgroup memory
+        if (tid == 0u) { wgShared = workgroupId; }
+        let wid = workgroupUniformLoad(&wgShared);
+        let sg = tid / 32u;
+        let lane = tid % 32u;
+        let sgRow = (sg / ${t.sgN}u) * ${TM * 16}u;
+        let sgCol = (sg % ${t.sgN}u) * ${TN * 16}u;
+        let M = u32(uniforms.dimM);
+        let N = u32(uniforms.dimN);
+        let K = u32(uniforms.dimK);
+        let n0 = wid.x * ${t.bn}u;
+        let m0 = wid.y * ${t.bm}u;
+        let bz = wid.z;
+        let aOff = bz * u32(uniforms.strideA);
+        let bOff = bz * u32(uniforms.strideB);
+        let cBase = bz * M * N;
+        ${A.regs}
+        ${B.regs}
+        ${accs.join("\n        ")}
+        let nk = (K + ${t.bk - 1}u) / ${t.bk}u;
+        var k0 = 0u;
+        var cur = 0u;
+        ${bufs === 2 ? `{
+          ${A.load}
+          ${B.load}
+          let aBase = 0u;
+          let bBase = 0u;
+          ${A.store}
+          ${B.store}
+        }
+        workgroupBarrier();` : ""}
+        for (var kt = 0u; kt < nk; kt = kt + 1u) {
+          ${bufs === 2 ? `k0 = (kt + 1u) * ${t.bk}u;
+          let more = kt + 1u < nk;
+          if (more) {
+            ${A.load}
+            ${B.load}
+          }` : `k0 = kt * ${t.bk}u;
+          {
+            ${A.load}
+            ${B.load}
+            let aBase = 0u;
+            let bBase = 0u;
+            ${A.store}
+            ${B.store}
+          }
+          workgroupBarrier();`}
+          for (var kk = 0u; kk < ${t.bk / 16}u; kk = kk + 1u) {
+            ${macs.join("\n            ")}
+          }
+          ${bufs === 2 ? `if (more) {
+            let aBase = ${aBaseOf(next)};
+            let bBase = ${bBaseOf(next)};
+            ${A.store}
+            ${B.store}
+          }
+          workgroupBarrier();
+          cur = ${next};` : "workgroupBarrier();"}
+        }
+        if (m0 + ${t.bm}u <= M && n0 + ${t.bn}u <= N) {
+          ${stores.join("\n          ")}
+        } else {
+          ${edge.join("")}
+        }
+      }`;
+  }
+}
+
+/** Floating-point work of a product (2 m n k a batch). */
+export function gemmFlops(s: GemmShape): number {
+  return 2 * s.batch * s.m * s.n * s.k;
+}
+
+// ---- direct kernel: padded f16 operands, fragments loaded straight from storage ----------------
+//
+// The staged kernel above is right with one workgroup buffer but gave wrong results on the
+// H200 wherever a subgroup-matrix load or store touched workgroup memory at a second buffer or
+// the edge scratch (docs/gpu.md), and it ran at 17-22 TFLOP/s. This kernel uses no workgroup
+// memory: PackPadProgram writes each operand as f16 into a zero-padded copy (rows to the tile,
+// columns to 16), so every fragment load is in bounds, and the output is padded the same way
+// (sliced back by the caller when the shape is not a multiple).
+
+/** Marks user code whose named inputs are f16 storage (the shader hook rewrites tfjs's declarations). */
+export const F16_BINDINGS = "// verl-f16-bindings:";
+
+/** tfjs declares inputs by dtype (array<i32> for packed words): rewrite the marked ones to array<f16>. */
+export function rewriteF16Bindings(code: string): string {
+  const at = code.indexOf(F16_BINDINGS);
+  if (at < 0) return code;
+  const names = code.slice(at + F16_BINDINGS.length, code.indexOf("\n", at)).split(",").map((x) => x.trim()).filter(Boolean);
+  let out = code;
+  for (const n of names) out = out.replace(new RegExp(`(var<storage, read> ${n}\\s*:\\s*)array<.*?>;`), "$1array<f16>;");
+  return out;
+}
+
+export const roundUp = (x: number, m: number) => Math.ceil(x / m) * m;
+
+/**
+ * float32 [batch, rows, cols] -> f16 [batch, rowsP, colsP] zero-padded, as int32 words (two halves
+ * a word; colsP even). Rounded to f16, or to bf16 precision first.
+ */
+export class PackPadProgram implements GpuProgram {
+  variableNames = ["x"];
+  outputShape: number[];
+  shaderKey: string;
+  dispatchLayout = { x: [0] };
+  dispatch: [number, number, number];
+  workgroupSize: [number, number, number] = [256, 1, 1];
+  uniforms = "rows : i32, cols : i32, rowsP : i32, colsP : i32, words : i32,";
+  readonly words: number;
+  constructor(private readonly batch: number, private readonly rows: number, private readonly cols: number,
+    private readonly rowsP: number, private readonly colsP: number, private readonly rounding: Rounding) {
+    if (colsP % 2 !== 0) throw new Error(`PackPadProgram: padded columns ${colsP} must be even`);
+    this.words = (batch * rowsP * colsP) / 2;
+    this.outputShape = [this.words];
+    const groups = Math.ceil(this.words / 256);
+    this.dispatch = [Math.min(groups, 32768), Math.ceil(groups / 32768), 1];
+    this.shaderKey = `verlPackPad_${rounding}`;
+  }
+  uniformValues(): UniformValue[] {
+    return [this.rows, this.cols, this.rowsP, this.colsP, this.words].map((v) => ({ type: "int32" as const, data: [v] }));
+  }
+  getUserCode(): string {
+    const r = this.rounding === "bf16";
+    const v = (e: string) => (r ? `verlBf16(${e})` : e);
+    return `${r ? BF16_FN : ""}
+      fn verlAt(b : i32, row : i32, col : i32) -> f32 {
+        if (row < uniforms.rows && col < uniforms.cols) { return x[(b * uniforms.rows + row) * uniforms.cols + col]; }
+        return 0.0;
+      }
+      fn main(index : i32) {
+        if (index < uniforms.words) {
+          let e = index * 2;
+          let perB = uniforms.rowsP * uniforms.colsP;
+          let b = e / perB;
+          let rem = e - b * perB;
+          let row = rem / uniforms.colsP;
+          let col = rem - row * uniforms.colsP;
+          result[index] = bitcast<i32>(pack2x16float(vec2<f32>(${v("verlAt(b, row, col)")}, ${v("verlAt(b, row, col + 1)")})));
+        }
+      }`;
+  }
+}
+
+/** Direct kernel shape: subgroups per workgroup and fragments per subgroup, K steps unrolled. */
+export interface DirectTile { sgM: number; sgN: number; tm: number; tn: number; unroll: 1 | 2 }
+/** The best of the H200 sweep (docs/gpu.md): 2 x 2 subgroups of 4 x 4 fragments, 128 x 128 a workgroup. */
+export const DEFAULT_DIRECT_TILE: DirectTile = { sgM: 2, sgN: 2, tm: 4, tn: 4, unroll: 1 };
+
+/** Padded extents of a product for a direct tile. */
+export function directPadding(s: GemmShape, t: DirectTile): { mP: number; nP: number; kP: number } {
+  return { mP: roundUp(s.m, 16 * t.tm * t.sgM), nP: roundUp(s.n, 16 * t.tn * t.sgN), kP: roundUp(s.k, 16 * t.unroll) };
+}
+
+/**
+ * C[b] (float32 [batch, mP, nP]) = op(A[b]) op(B[b]) from padded f16 operands: A as [mP, kP]
+ * (or [kP, mP] transposed), B as [kP, nP] (or [nP, kP]).
+ */
+export class DirectGemmProgram implements GpuProgram {
+  variableNames = ["a", "b"];
+  outputShape: number[];
+  shaderKey: string;
+  dispatchLayout = { x: [2], y: [1], z: [0] };
+  dispatch: [number, number, number];
+  workgroupSize: [number, number, number];
+  uniforms = "mP : i32, nP : i32, kP : i32, strideA : i32, strideB : i32,";
+  readonly pad: { mP: number; nP: number; kP: number };
+  constructor(private readonly s: GemmShape, private readonly t: DirectTile) {
+    this.pad = directPadding(s, t);
+    this.outputShape = [s.batch, this.pad.mP, this.pad.nP];
+    this.workgroupSize = [32 * t.sgM * t.sgN, 1, 1];
+    this.dispatch = [this.pad.nP / (16 * t.tn * t.sgN), this.pad.mP / (16 * t.tm * t.sgM), s.batch];
+    this.shaderKey = `verlDirectGemm_${t.sgM}x${t.sgN}_${t.tm}x${t.tn}_u${t.unroll}_${s.transposeA ? "T" : "N"}${s.transposeB ? "T" : "N"}`;
+  }
+  uniformValues(): UniformValue[] {
+    const { mP, nP, kP } = this.pad, s = this.s, i = (v: number): UniformValue => ({ type: "int32", data: [v] });
+    return [i(mP), i(nP), i(kP), i(s.batchA > 1 ? mP * kP : 0), i(s.batchB > 1 ? kP * nP : 0)];
+  }
+  getUserCode(): string {
+    const { s, t } = this;
+    const L = "subgroup_matrix_left<f16, 16, 16>", R = "subgroup_matrix_right<f16, 16, 16>", C = "subgroup_matrix_result<f32, 16, 16>";
+    const aFrag = (i: number, k: string) => s.transposeA
+      ? `subgroupMatrixLoad<${L}, col_major>(&a, aOff + (${k}) * mP + row0 + ${i * 16}u, mP)`
+      : `subgroupMatrixLoad<${L}, row_major>(&a, aOff + (row0 + ${i * 16}u) * kP + ${k}, kP)`;
+    const bFrag = (j: number, k: string) => s.transposeB
+      ? `subgroupMatrixLoad<${R}, col_major>(&b, bOff + (col0 + ${j * 16}u) * kP + ${k}, kP)`
+      : `subgroupMatrixLoad<${R}, row_major>(&b, bOff + (${k}) * nP + col0 + ${j * 16}u, nP)`;
+    const acc: string[] = [], body: string[] = [], store: string[] = [];
+    for (let i = 0; i < t.tm; i++) for (let j = 0; j < t.tn; j++) acc.push(`var c${i}_${j} : ${C};`);
+    for (let u = 0; u < t.unroll; u++) {
+      const k = u === 0 ? "k" : `k + ${16 * u}u`;
+      for (let i = 0; i < t.tm; i++) body.push(`let a${u}_${i} = ${aFrag(i, k)};`);
+      for (let j = 0; j < t.tn; j++) body.push(`let b${u}_${j} = ${bFrag(j, k)};`);
+    }
+    for (let u = 0; u < t.unroll; u++) for (let i = 0; i < t.tm; i++) for (let j = 0; j < t.tn; j++) body.push(`c${i}_${j} = subgroupMatrixMultiplyAccumulate(a${u}_${i}, b${u}_${j}, c${i}_${j});`);
+    for (let i = 0; i < t.tm; i++) for (let j = 0; j < t.tn; j++) {
+      store.push(`subgroupMatrixStore<row_major>(&result, cOff + (row0 + ${i * 16}u) * nP + col0 + ${j * 16}u, c${i}_${j}, nP);`);
+    }
+    return `
+      enable f16;
+      enable chromium_experimental_subgroup_matrix;
+      diagnostic(off, chromium.subgroup_matrix_uniformity);
+      ${F16_BINDINGS} a,b
+      var<workgroup> wgShared : vec3<u32>;
+      fn main() {
+        let tid = localIndex;
+        if (tid == 0u) { wgShared = workgroupId; }
+        let wid = workgroupUniformLoad(&wgShared);
+        let sg = tid / 32u;
+        let mP = u32(uniforms.mP);
+        let nP = u32(uniforms.nP);
+        let kP = u32(uniforms.kP);
+        let row0 = wid.y * ${16 * t.tm * t.sgM}u + (sg / ${t.sgN}u) * ${16 * t.tm}u;
+        let col0 = wid.x * ${16 * t.tn * t.sgN}u + (sg % ${t.sgN}u) * ${16 * t.tn}u;
+        let aOff = wid.z * u32(uniforms.strideA);
+        let bOff = wid.z * u32(uniforms.strideB);
+        let cOff = wid.z * mP * nP;
+        ${acc.join("\n        ")}
+        for (var k = 0u; k < kP; k = k + ${16 * t.unroll}u) {
+          ${body.join("\n          ")}
+        }
+        ${store.join("\n        ")}
+      }`;
+  }
+}
