@@ -117,6 +117,7 @@ export class AgentLoopManager {
     const inputIds = batch.batch.input_ids;
     const attention = batch.batch.attention_mask;
     const limiter = new Semaphore(this.settings.agent.maxConcurrentLoops);
+    await this.opts.server.wakeUp?.();
     const start = performance.now();
     let settled: PromiseSettledResult<AgentLoopOutput>[];
     try {

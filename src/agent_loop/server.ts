@@ -45,6 +45,11 @@ export interface TokenOutput {
 export interface AsyncRolloutServer {
   generate(requestId: string, promptIds: readonly number[], params: GenerationParams): Promise<TokenOutput>;
   /**
+   * Optional: get ready for a batch with the current weights (verl's rollout wake_up), e.g.
+   * read them back from the device; the manager awaits it before the batch's loops start.
+   */
+  wakeUp?(): Promise<void>;
+  /**
    * Optional: free caches and forget the weights once idle (verl's rollout sleep).
    * The manager calls it after every batch, since the trainer updates weights in between.
    */
