@@ -12,7 +12,7 @@ import { KvCacheDecoder, type SlotDecoder, type SlotDecoderFactory } from "../ro
 import { readParamsForDecode } from "../rollout/decode_weights.js";
 import { TokenSampler } from "../rollout/sampling.js";
 import { Rng } from "../utils/rng.js";
-import { checkGenerationParams, type AsyncRolloutServer, type GenerationParams, type TokenOutput } from "./server.js";
+import { checkGenerationParams, RequestAbortedError, type AsyncRolloutServer, type GenerationParams, type TokenOutput } from "./server.js";
 
 export interface ContinuousBatchingServerOptions {
   /** Most sequences decoded together (rollout.max_num_seqs); also the number of cache slots. */
@@ -55,6 +55,8 @@ interface Request {
   slot: number;
   /** The last sampled token, fed at the next decode step. */
   next: number;
+  /** Set by abort(): the request was rejected and its slot parked; a step in flight only keeps the cache right. */
+  aborted?: boolean;
   resolve: (o: TokenOutput) => void;
   reject: (e: Error) => void;
 }
@@ -112,6 +114,13 @@ export class ContinuousBatchingServer implements AsyncRolloutServer {
 
   stats(): BatchingServerStats {
     return { ...this.counters };
+  }
+
+  /** Reject every waiting and running request; running ones park their slots (the cache stays valid). */
+  abort(): void {
+    const err = new RequestAbortedError();
+    for (const r of this.waiting.splice(0)) { r.aborted = true; r.reject(err); }
+    for (const r of this.active.splice(0)) { r.aborted = true; this.parked.push(r.slot); r.reject(err); }
   }
 
   /** The host decoder copies the weights: read them asynchronously first (WebGPU has no sync read). */
@@ -182,10 +191,10 @@ export class ContinuousBatchingServer implements AsyncRolloutServer {
       const suffix = req.prompt.slice(reuse);
       this.counters.reusedTokens += reuse;
       this.counters.prefillTokens += suffix.length;
+      this.active.push(req);
       const logits = await this.prefill(engine, slot, reuse, suffix);
       cache.push(...suffix);
-      this.active.push(req);
-      this.accept(req, logits, 0);
+      if (!req.aborted) this.accept(req, logits, 0);
     }
   }
 
@@ -235,7 +244,7 @@ export class ContinuousBatchingServer implements AsyncRolloutServer {
     this.counters.decodeSteps++;
     this.counters.decodeTokens += rows.length;
     this.counters.maxBatch = Math.max(this.counters.maxBatch, rows.length);
-    rows.forEach((r, i) => this.accept(r, logits, i * engine.vocabSize));
+    rows.forEach((r, i) => { if (!r.aborted) this.accept(r, logits, i * engine.vocabSize); });
   }
 
   /** Sample the request's next token from its logits row; finish it or keep it for the next step. */

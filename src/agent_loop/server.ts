@@ -50,10 +50,23 @@ export interface AsyncRolloutServer {
    */
   wakeUp?(): Promise<void>;
   /**
+   * Optional: stop every request now (verl's abort_request(abort_all=True)); each pending
+   * generate rejects with RequestAbortedError. Without it, requests in flight run to the end.
+   */
+  abort?(): void;
+  /**
    * Optional: free caches and forget the weights once idle (verl's rollout sleep).
    * The manager calls it after every batch, since the trainer updates weights in between.
    */
   sleep?(): Promise<void>;
+}
+
+/** What a request stopped by `abort` rejects with. */
+export class RequestAbortedError extends Error {
+  constructor() {
+    super("rollout request aborted");
+    this.name = "RequestAbortedError";
+  }
 }
 
 /** Throws a clear error for impossible parameters (a bad config key reaches here). */
