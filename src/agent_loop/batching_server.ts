@@ -3,14 +3,16 @@
 // prefill into a free slot) and leave when they stop, so one decode step
 // advances every live conversation at once. A finished request's cache is
 // parked: a later prompt that extends it (the next turn of the same
-// conversation) prefills only the new tokens. The decoding is the rollout's
-// KvCacheDecoder: one cache row per slot, each row at its own column.
+// conversation) prefills only the new tokens. The decoding is a rollout engine's
+// SlotDecoder (the host KvCacheDecoder by default, the WebGPU decoder's slot entry
+// point on a GPU rank): one cache row per slot, each row at its own column.
 import { hostKernels, JsKernels } from "../engine/host_kernels.js";
 import type { LlamaModel } from "../models/llama.js";
-import { KvCacheDecoder } from "../rollout/decoder.js";
+import { KvCacheDecoder, type SlotDecoder, type SlotDecoderFactory } from "../rollout/decoder.js";
+import { readParamsForDecode } from "../rollout/decode_weights.js";
 import { TokenSampler } from "../rollout/sampling.js";
 import { Rng } from "../utils/rng.js";
-import { checkGenerationParams, type AsyncRolloutServer, type GenerationParams, type TokenOutput } from "./server.js";
+import { checkGenerationParams, RequestAbortedError, type AsyncRolloutServer, type GenerationParams, type TokenOutput } from "./server.js";
 
 export interface ContinuousBatchingServerOptions {
   /** Most sequences decoded together (rollout.max_num_seqs); also the number of cache slots. */
@@ -23,8 +25,10 @@ export interface ContinuousBatchingServerOptions {
   rng: Rng;
   /** Prompt tokens per prefill forward call. */
   prefillChunk?: number;
-  /** "js" forces the plain-JS products (tests); default picks XNNPACK on wasm. */
+  /** "js" forces the plain-JS products (tests); default picks XNNPACK on wasm. Host decoder only. */
   kernels?: "auto" | "js";
+  /** The decoder of the cache slots (a rollout engine's); default: the host KvCacheDecoder. */
+  decoder?: SlotDecoderFactory;
 }
 
 export interface BatchingServerStats {
@@ -51,6 +55,8 @@ interface Request {
   slot: number;
   /** The last sampled token, fed at the next decode step. */
   next: number;
+  /** Set by abort(): the request was rejected and its slot parked; a step in flight only keeps the cache right. */
+  aborted?: boolean;
   resolve: (o: TokenOutput) => void;
   reject: (e: Error) => void;
 }
@@ -58,7 +64,7 @@ interface Request {
 const yieldToEventLoop = () => new Promise<void>((resolve) => setImmediate(resolve));
 
 export class ContinuousBatchingServer implements AsyncRolloutServer {
-  private engine: KvCacheDecoder | undefined;
+  private engine: SlotDecoder | undefined;
   private readonly waiting: Request[] = [];
   private readonly active: Request[] = [];
   /** Token ids whose K/V each slot holds (its length is the slot's next cache column and position). */
@@ -110,6 +116,18 @@ export class ContinuousBatchingServer implements AsyncRolloutServer {
     return { ...this.counters };
   }
 
+  /** Reject every waiting and running request; running ones park their slots (the cache stays valid). */
+  abort(): void {
+    const err = new RequestAbortedError();
+    for (const r of this.waiting.splice(0)) { r.aborted = true; r.reject(err); }
+    for (const r of this.active.splice(0)) { r.aborted = true; this.parked.push(r.slot); r.reject(err); }
+  }
+
+  /** The host decoder copies the weights: read them asynchronously first (WebGPU has no sync read). */
+  async wakeUp(): Promise<void> {
+    if (!this.opts.decoder) await readParamsForDecode(this.model);
+  }
+
   /** Wait for every request to finish, then drop the engine and caches; the next request re-reads the weights. */
   async sleep(): Promise<void> {
     if (this.running) await new Promise<void>((resolve) => this.idleWaiters.push(resolve));
@@ -129,8 +147,8 @@ export class ContinuousBatchingServer implements AsyncRolloutServer {
   private async loop(): Promise<void> {
     while (this.waiting.length > 0 || this.active.length > 0) {
       try {
-        this.admit();
-        if (this.active.length > 0) this.decodeStep();
+        await this.admit();
+        if (this.active.length > 0) await this.decodeStep();
       } catch (e) {
         this.failAll(e instanceof Error ? e : new Error(String(e)));
       }
@@ -140,13 +158,16 @@ export class ContinuousBatchingServer implements AsyncRolloutServer {
     this.idleWaiters.splice(0).forEach((w) => w());
   }
 
-  private ensureEngine(): KvCacheDecoder {
+  private ensureEngine(): SlotDecoder {
     if (!this.engine) {
-      // Own kernels, so the decoder owns its weight copy (read now) and sleep() releases every tensor.
-      this.engine = new KvCacheDecoder(this.model, this.opts.maxNumSeqs, this.opts.maxModelLen, {
-        kernels: this.opts.kernels === "js" ? new JsKernels() : hostKernels(),
-        maxRowsPerCall: this.prefillChunk(),
-      });
+      const { maxNumSeqs, maxModelLen, decoder } = this.opts;
+      // Own kernels, so the host decoder owns its weight copy (read now) and sleep() releases every tensor.
+      this.engine = decoder
+        ? decoder(this.model, maxNumSeqs, maxModelLen, this.prefillChunk())
+        : new KvCacheDecoder(this.model, maxNumSeqs, maxModelLen, {
+          kernels: this.opts.kernels === "js" ? new JsKernels() : hostKernels(),
+          maxRowsPerCall: this.prefillChunk(),
+        });
       this.counters.enginesBuilt++;
       this.free.length = 0;
       for (let s = this.opts.maxNumSeqs - 1; s >= 0; s--) this.free.push(s);
@@ -158,7 +179,7 @@ export class ContinuousBatchingServer implements AsyncRolloutServer {
   }
 
   /** Prefill waiting requests into slots while any is free or parked. */
-  private admit(): void {
+  private async admit(): Promise<void> {
     while (this.waiting.length > 0 && this.active.length < this.opts.maxNumSeqs) {
       const engine = this.ensureEngine();
       const req = this.waiting.shift()!;
@@ -170,10 +191,10 @@ export class ContinuousBatchingServer implements AsyncRolloutServer {
       const suffix = req.prompt.slice(reuse);
       this.counters.reusedTokens += reuse;
       this.counters.prefillTokens += suffix.length;
-      const logits = this.prefill(engine, slot, reuse, suffix);
-      cache.push(...suffix);
       this.active.push(req);
-      this.accept(req, logits, 0);
+      const logits = await this.prefill(engine, slot, reuse, suffix);
+      cache.push(...suffix);
+      if (!req.aborted) this.accept(req, logits, 0);
     }
   }
 
@@ -182,13 +203,13 @@ export class ContinuousBatchingServer implements AsyncRolloutServer {
   }
 
   /** Feed `tokens` to `slot` from column `start` on, in chunks; returns the last token's logits [V]. */
-  private prefill(engine: KvCacheDecoder, slot: number, start: number, tokens: number[]): Float32Array {
+  private async prefill(engine: SlotDecoder, slot: number, start: number, tokens: number[]): Promise<Float32Array> {
     const rows = Int32Array.of(slot), chunk = this.prefillChunk();
     let logits: Float32Array = new Float32Array(0);
     for (let c0 = 0; c0 < tokens.length; c0 += chunk) {
       const T = Math.min(chunk, tokens.length - c0), col = start + c0;
       const pos = Int32Array.from({ length: T }, (_, i) => col + i);
-      logits = engine.forwardRows(rows, Int32Array.from(tokens.slice(c0, c0 + T)), pos, Int32Array.of(col), T);
+      logits = await engine.forwardRows(rows, Int32Array.from(tokens.slice(c0, c0 + T)), pos, Int32Array.of(col), T);
     }
     return logits;
   }
@@ -213,17 +234,17 @@ export class ContinuousBatchingServer implements AsyncRolloutServer {
   }
 
   /** One token for every active request. */
-  private decodeStep(): void {
+  private async decodeStep(): Promise<void> {
     const engine = this.engine!;
     const rows = this.active.slice();
     // no padding: each row's next cache column is also its position
     const cols = Int32Array.from(rows, (r) => this.cached[r.slot]!.length);
-    const logits = engine.forwardRows(Int32Array.from(rows, (r) => r.slot), Int32Array.from(rows, (r) => r.next), cols, cols, 1);
+    const logits = await engine.forwardRows(Int32Array.from(rows, (r) => r.slot), Int32Array.from(rows, (r) => r.next), cols, cols, 1);
     for (const r of rows) this.cached[r.slot]!.push(r.next);
     this.counters.decodeSteps++;
     this.counters.decodeTokens += rows.length;
     this.counters.maxBatch = Math.max(this.counters.maxBatch, rows.length);
-    rows.forEach((r, i) => this.accept(r, logits, i * engine.vocabSize));
+    rows.forEach((r, i) => { if (!r.aborted) this.accept(r, logits, i * engine.vocabSize); });
   }
 
   /** Sample the request's next token from its logits row; finish it or keep it for the next step. */

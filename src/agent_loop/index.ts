@@ -6,7 +6,7 @@ export { SingleTurnAgentLoop } from "./single_turn.js";
 export { ToolAgentLoop, AgentState } from "./tool_agent.js";
 export { AgentData } from "./agent_data.js";
 export { emptyMetrics, type AgentLoopMetrics, type AgentLoopOutput, type AgentLoopRow } from "./types.js";
-export { checkGenerationParams, seededForTurn, type AsyncRolloutServer, type GenerationParams, type TokenOutput } from "./server.js";
+export { checkGenerationParams, seededForTurn, RequestAbortedError, type AsyncRolloutServer, type GenerationParams, type TokenOutput } from "./server.js";
 export { ContinuousBatchingServer, type ContinuousBatchingServerOptions, type BatchingServerStats } from "./batching_server.js";
 export { ToolParser, HermesToolParser, registerToolParser, getToolParser, toolParserNames, parseCallJson, type FunctionCall, type ToolParseResult, type ToolParserClass } from "./tool_parser.js";
 export { resolveAgentLoopSettings, type AgentLoopSettings, type TruncateSide } from "./settings.js";

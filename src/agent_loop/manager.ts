@@ -13,9 +13,9 @@ import { agentLoopCounters, agentLoopTiming, buildRolloutTensors, extraFieldColu
 import { getAgentLoopClass, loadAgentLoopConfig, type AgentLoopSpec } from "./registry.js";
 import { AgentLoopResources } from "./resources.js";
 import { Semaphore } from "./semaphore.js";
-import { checkGenerationParams, type AsyncRolloutServer, type GenerationParams } from "./server.js";
+import { checkGenerationParams, RequestAbortedError, type AsyncRolloutServer, type GenerationParams } from "./server.js";
 import { resolveAgentLoopSettings, type AgentLoopSettings } from "./settings.js";
-import type { AgentLoopOutput, AgentLoopRow } from "./types.js";
+import { emptyMetrics, type AgentLoopOutput, type AgentLoopRow } from "./types.js";
 
 export interface AgentLoopManagerOptions {
   /** The trainer config (plain nested object with actor_rollout_ref.rollout, data, ...). */
@@ -117,12 +117,34 @@ export class AgentLoopManager {
     const inputIds = batch.batch.input_ids;
     const attention = batch.batch.attention_mask;
     const limiter = new Semaphore(this.settings.agent.maxConcurrentLoops);
+    const server = this.opts.server;
+    await server.wakeUp?.();
+    // verl's over_sample_rate (training only): once int(n * (1 - rate)) rows finished, the rest are
+    // aborted and padded (an empty response, response_mask 0), so stragglers do not hold up the step.
+    const target = validate ? n : Math.trunc(n * (1 - this.settings.overSampleRate));
+    let finished = 0, aborted = false;
+    const gated: AsyncRolloutServer = {
+      generate: (id, prompt, p) => (aborted ? Promise.reject(new RequestAbortedError()) : server.generate(id, prompt, p)),
+    };
+    const runRow = async (cls: AgentLoopClass, kwargs: Record<string, unknown>, i: number): Promise<AgentLoopOutput | null> => {
+      if (aborted) return null;
+      try {
+        const out = await this.runOne(cls, kwargs, params, this.row(batch, i, inputIds, attention), gated);
+        if (aborted) return null;
+        if (++finished >= target && target < n) {
+          aborted = true;
+          server.abort?.();
+        }
+        return out;
+      } catch (e) {
+        if (aborted) return null;
+        throw e;
+      }
+    };
     const start = performance.now();
-    let settled: PromiseSettledResult<AgentLoopOutput>[];
+    let settled: PromiseSettledResult<AgentLoopOutput | null>[];
     try {
-      settled = await Promise.allSettled(
-        loops.map(({ cls, kwargs }, i) => limiter.run(() => this.runOne(cls, kwargs, params, this.row(batch, i, inputIds, attention)))),
-      );
+      settled = await Promise.allSettled(loops.map(({ cls, kwargs }, i) => limiter.run(() => runRow(cls, kwargs, i))));
     } finally {
       // The trainer changes the weights before the next batch: let the server re-read them.
       await this.opts.server.sleep?.();
@@ -133,8 +155,26 @@ export class AgentLoopManager {
       const msg = reason instanceof Error ? reason.message : String(reason);
       throw new Error(`agent loop for row ${failed} failed: ${msg}`, { cause: reason });
     }
-    const outputs = settled.map((s) => (s as PromiseFulfilledResult<AgentLoopOutput>).value);
+    const results = settled.map((s) => (s as PromiseFulfilledResult<AgentLoopOutput | null>).value);
+    const outputs = results.map((o, i) => o ?? this.abortedRow(this.row(batch, i, inputIds, attention), results));
     return this.pack(outputs, batch, (performance.now() - start) / 1000);
+  }
+
+  /**
+   * An aborted row (over_sample_rate): its prompt and an empty response, so it adds nothing to
+   * the policy loss; log-probs and a reward of 0 where the finished rows have them, so the batch keeps its columns.
+   */
+  private abortedRow(row: AgentLoopRow, results: (AgentLoopOutput | null)[]): AgentLoopOutput {
+    const done = results.filter((o): o is AgentLoopOutput => o !== null);
+    return {
+      promptIds: row.promptIds ?? [],
+      responseIds: [], responseMask: [],
+      responseLogprobs: done.length > 0 && done.every((o) => o.responseLogprobs) ? [] : null,
+      rewardScore: done.length > 0 && done.every((o) => typeof o.rewardScore === "number") ? 0 : null,
+      numTurns: 1,
+      metrics: emptyMetrics(),
+      extraFields: {},
+    };
   }
 
   private row(batch: DataProto, i: number, inputIds: TensorData | undefined, attention: TensorData | undefined): AgentLoopRow {
@@ -143,8 +183,8 @@ export class AgentLoopManager {
     return { index: i, fields, promptIds: inputIds ? rowPromptIds(inputIds, attention, i) : undefined };
   }
 
-  private async runOne(cls: AgentLoopClass, kwargs: Record<string, unknown>, params: GenerationParams, row: AgentLoopRow): Promise<AgentLoopOutput> {
-    const { config, tokenizer, server } = this.opts;
+  private async runOne(cls: AgentLoopClass, kwargs: Record<string, unknown>, params: GenerationParams, row: AgentLoopRow, server: AsyncRolloutServer): Promise<AgentLoopOutput> {
+    const { config, tokenizer } = this.opts;
     const loop = new cls({ config, settings: this.settings, server, tokenizer, resources: this.resources, kwargs });
     return loop.run(params, row);
   }

@@ -45,10 +45,28 @@ export interface TokenOutput {
 export interface AsyncRolloutServer {
   generate(requestId: string, promptIds: readonly number[], params: GenerationParams): Promise<TokenOutput>;
   /**
+   * Optional: get ready for a batch with the current weights (verl's rollout wake_up), e.g.
+   * read them back from the device; the manager awaits it before the batch's loops start.
+   */
+  wakeUp?(): Promise<void>;
+  /**
+   * Optional: stop every request now (verl's abort_request(abort_all=True)); each pending
+   * generate rejects with RequestAbortedError. Without it, requests in flight run to the end.
+   */
+  abort?(): void;
+  /**
    * Optional: free caches and forget the weights once idle (verl's rollout sleep).
    * The manager calls it after every batch, since the trainer updates weights in between.
    */
   sleep?(): Promise<void>;
+}
+
+/** What a request stopped by `abort` rejects with. */
+export class RequestAbortedError extends Error {
+  constructor() {
+    super("rollout request aborted");
+    this.name = "RequestAbortedError";
+  }
 }
 
 /** Throws a clear error for impossible parameters (a bad config key reaches here). */

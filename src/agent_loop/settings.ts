@@ -33,6 +33,8 @@ export interface AgentLoopSettings {
   /** rollout.max_num_seqs: how many sequences the batching server decodes at once. */
   maxNumSeqs: number;
   freeCacheEngine: boolean;
+  /** rollout.over_sample_rate: training batches stop once (1 - rate) of their requests finished. */
+  overSampleRate: number;
 }
 
 const ROLLOUT = "actor_rollout_ref.rollout";
@@ -97,9 +99,12 @@ export function resolveAgentLoopSettings(cfg: unknown): AgentLoopSettings {
   if (kwargs !== undefined && kwargs !== null && (typeof kwargs !== "object" || Array.isArray(kwargs))) {
     throw new Error(`config key data.apply_chat_template_kwargs must be a mapping, got ${JSON.stringify(kwargs)}`);
   }
+  const overSampleRate = num(cfg, `${ROLLOUT}.over_sample_rate`, 0);
+  if (!(overSampleRate >= 0 && overSampleRate < 1)) throw new Error(`config key ${ROLLOUT}.over_sample_rate must be in [0, 1), got ${overSampleRate}`);
   return {
     promptLength,
     responseLength,
+    overSampleRate,
     temperature: num(cfg, `${ROLLOUT}.temperature`, 1.0),
     topP: num(cfg, `${ROLLOUT}.top_p`, 1.0),
     topK: int(cfg, `${ROLLOUT}.top_k`, -1, -1),

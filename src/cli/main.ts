@@ -107,7 +107,9 @@ export function buildProgram(): Command {
     .description("verl-ts: reinforcement learning for language models, configured like verl")
     .version(packageVersion())
     .exitOverride()
-    .showSuggestionAfterError();
+    .showSuggestionAfterError()
+    // `verl run SCRIPT --flag`: options after the script are the script's (passThroughOptions)
+    .enablePositionalOptions();
 
   for (const c of CONFIG_COMMANDS) {
     program
@@ -145,6 +147,18 @@ export function buildProgram(): Command {
         await run({ config, overrides, options: { ...opts } });
       });
   }
+
+  program
+    .command("run")
+    .description("run one of verl's shell scripts as it is: its python3 -m verl.trainer.* calls run the matching verl subcommand")
+    .argument("<script>", "the script (bash)")
+    .argument("[args...]", "the script's own arguments (its \"$@\")")
+    .allowUnknownOption()
+    .passThroughOptions()
+    .action(async (script: string, args: string[]) => {
+      const run = await loadRunner("run");
+      await run({ config: {}, overrides: [], options: { script, args } });
+    });
 
   program
     .command("preprocess")

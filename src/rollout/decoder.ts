@@ -28,7 +28,28 @@ export interface StepDecoder {
   dispose(): void;
 }
 
-export class KvCacheDecoder implements StepDecoder {
+/**
+ * A decoder of independent cache rows ("slots"), each at its own column: what a
+ * continuous-batching server drives (requests join and leave between calls, a
+ * finished conversation's row is kept for its next turn). A GPU decoder may
+ * answer asynchronously.
+ */
+export interface SlotDecoder {
+  readonly vocabSize: number;
+  /**
+   * T new tokens for each of `rows`, at columns slotStart[r] .. slotStart[r]+T-1 (positions
+   * per token); returns the logits [rows.length, V] of each row's last new token, valid until the next call.
+   */
+  forwardRows(rows: Int32Array, tokens: Int32Array, positions: Int32Array, slotStart: Int32Array, T: number): Float32Array | Promise<Float32Array>;
+  /** Keep only columns [0, len) of `row`. */
+  truncateRow(row: number, len: number): void;
+  dispose(): void;
+}
+
+/** Builds a SlotDecoder of `slots` rows of `maxLen` columns over the model's current weights. */
+export type SlotDecoderFactory = (model: LlamaModel, slots: number, maxLen: number, prefillChunk: number) => SlotDecoder;
+
+export class KvCacheDecoder implements StepDecoder, SlotDecoder {
   readonly vocabSize: number;
   private readonly c: ModelConfig;
   private readonly kernels: HostKernels;

@@ -19,6 +19,7 @@ import { paramIds, sameIds } from "./decode_weights.js";
 import type { DataProto } from "../protocol/data_proto.js";
 import type { Rng } from "../utils/rng.js";
 import { assembleRollout, promptRows } from "./generate.js";
+import type { SlotDecoder, SlotDecoderFactory } from "./decoder.js";
 import { isGreedy, type SamplingParams } from "./sampling.js";
 import {
   AttentionProgram, CacheWriteProgram, EmbedProgram, RmsNormProgram, SamplerProgram, SwiGluProgram,
@@ -178,16 +179,19 @@ class DecodeStep {
    * k and v into the caches; returns the logits [rows, V] of each row's last token, or
    * nothing when `logits` is false.
    */
-  private forward(sess: Session, tok: tf.Tensor, posT: tf.Tensor, place: Placement, logits: boolean): tf.Tensor | undefined {
+  forward(sess: Session, tok: tf.Tensor, posT: tf.Tensor, place: Placement, logits: boolean, placeT?: tf.Tensor): tf.Tensor | undefined {
     const s = this.s, model = this.model, N = place.nTok, uni = placementUniforms(place), count = [{ type: "int32" as const, data: [N] }];
+    // with placeT each token names its cache row and column (WebGpuSlotDecoder); else rows in order from column slot0
+    const placed = <T extends GpuProgram>(p: T): T => (placeT ? placedByTensor(p) : p);
+    const extra = placeT ? [placeT] : [];
     let x = this.program(new EmbedProgram(s.dim, N), [model.p("model.embed_tokens.weight"), tok], "float32", count);
     for (let l = 0; l < model.config.nLayers; l++) {
       const L = this.w.layers[l]!, p = (n: string) => model.p(`model.layers.${l}.${n}`), cache = sess.caches[l]!;
       const next = tf.tidy(() => {
         let qkv: tf.Tensor = this.mm(this.rmsNorm(x, p("input_layernorm.weight"), N), L.wqkv);
         if (model.config.qkNorm) qkv = this.headNorms(qkv, l, N);
-        this.backend.runWebGPUProgram(new CacheWriteProgram(s, N, cache.size), [qkv, L.bqkv, sess.rope, posT], "float32", uni, cache);
-        const att = this.program(new AttentionProgram(s, N), [qkv, L.bqkv, sess.rope, posT, sess.mask, cache], "float32", uni);
+        this.backend.runWebGPUProgram(placed(new CacheWriteProgram(s, N, cache.size)), [qkv, L.bqkv, sess.rope, posT, ...extra], "float32", uni, cache);
+        const att = this.program(placed(new AttentionProgram(s, N)), [qkv, L.bqkv, sess.rope, posT, sess.mask, cache, ...extra], "float32", uni);
         const h = tf.add(x, this.mm(att, L.wo));
         const gu = this.mm(this.rmsNorm(h, p("post_attention_layernorm.weight"), N), L.wgu);
         const act = this.program(new SwiGluProgram(s.hiddenDim, N), [gu], "float32", count);
@@ -294,3 +298,88 @@ class DecodeStep {
     return samp!;
   }
 }
+
+/**
+ * A cache-placing program (CacheWriteProgram, AttentionProgram) whose token n names its cache
+ * row and column in an extra int32 input `place` (rows [0, nTok), then columns), instead of
+ * the block layout "row n / tPer at column slot0 + n % tPer".
+ */
+function placedByTensor<T extends GpuProgram>(p: T): T {
+  const code = p.getUserCode(), row = "let b = n / uniforms.tPer;", col = "let slot = uniforms.slot0 + n % uniforms.tPer;";
+  if (!code.includes(row) || !code.includes(col)) throw new Error(`WebGPU slot decoder: program ${p.shaderKey} no longer places tokens as "${row} ${col}"; update placedByTensor`);
+  const placedCode = code.replace(row, "let b = place[n];").replace(col, "let slot = place[uniforms.nTok + n];");
+  const out = Object.create(Object.getPrototypeOf(p) as object) as T;
+  return Object.assign(out, p, { variableNames: [...p.variableNames, "place"], shaderKey: `${p.shaderKey}_placed`, getUserCode: () => placedCode });
+}
+
+/**
+ * The WebGPU decoder's per-request entry point (a SlotDecoder for the continuous-batching
+ * server of agent loops): `slots` cache rows of `maxLen` columns on the device, each row at
+ * its own column, so requests join and leave between calls and a conversation's row is
+ * continued at its next turn. The forward pass is the one `generate` runs; the logits of
+ * each row's last token are read back for the server's per-request sampling.
+ */
+export class WebGpuSlotDecoder implements SlotDecoder {
+  readonly vocabSize: number;
+  private readonly step: DecodeStep;
+  private readonly sess: Session;
+
+  constructor(private readonly model: LlamaModel, readonly slots: number, readonly maxLen: number) {
+    if (tf.getBackend() !== "webgpu") {
+      throw new Error(`rollout engine 'webgpu' decodes on the WebGPU backend (trainer.device=webgpu); this thread's backend is '${tf.getBackend()}'`);
+    }
+    const c = model.config, backend = tf.backend() as unknown as WebGpuBackendLike;
+    this.vocabSize = c.vocabSize;
+    const layerBytes = 2 * slots * c.nKvHeads * maxLen * c.headDim * 4, limit = backend.device.limits.maxStorageBufferBindingSize;
+    if (layerBytes > limit) {
+      throw new Error(`WebGPU slot decoder: ${slots} sequences x ${maxLen} positions need ${layerBytes} bytes of KV cache a layer, over the device's binding limit ${limit}; lower actor_rollout_ref.rollout.max_num_seqs or agent.max_concurrent_loops`);
+    }
+    this.step = new DecodeStep(model, gpuWeights(model, true), backend);
+    this.sess = {
+      rows: slots, maxLen, ropeRows: maxLen,
+      caches: Array.from({ length: c.nLayers }, () => tf.zeros([2 * slots * c.nKvHeads * maxLen * c.headDim]) as tf.Tensor1D),
+      // each row's columns up to its token are its own sequence's: nothing to mask
+      mask: tf.ones([slots * maxLen], "int32"),
+      rope: tf.tensor1d(ropeTable(c.headDim, c.ropeTheta, c.ropeScaling ?? null, maxLen)),
+    };
+  }
+
+  async forwardRows(rows: Int32Array, tokens: Int32Array, positions: Int32Array, slotStart: Int32Array, T: number): Promise<Float32Array> {
+    const c = this.model.config, R = rows.length, N = R * T;
+    if (tokens.length !== N || positions.length !== N || slotStart.length !== R) throw new Error("WebGPU slot decoder: tokens/positions must hold rows x T entries and slotStart one per row");
+    const place = new Int32Array(2 * N);
+    for (let r = 0; r < R; r++) {
+      if (rows[r]! < 0 || rows[r]! >= this.slots) throw new Error(`WebGPU slot decoder: row ${rows[r]} outside [0, ${this.slots})`);
+      if (slotStart[r]! < 0 || slotStart[r]! + T > this.maxLen) throw new Error(`WebGPU slot decoder: columns ${slotStart[r]}..${slotStart[r]! + T - 1} are past the cache length ${this.maxLen}`);
+      for (let t = 0; t < T; t++) {
+        const n = r * T + t;
+        if (positions[n]! < 0 || positions[n]! >= this.maxLen) throw new Error(`WebGPU slot decoder: position ${positions[n]} outside [0, ${this.maxLen})`);
+        if (tokens[n]! < 0 || tokens[n]! >= c.vocabSize) throw new Error(`WebGPU slot decoder: token id ${tokens[n]} outside the vocabulary [0, ${c.vocabSize})`);
+        place[n] = rows[r]!;
+        place[N + n] = slotStart[r]! + t;
+      }
+    }
+    const placement: Placement = { nTok: N, tPer: T, slot0: 0, posAdd: 0, maxLen: this.maxLen, vOff: this.slots * c.nKvHeads * this.maxLen * c.headDim, ropeOff: this.maxLen * (c.headDim / 2) };
+    const inputs = [tf.tensor1d(tokens, "int32"), tf.tensor1d(positions, "int32"), tf.tensor1d(place, "int32")];
+    let logits: tf.Tensor | undefined;
+    try {
+      logits = tf.tidy(() => this.step.forward(this.sess, inputs[0]!, inputs[1]!, placement, true, inputs[2]))!;
+      return (await logits.data()) as Float32Array;
+    } finally {
+      tf.dispose([...inputs, ...(logits ? [logits] : [])]);
+    }
+  }
+
+  /** Columns past `len` are written again before any token reads them: nothing to clear. */
+  truncateRow(row: number, len: number): void {
+    if (row < 0 || row >= this.slots) throw new Error(`WebGPU slot decoder: row ${row} outside [0, ${this.slots})`);
+    if (!Number.isInteger(len) || len < 0 || len > this.maxLen) throw new Error(`WebGPU slot decoder: cannot keep ${len} columns of a cache of length ${this.maxLen}`);
+  }
+
+  dispose(): void {
+    tf.dispose([...this.sess.caches, this.sess.mask, this.sess.rope]);
+  }
+}
+
+/** The continuous-batching server's decoder on the WebGPU device. */
+export const webGpuSlotDecoder: SlotDecoderFactory = (model, slots, maxLen) => new WebGpuSlotDecoder(model, slots, maxLen);

@@ -7,8 +7,8 @@ import * as tf from "@tensorflow/tfjs";
 import type { Config } from "../config/index.js";
 import { LlamaModel, type Tokenizer } from "../models/index.js";
 import { DataProto } from "../protocol/index.js";
-import { createRolloutEngine, readParamsForDecode, type RolloutEngine, type SamplingParams } from "../rollout/index.js";
-import { AgentLoopManager, ContinuousBatchingServer, needsAgentLoop } from "../agent_loop/index.js";
+import { createRolloutEngine, type RolloutEngine, type SamplingParams } from "../rollout/index.js";
+import { AgentLoopManager, needsAgentLoop, resolveAgentLoopSettings } from "../agent_loop/index.js";
 import { Dispatch, onThreadClose, register, Worker } from "../single_controller/index.js";
 import { Rng } from "../utils/rng.js";
 import { DataParallelPPOActor } from "./actor/dp_actor.js";
@@ -158,11 +158,7 @@ export class ActorRolloutRefWorker extends Worker {
     const { model } = this.requireActor("generateSequences");
     const engine = this.state.rolloutEngine!;
     const rng = this.samplingRng(prompts.metaInfo);
-    if (needsAgentLoop(this.config, prompts)) {
-      if (engine.name !== "tfjs") throw new Error(`actor_rollout_ref.rollout.name=${engine.name}: agent-loop (multi-turn) rollouts run on the host engine only (rollout.name=tfjs)`);
-      await readParamsForDecode(model);
-      return this.generateWithAgentLoops(model, prompts, rng);
-    }
+    if (needsAgentLoop(this.config, prompts)) return this.generateWithAgentLoops(model, engine, prompts, rng);
     const params = this.samplingParams(prompts.metaInfo);
     const gen = prompts.select(["input_ids", "attention_mask", "position_ids"].filter((k) => k in prompts.batch), [], []);
     const seeds = prompts.nonTensorBatch.rollout_seed;
@@ -190,15 +186,18 @@ export class ActorRolloutRefWorker extends Worker {
    * row runs its loop (single turn, tool calls, a simulated user) against a batching server
    * that reads the actor's current weights; tool tokens are 0 in response_mask.
    */
-  private async generateWithAgentLoops(model: LlamaModel, prompts: DataProto, rng: Rng): Promise<DataProto> {
+  private async generateWithAgentLoops(model: LlamaModel, engine: RolloutEngine, prompts: DataProto, rng: Rng): Promise<DataProto> {
     const s = this.state;
     const build = () => {
-      const r = s.cfg.at("actor_rollout_ref.rollout");
-      const server = new ContinuousBatchingServer(model, {
-        maxNumSeqs: r.int("max_num_seqs", 256),
-        maxModelLen: r.int("prompt_length") + r.int("response_length"),
-        eosTokenIds: [...s.tokenizer.eosTokenIds],
-        rng,
+      const name = s.cfg.str("actor_rollout_ref.rollout.name", "tfjs");
+      if (!engine.requestServer) {
+        throw new Error(`actor_rollout_ref.rollout.name=${name}: rollout engine '${engine.name}' has no per-request interface (requestServer), which agent-loop (multi-turn) rollouts need`);
+      }
+      const a = resolveAgentLoopSettings(this.config);
+      const server = engine.requestServer({
+        model, tokenizer: s.tokenizer, rng,
+        maxNumSeqs: Math.min(a.maxNumSeqs, a.agent.maxConcurrentLoops),
+        maxModelLen: a.promptLength + a.responseLength,
       });
       return new AgentLoopManager({ config: this.config, tokenizer: s.tokenizer, server });
     };

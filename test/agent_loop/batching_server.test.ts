@@ -186,3 +186,22 @@ test("rows with rollout_seed sample exactly as generate does with that seed, how
     model.dispose();
   }
 });
+
+test("abort rejects every pending request; the server serves the next ones unchanged", async () => {
+  await initBackend("wasm");
+  const model = randomModel();
+  try {
+    const server = new ContinuousBatchingServer(model, { maxNumSeqs: 2, maxModelLen: 96, eosTokenIds: [], rng: new Rng(0) });
+    const reqs = [[5, 6, 7], [8, 9], [10, 11, 12, 13]].map((p, i) => server.generate(`a${i}`, p, { ...greedy, maxTokens: 40 }));
+    for (let k = 0; k < 3; k++) await new Promise((r) => setImmediate(r));
+    server.abort();
+    for (const r of reqs) await assert.rejects(r, { name: "RequestAbortedError" });
+    const prompt = [5, 6, 7, 20, 21];
+    const after = await server.generate("b", prompt, { ...greedy, maxTokens: 8, logprobs: true });
+    const fresh = await new ContinuousBatchingServer(model, { maxNumSeqs: 2, maxModelLen: 96, eosTokenIds: [], rng: new Rng(0) }).generate("c", prompt, { ...greedy, maxTokens: 8, logprobs: true });
+    assert.deepEqual(after.tokenIds, fresh.tokenIds);
+    await server.sleep();
+  } finally {
+    model.dispose();
+  }
+});

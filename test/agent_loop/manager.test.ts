@@ -159,3 +159,33 @@ test("needsAgentLoop: multi_turn.enable or an agent_name column", async () => {
   assert.equal(needsAgentLoop(off, batch([{ raw_prompt: msgs("q"), agent_name: "tool_agent" }])), true);
   assert.equal(needsAgentLoop(testConfig({ multiTurn: { enable: true } }), batch([{ raw_prompt: msgs("q") }])), true);
 });
+
+test("over_sample_rate: once int(n * (1 - rate)) rows finished the rest are aborted and padded; validation waits for all", async () => {
+  const config = testConfig({ promptLength: 128, responseLength: 16, rollout: { over_sample_rate: 0.25, calculate_log_probs: true } });
+  const scripted = new ScriptedServer(tok, () => "ok");
+  let aborts = 0;
+  const pending: (() => void)[] = [];
+  // the row asking "slow" answers only when aborted (it would hold the step forever otherwise)
+  const server = {
+    generate: (id: string, prompt: readonly number[], p: Parameters<ScriptedServer["generate"]>[2]) =>
+      tok.decode([...prompt]).includes("slow")
+        ? new Promise<never>((_, reject) => pending.push(() => reject(new Error("aborted by the test server"))))
+        : scripted.generate(id, prompt, p),
+    abort: () => { aborts++; pending.splice(0).forEach((f) => f()); },
+  };
+  const manager = new AgentLoopManager({ config, tokenizer: tok, server });
+  const rows = ["Q1", "Q2", "slow", "Q3"].map((q) => ({ raw_prompt: msgs(q) }));
+  const out = await manager.generateSequences(batch(rows));
+  assert.equal(aborts, 1);
+  const R = 16, mask = out.batch.response_mask!.data, att = out.batch.attention_mask!.data;
+  const sum = (a: ArrayLike<number>, b: number, w: number, from = 0) => Array.from(a).slice(b * w + from, (b + 1) * w).reduce((x, y) => x + y, 0);
+  assert.deepEqual([0, 1, 2, 3].map((b) => sum(mask, b, R) > 0), [true, true, false, true], "the slow row is the aborted one");
+  assert.equal(sum(att, 2, 128 + R, 128), 0, "the aborted row has an empty response");
+  assert.ok(out.batch.rollout_log_probs, "log-probs kept for the batch");
+  assert.deepEqual(out.nonTensorBatch.__num_turns__, [2, 2, 1, 2]);
+  // validation: every row runs to the end (here the slow one answers after a moment)
+  const slowLater = { ...server, generate: (id: string, prompt: readonly number[], p: Parameters<ScriptedServer["generate"]>[2]) => scripted.generate(id, prompt, p) };
+  const val = await new AgentLoopManager({ config, tokenizer: tok, server: slowLater }).generateSequences(batch(rows), { validate: true });
+  assert.ok(sum(val.batch.response_mask!.data, 2, R) > 0);
+  assert.throws(() => new AgentLoopManager({ config: testConfig({ rollout: { over_sample_rate: 1 } }), tokenizer: tok, server }), /over_sample_rate must be in \[0, 1\), got 1/);
+});

@@ -250,3 +250,122 @@ describe("issue 24: verl's rollout-correction, OTB and SFT example scripts run 2
     });
   }
 });
+
+// ---------------------------------------------------------------------------------------------------
+// verl's multi-turn examples (examples/sglang_multiturn/): agent loops with the calc_gsm8k_reward tool
+// or the GSM8K simulated user, run with rollout.name as each script writes it (sglang or vllm: the
+// host decoder's continuous-batching server on a CPU rank). The model is a tiny Qwen2 folder (2 layers,
+// the tok512 tokenizer with a ChatML-with-tools template): the templated prompts (~1000 tokens) do not
+// fit stories260K's 512 positions. The scripts' --config-path is their config folder, written below with
+// the keys verl's files set; only its location is substituted.
+import { writeFileSync, mkdirSync } from "node:fs";
+import { initBackend } from "../../src/engine/backend.js";
+import { initModel, makeConfig } from "../../src/models/index.js";
+import { saveHfModel } from "../../src/models/hf.js";
+import { Llama2cTokenizer } from "../../src/models/tokenizers/llama2c.js";
+import { saveLlama2cAsHf } from "../../src/models/tokenizers/llama2c_export.js";
+import { Rng } from "../../src/utils/rng.js";
+
+const MULTITURN_SCRIPTS = [
+  "examples/sglang_multiturn/run_qwen2.5-3b_gsm8k_multiturn_vllm_fsdp.sh",
+  "examples/sglang_multiturn/run_qwen2.5-0.5b_gsm8k_multiturn_w_interaction.sh",
+  "examples/sglang_multiturn/run_qwen2.5-3b_gsm8k_multiturn.sh",
+  "examples/sglang_multiturn/run_qwen2.5-3b_megatron_gsm8k_multiturn.sh",
+] as const;
+const TOK512 = sharedPath("models", "stories260K", "tok512.bin");
+const multiturnSkip = TOK512 && GSM8K_RAW ? false : "../shared/models/stories260K/tok512.bin or ../shared/data/gsm8k is absent";
+const CAPTURED_CONFIG_PATH = "/tmp/verlsrc/examples/sglang_multiturn/config";
+
+/** The example config folder: the root configs the scripts name and the tool / interaction files. */
+function writeMultiturnConfigs(dir: string): void {
+  mkdirSync(join(dir, "tool_config"), { recursive: true });
+  mkdirSync(join(dir, "interaction_config"), { recursive: true });
+  const root = (base: string, turns: string) => `hydra:\n  searchpath:\n    - file://verl/trainer/config\ndefaults:\n  - ${base}\n  - _self_\n` +
+    `data:\n  max_prompt_length: 1024\n  max_response_length: 1024\n  train_batch_size: 256\n  return_raw_chat: True\n` +
+    `actor_rollout_ref:\n  hybrid_engine: True\n  rollout:\n    name: sglang\n    multi_turn:\n      enable: True\n      ${turns}: 5\n`;
+  writeFileSync(join(dir, "gsm8k_multiturn_grpo.yaml"), root("ppo_trainer", "max_assistant_turns"));
+  writeFileSync(join(dir, "gsm8k_multiturn_grpo_w_interaction.yaml"), root("ppo_trainer", "max_user_turns"));
+  writeFileSync(join(dir, "gsm8k_multiturn_megatron_grpo.yaml"), root("ppo_megatron_trainer", "max_assistant_turns"));
+  writeFileSync(join(dir, "tool_config", "gsm8k_tool_config.yaml"), `tools:
+  - class_name: "verl.tools.gsm8k_tool.Gsm8kTool"
+    config: {type: native}
+    tool_schema:
+      type: function
+      function:
+        name: calc_gsm8k_reward
+        description: "A tool for calculating the reward of gsm8k. (1.0 if parsed answer is correct, 0.0 if parsed answer is incorrect or not correctly parsed)"
+        parameters: {type: object, properties: {answer: {type: string, description: "The model's answer to the GSM8K math problem, must be a digits"}}, required: [answer]}
+`);
+  writeFileSync(join(dir, "interaction_config", "gsm8k_interaction_config.yaml"), `interaction:\n  - name: gsm8k\n    class_name: verl.interactions.gsm8k_interaction.Gsm8kInteraction\n    config: {}\n`);
+}
+
+/** A 2-layer Qwen2 folder (q/k/v biases, tied head, 2048 positions) with the tok512 tokenizer and a tools chat template. */
+async function tinyQwen2(dir: string): Promise<void> {
+  await initBackend("cpu");
+  const template = readFileSync(join(packageRoot, "recipes/gsm8k_multiturn/config/chatml_tools.jinja"), "utf8");
+  const model = initModel(makeConfig({ vocabSize: 512, dim: 32, hiddenDim: 64, nLayers: 2, nHeads: 4, nKvHeads: 2, maxSeqLen: 2048, attentionBias: true, tieWordEmbeddings: true }), new Rng(1));
+  try {
+    await saveHfModel(model, dir);
+  } finally {
+    model.dispose();
+  }
+  saveLlama2cAsHf(Llama2cTokenizer.fromFile(TOK512!, template), dir, template);
+}
+
+function run(args: string[], cwd: string): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    execFile(process.execPath, [MAIN, ...args], { cwd, encoding: "utf8", maxBuffer: 64 << 20, timeout: 180_000 }, (err, stdout, stderr) => {
+      resolve({ code: err ? (typeof err.code === "number" ? err.code : null) : 0, stdout, stderr });
+    });
+  });
+}
+
+describe("verl's multi-turn example scripts train 2 steps with rollout.name as written", { skip: multiturnSkip, concurrency: 2 }, () => {
+  let dir = "";
+  before(async () => {
+    dir = mkdtempSync(join(tmpdir(), "verl-multiturn-"));
+    writeMultiturnConfigs(join(dir, "config"));
+    await tinyQwen2(join(dir, "qwen2"));
+    await new Promise<void>((resolve, reject) => {
+      execFile(process.execPath, [MAIN, "preprocess", "gsm8k", "--agent", "--local_dataset_path", GSM8K_RAW!, "--local_save_dir", join(dir, "gsm8k_tool")], { encoding: "utf8", timeout: 60_000 }, (err, _out, stderr) => (err ? reject(new Error(stderr)) : resolve()));
+    });
+  });
+  after(() => rmSync(dir, { recursive: true, force: true }));
+
+  for (const script of MULTITURN_SCRIPTS) {
+    test(script, async () => {
+      const e = entries.find((x) => x.script === script);
+      assert.ok(e, `${script} is not in the fixture`);
+      const substitute: Record<string, string> = {
+        "data.train_files": join(dir, "gsm8k_tool", "train.parquet"),
+        "data.val_files": join(dir, "gsm8k_tool", "test.parquet"),
+        "actor_rollout_ref.model.path": join(dir, "qwen2"),
+        ...SIZES,
+        // the templated prompts with the tool schema are ~1000 tok512 tokens
+        "data.max_prompt_length": "1152",
+        "data.max_response_length": "32",
+        // `use_kl_loss=${use_kl_loss}`: a variable the vllm_fsdp script expects from the user's environment
+        "actor_rollout_ref.actor.use_kl_loss": "True",
+      };
+      const overrides = substituted(e, substitute).map((o) => o.replace(CAPTURED_CONFIG_PATH, join(dir, "config")));
+      const rolloutName = e.overrides.find((o) => o.startsWith("actor_rollout_ref.rollout.name="));
+      assert.ok(rolloutName && /=(sglang|vllm)$/.test(rolloutName), `${script} names no inference engine`);
+      assert.ok(overrides.includes(rolloutName), "rollout.name passed as written");
+      const args = ["train", "--config-path", join(dir, "config"), "--config-name", e.configName!, ...overrides, ...ADDED_SIZES];
+      const r = await run(args, mkdtempSync(join(dir, "run-")));
+      assert.equal(r.code, 0, `verl ${args.join(" ")}\n${r.stderr.slice(-3000)}`);
+      const steps = consoleSteps(r.stdout);
+      assert.deepEqual([...steps.keys()], [0, 1, 2], `steps logged: ${[...steps.keys()].join(", ")}`);
+      const overSample = e.overrides.includes("actor_rollout_ref.rollout.over_sample_rate=0.1");
+      for (const n of [1, 2]) {
+        const m = steps.get(n)!;
+        for (const k of ["actor/pg_loss", "actor/kl_loss", "critic/score/mean", "response_length/mean", "num_turns/mean", "num_turns/max", "response/aborted_ratio"]) {
+          assert.ok(Number.isFinite(m[k]), `step ${n}: ${k} is ${m[k]}`);
+        }
+        if (!overSample) assert.ok(m["num_turns/min"]! >= 2, "every conversation has an assistant turn");
+        // over_sample_rate=0.1 on 4 requests: int(4 * 0.9) = 3 finish, the 4th is aborted (an empty response)
+        assert.equal(m["response/aborted_ratio"], overSample ? 0.25 : 0, `step ${n}: response/aborted_ratio`);
+      }
+    });
+  }
+});

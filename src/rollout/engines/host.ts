@@ -3,9 +3,19 @@
 // Registered as "tfjs" (verl-ts's default), "hf" and "naive"; verl's "vllm" and
 // "sglang" select it too on a CPU rank (engines/webgpu.ts), so verl's configs run unchanged.
 import type { DataProto } from "../../protocol/data_proto.js";
+import { ContinuousBatchingServer } from "../../agent_loop/batching_server.js";
+import type { AsyncRolloutServer } from "../../agent_loop/server.js";
 import { readParamsForDecode } from "../decode_weights.js";
+import type { SlotDecoderFactory } from "../decoder.js";
 import { generate } from "../generate.js";
-import { generateSeeded, registerRolloutEngine, type RolloutEngine, type RolloutRequest } from "./registry.js";
+import { generateSeeded, registerRolloutEngine, type RequestServerContext, type RolloutEngine, type RolloutRequest } from "./registry.js";
+
+/** A continuous-batching server over `decoder`'s cache slots (the host KvCacheDecoder when absent). */
+export function slotServer(ctx: RequestServerContext, decoder?: SlotDecoderFactory): AsyncRolloutServer {
+  return new ContinuousBatchingServer(ctx.model, {
+    maxNumSeqs: ctx.maxNumSeqs, maxModelLen: ctx.maxModelLen, eosTokenIds: [...ctx.tokenizer.eosTokenIds], rng: ctx.rng, decoder,
+  });
+}
 
 export const HOST_ENGINE_NAMES = ["tfjs", "hf", "naive"] as const;
 
@@ -16,6 +26,11 @@ export class HostRolloutEngine implements RolloutEngine {
     // the decoder copies the weights: read them asynchronously first (WebGPU has no sync read)
     await readParamsForDecode(req.model);
     return generateSeeded(req, (prompts, rng) => generate(req.model, prompts, req.params, rng));
+  }
+
+  /** The host KV-cache decoder's slots, one per live request; a finished turn's cache is parked for the next. */
+  requestServer(ctx: RequestServerContext): AsyncRolloutServer {
+    return slotServer(ctx);
   }
 
   async dispose(): Promise<void> {}

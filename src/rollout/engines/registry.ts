@@ -9,6 +9,7 @@ import type { LlamaModel } from "../../models/llama.js";
 import type { Tokenizer } from "../../models/tokenizer.js";
 import type { ConfigView } from "../../workers/config_view.js";
 import type { SamplingParams } from "../sampling.js";
+import type { AsyncRolloutServer } from "../../agent_loop/server.js";
 import { NamedRegistry } from "../../agent_loop/named_registry.js";
 
 export interface RolloutRequest {
@@ -24,9 +25,29 @@ export interface RolloutRequest {
   rowSeeds?: number[];
 }
 
+/** What a per-request server (agent loops: multi-turn, tools) is built over. */
+export interface RequestServerContext {
+  /** The actor (live weights); the server re-reads them after each sleep(). */
+  model: LlamaModel;
+  tokenizer: Tokenizer;
+  /** Most requests decoded together (rollout.max_num_seqs, capped by the concurrent loops). */
+  maxNumSeqs: number;
+  /** Longest prompt + generation of a request (rollout.prompt_length + response_length). */
+  maxModelLen: number;
+  /** The rank's sampling stream; requests without a seed draw from forks of it. */
+  rng: Rng;
+}
+
 export interface RolloutEngine {
   readonly name: string;
   generate(req: RolloutRequest): Promise<DataProto>;
+  /**
+   * Token ids in, token ids out, one request at a time as the agent loops send them:
+   * requests join the running batch as they arrive and leave when they stop (continuous
+   * batching), and a conversation's cache is kept across its turns where the engine can.
+   * An engine without it cannot run agent loops (the worker says so).
+   */
+  requestServer?(ctx: RequestServerContext): AsyncRolloutServer;
   /** Release what the engine holds (native contexts, weight files). */
   dispose(): Promise<void>;
 }

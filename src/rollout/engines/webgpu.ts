@@ -7,9 +7,10 @@
 import * as tf from "@tensorflow/tfjs";
 import type { DataProto } from "../../protocol/data_proto.js";
 import { llamaGraphGap } from "../../models/families.js";
-import { WebGpuDecoder } from "../webgpu_decoder.js";
-import { HostRolloutEngine } from "./host.js";
-import { generateSeeded, registerRolloutEngine, type RolloutEngine, type RolloutRequest } from "./registry.js";
+import type { AsyncRolloutServer } from "../../agent_loop/server.js";
+import { WebGpuDecoder, webGpuSlotDecoder } from "../webgpu_decoder.js";
+import { HostRolloutEngine, slotServer } from "./host.js";
+import { generateSeeded, registerRolloutEngine, type RequestServerContext, type RolloutEngine, type RolloutRequest } from "./registry.js";
 
 export class WebGpuRolloutEngine implements RolloutEngine {
   readonly name = "webgpu";
@@ -17,6 +18,11 @@ export class WebGpuRolloutEngine implements RolloutEngine {
 
   async generate(req: RolloutRequest): Promise<DataProto> {
     return generateSeeded(req, (prompts, rng) => this.decoder.generate(req.model, prompts, req.params, rng));
+  }
+
+  /** Agent loops: the WebGPU decoder's cache slots, one per live request, behind the batching server. */
+  requestServer(ctx: RequestServerContext): AsyncRolloutServer {
+    return slotServer(ctx, webGpuSlotDecoder);
   }
 
   async dispose(): Promise<void> {}
@@ -32,6 +38,11 @@ export class BestAvailableRolloutEngine implements RolloutEngine {
     // a family the WebGPU decoder does not serve yet (llamaGraphGap) decodes on the host decoder
     if (tf.getBackend() === "webgpu" && llamaGraphGap(req.model.config, { qkNorm: true }) === null) return (this.gpu ??= new WebGpuRolloutEngine()).generate(req);
     return (this.host ??= new HostRolloutEngine()).generate(req);
+  }
+
+  requestServer(ctx: RequestServerContext): AsyncRolloutServer {
+    if (tf.getBackend() === "webgpu") return (this.gpu ??= new WebGpuRolloutEngine()).requestServer(ctx);
+    return (this.host ??= new HostRolloutEngine()).requestServer(ctx);
   }
 
   async dispose(): Promise<void> {}

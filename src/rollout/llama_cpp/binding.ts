@@ -7,6 +7,10 @@ export interface LlamaSequenceOutput { token: number; confidence?: number }
 
 export interface LlamaContextSequence {
   clearHistory(): Promise<void>;
+  /** The tokens whose state the sequence holds (the request server reuses a shared prefix). */
+  readonly contextTokens: number[];
+  readonly nextTokenIndex: number;
+  eraseContextTokenRanges(ranges: { start: number; end: number }[]): Promise<void>;
   evaluateWithMetadata(
     tokens: number[], metadata: { confidence: true },
     options: { temperature: number; topK: number; topP: number; minP: number; seed: number; yieldEogToken: boolean },

@@ -10,7 +10,9 @@ import type { ConfigView } from "../../workers/config_view.js";
 import type { GgufWeightType } from "../../models/gguf.js";
 import { assembleRollout, promptRows } from "../generate.js";
 import { isGreedy, type SamplingParams } from "../sampling.js";
-import { registerRolloutEngine, type RolloutEngine, type RolloutRequest } from "../engines/registry.js";
+import { registerRolloutEngine, type RequestServerContext, type RolloutEngine, type RolloutRequest } from "../engines/registry.js";
+import type { AsyncRolloutServer } from "../../agent_loop/server.js";
+import { LlamaCppRequestServer } from "./server.js";
 import { loadLlama, type Llama, type LlamaContext, type LlamaContextSequence, type LlamaGpuSetting, type LlamaModelHandle } from "./binding.js";
 import { GgufWeightSync } from "./weights.js";
 import { llamaThreadsHere } from "./threads.js";
@@ -73,7 +75,7 @@ export class LlamaCppRolloutEngine implements RolloutEngine {
   private sync: GgufWeightSync | undefined;
   private open: OpenContext | undefined;
   /** Rows being decoded now: the batch is sent to llama.cpp once all of them queued their token. */
-  private decoding = 0;
+  decoding = 0;
   /** Seconds of the last call: weight sync, and generation. */
   readonly timing = { syncSeconds: 0, generateSeconds: 0, tokens: 0 };
 
@@ -154,6 +156,21 @@ export class LlamaCppRolloutEngine implements RolloutEngine {
     this.timing.generateSeconds = (performance.now() - t0) / 1000;
     this.timing.tokens = tokens;
     return assembleRollout(data, { ids, mask, pos, B, P, R, responses, responseMask, logProbs: params.calculateLogProbs ? logProbs : undefined });
+  }
+
+  /** A context for the per-request server: weights synced, `sequences` x `length` cells. */
+  async requestContext(model: RolloutRequest["model"], tokenizer: RolloutRequest["tokenizer"], sequences: number, length: number): Promise<LlamaContext> {
+    this.llama ??= await loadLlama(this.settings.gpu);
+    this.sync ??= new GgufWeightSync(this.llama, {
+      weightType: this.settings.weightType, dir: this.settings.ggufDir, gpuLayers: this.llama.gpu ? "max" : 0, tag: this.tag,
+    });
+    const { handle, changed } = await this.sync.current(model, tokenizer);
+    return this.contextFor(handle, changed, Math.min(sequences, this.settings.maxNumSeqs), length, Math.min(length, 256));
+  }
+
+  /** Agent loops: requests on the context's sequences, a conversation's state kept for its next turn. */
+  requestServer(ctx: RequestServerContext): AsyncRolloutServer {
+    return new LlamaCppRequestServer(this, ctx);
   }
 
   /** A context of `sequences` x `length` cells on `handle`, reused while both fit. */
