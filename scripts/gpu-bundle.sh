@@ -55,7 +55,7 @@ find "$OUT_DIST/src" "$OUT_DIST/bench" -name '*.js' -not -path '*/device/*' > "$
 nice -n 19 npx esbuild $(cat "$meta/entries") --bundle --platform=node --format=esm --target=node20 \
   --outdir="$meta/out" --metafile="$meta/meta.json" --log-level=error --main-fields=main --conditions=node --preserve-symlinks \
   --external:webgpu --external:@tensorflow/tfjs-node-gpu --external:@tensorflow/tfjs-node \
-  --external:tsx --external:pino-pretty --external:'*.node'
+  --external:tsx --external:'*.node'
 node scripts/esbuild-inputs.mjs "$meta/meta.json" "$meta/files" --wasm
 # piscina starts its threads from its own dist/worker.js, by path: the whole (small) package
 find node_modules/piscina -type f -not -name '*.map' -not -name '*.ts' >> "$meta/files"

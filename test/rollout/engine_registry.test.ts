@@ -38,5 +38,5 @@ test("rollout engine registry: users register their own engine and the name sele
 
 test("llama_cpp binding: a missing node-llama-cpp is a clear error naming the package, version and install command", async () => {
   await assert.rejects(importNodeLlamaCpp("node-llama-cpp-not-installed-here"),
-    /rollout\.name=llama_cpp needs the optional package node-llama-cpp@3\.21\.1 \(npm install --no-save node-llama-cpp@3\.21\.1\)/);
+    /rollout\.name=llama_cpp needs the optional package node-llama-cpp@3\.21\.1 \(installed on request: bash scripts\/install-optional\.sh llama, or npm install --no-save node-llama-cpp@3\.21\.1\)/);
 });

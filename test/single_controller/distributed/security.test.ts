@@ -37,7 +37,7 @@ function childDriver(env: Record<string, string>, joinTimeoutMs: number, link = 
   const code = `import { joinCluster } from ${JSON.stringify(CLUSTER)};
     await joinCluster({ nnodes: 1, perNode: 1, name: "sec", addr: "127.0.0.1", port: 0, joinTimeoutMs: ${joinTimeoutMs}, link: ${link},
       onListen: (a) => process.stdout.write("LISTEN " + a + "\\n") }).then(() => process.exit(0), (e) => { process.stderr.write("FAILED " + e.message + "\\n"); process.exit(3); });`;
-  const proc = spawn(process.execPath, ["--input-type=module", "-e", code], { env: { ...process.env, VERL_LOG_LEVEL: "info", ...env }, stdio: ["ignore", "pipe", "pipe"] });
+  const proc = spawn(process.execPath, ["--input-type=module", "-e", code], { env: { ...process.env, VERL_LOG_LEVEL: "info", VERL_LOG_FORMAT: "json", ...env }, stdio: ["ignore", "pipe", "pipe"] });
   let stderr = "";
   proc.stderr!.on("data", (b: Buffer) => (stderr += b.toString()));
   const exited = new Promise<number | null>((resolve) => proc.on("exit", (c) => resolve(c)));
