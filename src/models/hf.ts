@@ -122,7 +122,7 @@ export async function saveHfModel(model: LlamaModel | ValueHeadModel, dir: strin
   for (const [name, a] of await mergedHostWeights(trunk)) arrays.set(name, a);
   for (const [name, v] of model.params) if (!arrays.has(name)) arrays.set(name, { data: await v.data() as Float32Array, shape: [...v.shape] });
   await writeDirAtomic(dir, (tmp) => {
-    writeFileSync(join(tmp, "config.json"), JSON.stringify(cfg, null, 2) + "\n");
+    writeFileSync(join(tmp, "config.json"), configJson(cfg));
     if (!valueHead) {
       // The stop ids go to generation_config.json, where generation reads them back (tokenizers/hf.ts).
       const stops = tokenizer ? (tokenizer.eosTokenIds.length === 1 ? tokenizer.eosTokenIds[0] : [...tokenizer.eosTokenIds]) : cfg["eos_token_id"];
@@ -135,4 +135,22 @@ export async function saveHfModel(model: LlamaModel | ValueHeadModel, dir: strin
     writeFileSync(join(tmp, "model.safetensors"), serializeSafetensors(arrays));
     tokenizer?.saveTo?.(tmp);
   });
+}
+
+/**
+ * Keys transformers types as float: JSON has one number type, but transformers 5 validates its
+ * configs strictly and refuses `"final_logit_softcapping": 30` for a float field, so integral values
+ * of these keys are written with a decimal point (30.0), as Python's json writes them.
+ */
+const FLOAT_CONFIG_KEYS = new Set([
+  "rms_norm_eps", "rope_theta", "rope_local_base_freq", "attention_dropout", "initializer_range", "attn_logit_softcapping",
+  "final_logit_softcapping", "router_aux_loss_coef", "partial_rotary_factor", "factor", "low_freq_factor", "high_freq_factor",
+  "attention_factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim", "embedding_multiplier", "logits_scaling",
+]);
+
+/** config.json text: JSON.stringify with FLOAT_CONFIG_KEYS' integral values written as floats. */
+export function configJson(cfg: unknown): string {
+  const text = JSON.stringify(cfg, null, 2);
+  return text.replace(/^(\s*)"([A-Za-z_]+)": (-?\d+)(,?)$/gm, (all, ind: string, key: string, num: string, comma: string) =>
+    FLOAT_CONFIG_KEYS.has(key) ? `${ind}"${key}": ${num}.0${comma}` : all) + "\n";
 }

@@ -41,6 +41,12 @@ for (const name of FAMILY_FIXTURES) {
       for (const k of MATH_KEYS) if (k in a && a[k] !== null) assert.deepEqual(b[k], a[k], `${name}: config.json ${k}`);
       // Qwen3-MoE: transformers 5 writes num_local_experts, 4 num_experts; the export says both readers' name
       if ("num_local_experts" in a) assert.equal(b["num_experts"], a["num_local_experts"], `${name}: num_experts`);
+      // transformers 5 checks float fields strictly: a float there (30.0) must not come back as an int (30)
+      const floats = (text: string) => [...text.matchAll(/"(\w+)": (-?\d+\.\d+(?:e[-+]?\d+)?|-?\d+e[-+]?\d+)/gi)].map((m) => m[1]!);
+      const written = readFileSync(join(dir, "out", "config.json"), "utf8");
+      for (const k of floats(readFileSync(join(src, "config.json"), "utf8"))) {
+        if (written.includes(`"${k}"`)) assert.match(written, new RegExp(`"${k}": -?(\\d+\\.\\d+|\\d+(\\.\\d+)?e[-+]?\\d+)`, "i"), `${name}: ${k} written as a float`);
+      }
       const back = await loadHfModel(join(dir, "out"));
       try {
         assert.equal(maxDiff(logitsOf(back, ids), logitsOf(model, ids)), 0, `${name}: reloaded logits`);
