@@ -5,8 +5,8 @@ import { before, test } from "node:test";
 import assert from "node:assert/strict";
 import * as tf from "@tensorflow/tfjs";
 import {
-  bypassIsWeights, bypassRejectionMask, getAdvEstimator, getPolicyLoss, keepMetrics, readMetrics,
-  type ActorLossConfig, type AdvEstimatorArgs, type LossMetrics, type PolicyLossArgs,
+  bypassIsWeights, bypassRejectionMask, getAdvEstimator,
+  type ActorLossConfig, type AdvEstimatorArgs, type PolicyLossArgs,
 } from "../../../../src/trainer/ppo/core_algos/index.js";
 import { computeRolloutCorrection, rolloutCorrectionConfig } from "../../../../src/trainer/ppo/rollout_corr.js";
 import { computeVarianceProxyMetrics } from "../../../../src/trainer/ppo/metric_utils.js";
@@ -19,6 +19,7 @@ import { responseLogProbs } from "../../../../src/rollout/log_probs.js";
 import { Rng } from "../../../../src/utils/rng.js";
 import { syntheticBatch } from "../../../workers/helpers.js";
 import { close, closeAll, cpu, randMat, read, t2, type Mat } from "../helpers.js";
+import { evaluate } from "./loss_case.js";
 
 before(cpu);
 
@@ -105,17 +106,14 @@ function bypassConfig(rc: Record<string, unknown>): ActorLossConfig {
   return { ...ACTOR, policy_loss: { loss_mode: "bypass_mode", rollout_correction: { rollout_is_threshold: 2.0, ...rc } } };
 }
 
+/** The loss, its gradient and metrics, through loss_case's shared evaluator (logProb given as numbers). */
 async function lossAndGrad(name: string, a: Omit<PolicyLossArgs, "logProb"> & { logProb: Mat }): Promise<{ loss: number; grad: number[]; metrics: Record<string, number> }> {
-  const lp = tf.variable(t2(a.logProb));
-  let kept: LossMetrics = {};
-  const { value, grads } = tf.variableGrads(() => {
-    const out = getPolicyLoss(name)({ ...a, logProb: lp });
-    kept = keepMetrics(out.metrics);
-    return out.pgLoss;
-  }, [lp]);
-  const res = { loss: value.dataSync()[0]!, grad: read(Object.values(grads)[0]!), metrics: await readMetrics(kept) };
-  tf.dispose([value, ...Object.values(grads), lp]);
-  return res;
+  const logProb = t2(a.logProb);
+  try {
+    return await evaluate(name, { ...a, logProb });
+  } finally {
+    logProb.dispose();
+  }
 }
 
 // one row: log π = [−1, −2], log π_rollout = [−1.5, −1.8] -> log ρ = [0.5, −0.2]
