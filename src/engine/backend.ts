@@ -73,6 +73,10 @@ export async function initBackend(requested: BackendName | string = "auto"): Pro
   const ok = await tf.setBackend(name);
   if (!ok) throw new Error(`engine backend '${name}' failed to initialise`);
   await tf.ready();
+  if (name === "webgpu") {
+    const { capFreeBufferPool } = await import("./webgpu_buffer_pool.js");
+    capFreeBufferPool((tf.backend() as unknown as { bufferManager: Parameters<typeof capFreeBufferPool>[0] }).bufferManager);
+  }
   if (process.env.VERL_FORBID_SYNC_READS === "1") {
     const { forbidSyncReads } = await import("./sync_reads.js");
     forbidSyncReads();

@@ -1,0 +1,77 @@
+// A bound on tfjs-backend-webgpu's pool of released GPU buffers.
+//
+// tfjs keeps every buffer a disposed tensor releases in a free list keyed by its exact byte size
+// and usage, and never destroys one (BufferManager in tfjs-backend-webgpu 4.22). Work whose
+// shapes change from call to call then keeps one dead buffer for every size it ever met: the
+// agent loop's slot decoder (a different number of tokens each call) and the packed micro-batches
+// of remove-padding (a different token total each micro-batch). Verl's multi-turn GSM8K example
+// at Qwen2.5-0.5B's shape ran the H200's 141 GB out of memory that way within its first step
+// (2026-12-04, bench/gpu_multiturn_export_session.sh). Here, when a buffer of a size with no free
+// one must be created and the free lists hold more than the cap, they are emptied and their
+// buffers destroyed first. Fixed-shape work (the same sizes every step) never misses, so it keeps
+// its reuse untouched. Destroying is safe for buffers already handed to the queue: WebGPU frees
+// them once the submitted work that uses them is done, and tfjs returns a buffer to the pool
+// only after the commands recorded with it were submitted.
+
+/** The parts of tfjs-backend-webgpu's BufferManager this relies on (checked at install). */
+interface BufferManagerLike {
+  freeBuffers: Map<string, { size: number; destroy(): void }[]>;
+  numFreeBuffers: number;
+  numBytesAllocated: number;
+  numBytesUsed: number;
+  acquireBuffer(size: number, usage: number, mappedAtCreation?: boolean, reuse?: boolean): unknown;
+}
+
+/** Default cap on the bytes parked in the free lists (VERL_WEBGPU_FREE_POOL_MB overrides it). */
+export const DEFAULT_FREE_POOL_MB = 4096;
+
+export interface FreePoolStats { trims: number; bytesDestroyed: number; capBytes: number }
+
+const installed = new WeakMap<object, FreePoolStats>();
+
+/** The cap in bytes from VERL_WEBGPU_FREE_POOL_MB (a number of MiB >= 0), else the default. */
+export function freePoolCapBytes(env: string | undefined = process.env.VERL_WEBGPU_FREE_POOL_MB): number {
+  if (env === undefined || env === "") return DEFAULT_FREE_POOL_MB * 2 ** 20;
+  const mb = Number(env);
+  if (!Number.isFinite(mb) || mb < 0) throw new Error(`VERL_WEBGPU_FREE_POOL_MB must be a number of MiB >= 0, got '${env}'`);
+  return Math.floor(mb * 2 ** 20);
+}
+
+/** Destroys every buffer in the free lists (keys kept: tfjs's releaseBuffer expects them); returns the bytes freed. */
+export function trimFreeBuffers(manager: BufferManagerLike): number {
+  let bytes = 0;
+  for (const list of manager.freeBuffers.values()) {
+    for (const b of list) {
+      bytes += b.size;
+      b.destroy();
+    }
+    manager.numFreeBuffers -= list.length;
+    list.length = 0;
+  }
+  manager.numBytesAllocated -= bytes;
+  return bytes;
+}
+
+/**
+ * Wraps the manager's acquireBuffer so the free lists never hold more than `capBytes` when a
+ * new buffer is created. Idempotent per manager; returns the live statistics.
+ */
+export function capFreeBufferPool(manager: BufferManagerLike, capBytes = freePoolCapBytes()): FreePoolStats {
+  const have = installed.get(manager);
+  if (have) return have;
+  for (const k of ["freeBuffers", "numBytesAllocated", "numBytesUsed", "acquireBuffer"] as const) {
+    if (!(k in manager)) throw new Error(`tfjs-backend-webgpu's BufferManager has no '${k}': the free-pool cap (src/engine/webgpu_buffer_pool.ts) needs updating for this tfjs version`);
+  }
+  const stats: FreePoolStats = { trims: 0, bytesDestroyed: 0, capBytes };
+  const acquire = manager.acquireBuffer.bind(manager);
+  manager.acquireBuffer = (size, usage, mappedAtCreation = false, reuse = true) => {
+    const free = manager.numBytesAllocated - manager.numBytesUsed;
+    if (free > capBytes && !(reuse && (manager.freeBuffers.get(`${size}_${usage}`)?.length ?? 0) > 0)) {
+      stats.bytesDestroyed += trimFreeBuffers(manager);
+      stats.trims++;
+    }
+    return acquire(size, usage, mappedAtCreation, reuse);
+  };
+  installed.set(manager, stats);
+  return stats;
+}

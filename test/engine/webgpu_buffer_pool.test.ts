@@ -1,0 +1,77 @@
+// The cap on tfjs-backend-webgpu's free buffer lists (src/engine/webgpu_buffer_pool.ts), on tfjs's
+// own BufferManager class: buffers of ever-new sizes (what the slot decoder and packed micro-batches
+// ask for) stay bounded, fixed-size work keeps reusing its buffers with no trim. The manager talks
+// to a device object that only hands out sized buffers and records destroy(): no GPU is needed for
+// the bookkeeping tested here (tfjs-backend-webgpu installs on request; the test skips without it).
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { capFreeBufferPool, freePoolCapBytes, DEFAULT_FREE_POOL_MB } from "../../src/engine/webgpu_buffer_pool.js";
+
+interface Buf { size: number; usage: number; destroyed: boolean; destroy(): void }
+interface Manager {
+  acquireBuffer(size: number, usage: number, mappedAtCreation?: boolean, reuse?: boolean): Buf;
+  releaseBuffer(b: Buf, reuse?: boolean): void;
+  numBytesAllocated: number; numBytesUsed: number; numFreeBuffers: number;
+  freeBuffers: Map<string, Buf[]>;
+}
+
+async function tfjsBufferManager(): Promise<{ manager: Manager; created: Buf[] } | string> {
+  let mod: { BufferManager: new (device: unknown) => Manager };
+  try {
+    mod = (await import("@tensorflow/tfjs-backend-webgpu/dist/buffer_manager.js" as string)) as typeof mod;
+  } catch (e) {
+    return `@tensorflow/tfjs-backend-webgpu is not installed (bash scripts/install-optional.sh webgpu): ${(e as Error).message.split("\n")[0]}`;
+  }
+  const created: Buf[] = [];
+  const device = {
+    createBuffer({ size, usage }: { size: number; usage: number }): Buf {
+      const b: Buf = { size, usage, destroyed: false, destroy() { b.destroyed = true; } };
+      created.push(b);
+      return b;
+    },
+  };
+  return { manager: new mod.BufferManager(device), created };
+}
+
+const STORAGE = 0x80 | 0x8 | 0x4; // STORAGE | COPY_DST | COPY_SRC, as tfjs asks for tensors
+
+test("ever-new buffer sizes: the free lists stay under the cap, live buffers are never destroyed", async (t) => {
+  const m = await tfjsBufferManager();
+  if (typeof m === "string") return t.skip(m);
+  const { manager, created } = m;
+  const cap = 10_000;
+  const stats = capFreeBufferPool(manager, cap);
+  const live: Buf[] = [];
+  for (let i = 0; i < 200; i++) {
+    const b = manager.acquireBuffer(1000 + 4 * i, STORAGE);
+    live.push(b);
+    if (live.length > 3) manager.releaseBuffer(live.shift()!); // keep three in use, as a layer's tensors
+    assert.ok(manager.numBytesAllocated - manager.numBytesUsed <= cap + 1000 + 4 * i, `step ${i}: ${manager.numBytesAllocated - manager.numBytesUsed} bytes parked`);
+  }
+  assert.ok(stats.trims > 0, "the cap was reached and trimmed");
+  for (const b of live) assert.equal(b.destroyed, false, "a buffer in use was destroyed");
+  const destroyed = created.filter((b) => b.destroyed).reduce((s, b) => s + b.size, 0);
+  assert.equal(destroyed, stats.bytesDestroyed);
+  assert.equal(manager.numBytesAllocated, created.filter((b) => !b.destroyed).reduce((s, b) => s + b.size, 0), "tfjs's byte count follows");
+});
+
+test("fixed sizes keep reusing their buffers and never trim", async (t) => {
+  const m = await tfjsBufferManager();
+  if (typeof m === "string") return t.skip(m);
+  const { manager, created } = m;
+  const stats = capFreeBufferPool(manager, 0); // even a zero cap: every acquire finds a free buffer of its size
+  for (let step = 0; step < 50; step++) {
+    const bs = [4096, 8192, 4096, 256].map((s) => manager.acquireBuffer(s, STORAGE));
+    for (const b of bs) manager.releaseBuffer(b);
+  }
+  assert.equal(created.length, 4, "the first step's four buffers serve all 50 steps");
+  assert.equal(stats.trims, 0, "no trim: every acquire after the first step finds a free buffer of its size");
+});
+
+test("VERL_WEBGPU_FREE_POOL_MB: MiB >= 0, else an error naming the variable", () => {
+  assert.equal(freePoolCapBytes(undefined), DEFAULT_FREE_POOL_MB * 2 ** 20);
+  assert.equal(freePoolCapBytes("512"), 512 * 2 ** 20);
+  assert.equal(freePoolCapBytes("0"), 0);
+  assert.throws(() => freePoolCapBytes("lots"), /VERL_WEBGPU_FREE_POOL_MB must be a number of MiB >= 0, got 'lots'/);
+  assert.throws(() => freePoolCapBytes("-1"), /VERL_WEBGPU_FREE_POOL_MB/);
+});
