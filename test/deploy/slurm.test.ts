@@ -17,7 +17,7 @@ import { cmdline, netnsPids, slurmAbsent, startSlurm, type SlurmCluster } from "
 
 const STEPS = 5;
 const KILL_AFTER = 3;
-const JOB_LIMIT_MS = 150_000;
+const JOB_LIMIT_MS = 240_000; // about 25 s on an idle 2-core VM, 55 s with the VM at load 13
 const VOLATILE = /^(timing_s\/|timing_per_token_ms\/|perf\/|global_seqlen\/)/;
 const FINAL = new Set(["COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED"]);
 
@@ -63,15 +63,18 @@ async function runJob(slurm: SlurmCluster, label: string, overrides: string[], o
   return { id, info, output, metrics: metricsByStep(read(log)), seconds: (Date.now() - t0) / 1000 };
 }
 
-test("the sbatch on a real 2-node Slurm: a SIGKILLed agent after step 3 requeues the job, which resumes and ends with the uninterrupted curves", { timeout: 420_000 }, async (t) => {
+test("the sbatch on a real 2-node Slurm: a SIGKILLed agent after step 3 requeues the job, which resumes and ends with the uninterrupted curves", { timeout: 600_000 }, async (t) => {
   const absent = slurmAbsent();
   if (absent) return void t.skip(absent);
   const model = stories();
   if (!model) return void t.skip("../shared/models/stories260K absent");
   const t0 = Date.now();
-  const ws = await makeWorkspace();
   const slurm = await startSlurm(`s${process.pid % 100000}`);
+  if (typeof slurm === "string") return void t.skip(slurm);
+  let wsDir: string | undefined;
   try {
+    const ws = await makeWorkspace();
+    wsDir = ws.dir;
     const overrides = (ckpt: string) => [...ws.overrides, `actor_rollout_ref.model.path=${model}`, "algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.use_kl_loss=true",
       "trainer.n_gpus_per_node=1", `trainer.total_training_steps=${STEPS}`, "trainer.save_freq=1", "trainer.logger=[console,file]", `trainer.default_local_dir=${join(slurm.dir, ckpt)}`];
 
@@ -138,6 +141,6 @@ test("the sbatch on a real 2-node Slurm: a SIGKILLed agent after step 3 requeues
     t.diagnostic(`uninterrupted job ${whole.seconds.toFixed(1)} s; killed+requeued job ${broken.seconds.toFixed(1)} s (the kill ${((killed.at - Date.now()) / -1000).toFixed(1)} s before its end); whole test ${((Date.now() - t0) / 1000).toFixed(1)} s`);
   } finally {
     await slurm.stop();
-    rmSync(ws.dir, { recursive: true, force: true });
+    if (wsDir) rmSync(wsDir, { recursive: true, force: true });
   }
 });

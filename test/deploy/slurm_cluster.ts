@@ -93,10 +93,13 @@ export function cmdline(pid: number): string {
   }
 }
 
-/** Starts slurmctld and two slurmd; resolves once both nodes are idle (or throws, having cleaned up). */
-export async function startSlurm(tag: string, readyMs = 30_000): Promise<SlurmCluster> {
+/**
+ * Starts slurmctld and two slurmd; resolves once both nodes are idle (or throws, having cleaned up),
+ * or to the reason when this machine cannot make the nodes' network namespaces.
+ */
+export async function startSlurm(tag: string, readyMs = 30_000): Promise<SlurmCluster | string> {
   const pair = createNetnsPair(tag);
-  if (typeof pair === "string") throw new Error(`cannot make the two nodes' network namespaces: ${pair}`);
+  if (typeof pair === "string") return `cannot make the two nodes' network namespaces: ${pair}`;
   const dir = mkdtempSync(join(tmpdir(), "verl-slurm-"));
   const etc = pair.names.map((n) => join("/etc/netns", n));
   const daemons: ChildProcess[] = [];
