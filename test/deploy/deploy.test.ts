@@ -1,7 +1,8 @@
 // The deploy files: the Kubernetes manifests validate against the Kubernetes API
 // schema (kubernetes-models) and say what issue 26 asks of them; the Dockerfile's
-// base is pinned; the sbatch requeues a failed step; the entrypoint forwards
-// SIGTERM to the driver and the agent and exits non-zero unless both succeeded.
+// base is pinned; the sbatch requeues a failed step (read here; slurm.test.ts runs it
+// on a real Slurm, killing a node's agent); the entrypoint forwards SIGTERM to the
+// driver and the agent and exits non-zero unless both succeeded.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { spawn, spawnSync } from "node:child_process";
@@ -71,6 +72,9 @@ test("the Dockerfile pins its base image; the sbatch requeues a failed step", ()
   assert.match(text, /scontrol requeue "\$SLURM_JOB_ID"/);
   assert.match(text, /SLURM_RESTART_COUNT/);
   assert.match(text, /--kill-on-bad-exit=1/);
+  // A requeued job appends to the first run's output (one log per job, both starts in it).
+  assert.match(text, /^#SBATCH --open-mode=append$/m);
+  assert.match(text, /^#SBATCH --requeue$/m);
 });
 
 /** A fake `verl` that records what it got and behaves as told by FAKE_<cmd>. */

@@ -106,6 +106,11 @@ export function maxMessageBytesFromEnv(env: NodeJS.ProcessEnv = process.env): nu
 /** Frames before authentication are tiny; anything larger is refused. */
 const PREAUTH_MAX_BYTES = 64 << 10;
 
+/** The host part of a ring address (`host:port`, `[v6]:port`). */
+function ringHost(addr: string): string {
+  return addr.replace(/:\d+$/, "").replace(/^\[(.*)\]$/, "$1");
+}
+
 function envNumber(name: string, fallback: number): number {
   const raw = process.env[name];
   if (raw === undefined || raw === "") return fallback;
@@ -301,6 +306,13 @@ export async function joinCluster(opts: JoinOptions): Promise<RemoteRanks> {
       if (hello.version !== VERL_TS_VERSION) return refuse(`it runs verl-ts ${hello.version}, the driver ${VERL_TS_VERSION}; run the same verl-ts on every host`, hello.name);
       if (joined) return refuse(`all ${nnodes} hosts (trainer.nnodes) have joined already`, hello.name);
       if (hello.v8 !== process.versions.v8) return refuse(`its V8 ${hello.v8} differs from the driver's ${process.versions.v8}; run the same Node.js on every host`, hello.name);
+      // The same agent started twice (the same command run again on one host) would otherwise take a
+      // second node rank and run as a second host: one agent per (name, ring address host) joins.
+      const twin = slots.find((s) => s !== undefined && s.peer.name === hello.name && ringHost(s.peer.addr) === ringHost(hello.addr));
+      if (twin) {
+        return refuse(`host agent '${hello.name}' at ${ringHost(hello.addr)} (pid ${hello.pid}) is the same agent as ${describePeer(twin.peer)} (pid ${twin.hello.pid}), which joined already: `
+          + "one agent per host, or give each agent on one host its own --name", hello.name);
+      }
       let nodeRank = hello.nodeRank;
       if (nodeRank === null) nodeRank = slots.findIndex((s) => s === undefined);
       if (!Number.isInteger(nodeRank) || nodeRank < 0 || nodeRank >= nnodes) return refuse(`node rank ${String(hello.nodeRank)} is outside [0, ${nnodes}) (trainer.nnodes=${nnodes})`, hello.name);

@@ -33,9 +33,9 @@ function canConnect(host: string, port: number): Promise<boolean> {
 }
 
 /** A driver in a child process (its log lines are the test's evidence); resolves once it listens. */
-function childDriver(env: Record<string, string>, joinTimeoutMs: number, link = "{}") {
+function childDriver(env: Record<string, string>, joinTimeoutMs: number, link = "{}", nnodes = 1) {
   const code = `import { joinCluster } from ${JSON.stringify(CLUSTER)};
-    await joinCluster({ nnodes: 1, perNode: 1, name: "sec", addr: "127.0.0.1", port: 0, joinTimeoutMs: ${joinTimeoutMs}, link: ${link},
+    await joinCluster({ nnodes: ${nnodes}, perNode: 1, name: "sec", addr: "127.0.0.1", port: 0, joinTimeoutMs: ${joinTimeoutMs}, link: ${link},
       onListen: (a) => process.stdout.write("LISTEN " + a + "\\n") }).then(() => process.exit(0), (e) => { process.stderr.write("FAILED " + e.message + "\\n"); process.exit(3); });`;
   const proc = spawn(process.execPath, ["--input-type=module", "-e", code], { env: { ...process.env, VERL_LOG_LEVEL: "info", VERL_LOG_FORMAT: "json", ...env }, stdio: ["ignore", "pipe", "pipe"] });
   let stderr = "";
@@ -94,6 +94,31 @@ test("an agent with the wrong token is refused and the refusal is logged with it
   assert.match(refused[0]!.peer, /^ipv4:127\.0\.0\.1:\d+$|^127\.0\.0\.1:\d+$/);
   assert.match(refused[0]!.why, /left before it proved the run's join token/);
   assert.match(d.log(), /only 0 host agents joined .* within 4 s \(node ranks missing: 0\)/);
+});
+
+test("the same agent started twice is refused, not admitted as a second host; the refusal names it on the driver", { timeout: 30_000 }, async () => {
+  const d = childDriver({ VERL_JOIN_TOKEN: TOKEN }, 20_000, "{}", 2);
+  const address = await d.address;
+  const agents = [startAgent({ name: "twin" }, address, TOKEN)];
+  try {
+    for (let i = 0; i < 200 && !/host agent joined/.test(d.log()); i++) await sleep(50);
+    assert.match(d.log(), /host agent joined/, d.log());
+    // The same command again: same name, same host (no --node-rank, so the driver would number it 1).
+    agents.push(startAgent({ name: "twin" }, address, TOKEN));
+    assert.equal(await agents[1]!.exited, 1, "the second copy exits with an error");
+    assert.match(agents[1]!.output.join(""), /the driver refused this host: host agent 'twin' at 127\.0\.0\.1 \(pid \d+\) is the same agent as host 'twin' \(node 0, 127\.0\.0\.1:\d+\)/);
+    const refused = d.log().split("\n").filter((l) => l.includes("refused a host agent")).map((l) => JSON.parse(l) as { peer: string; why: string; name?: string });
+    assert.equal(refused.length, 1, d.log());
+    assert.equal(refused[0]!.name, "twin");
+    assert.match(refused[0]!.why, /same agent as host 'twin' \(node 0/);
+    // The run still starts once a real second host joins: the refusal took no slot.
+    agents.push(startAgent({ name: "other" }, address, TOKEN));
+    assert.equal(await d.exited, 0, d.log());
+    assert.match(d.log(), /every host agent is ready/);
+  } finally {
+    for (const a of agents) a.proc.kill("SIGKILL");
+    d.proc.kill("SIGKILL");
+  }
 });
 
 async function openMany(host: string, port: number, n: number): Promise<Socket[]> {
