@@ -10,18 +10,27 @@ import { webGpuInfo } from "../engine/webgpu.js";
 const GIB = 1024 ** 3;
 
 /**
- * The name verl's device table is searched with: the WebGPU adapter's vendor, architecture and
- * description on webgpu; "CPU" on wasm, cpu and tfjs-node's CPU build; tfjs-node-gpu on CUDA does
- * not tell which GPU it runs on, so that name matches nothing (promised FLOPs infinite, MFU 0, as
- * verl does for a GPU it does not know).
+ * The name verl's device table is searched with (verl: torch's device name, "NVIDIA H200"): on
+ * webgpu the GPU model Dawn names in the adapter info, else the whole adapter line; "CPU" on wasm,
+ * cpu and tfjs-node's CPU build. tfjs-node-gpu on CUDA does not say which GPU it runs on, so its
+ * name matches nothing (promised FLOPs infinite, MFU 0, as verl reports for a GPU it does not know).
  */
 export function trainingDeviceName(backend: string): string {
-  if (backend === "webgpu") return webGpuInfo.adapter ?? "webgpu (adapter unknown)";
+  if (backend === "webgpu") return webGpuDeviceName(webGpuInfo);
   if (backend === "tensorflow") {
     const onGpu = (tf.findBackend("tensorflow") as { isUsingGpuDevice?: boolean } | null)?.isUsingGpuDevice;
     return onGpu === false ? "CPU" : "tfjs-node-gpu (GPU name unknown)";
   }
   return "CPU";
+}
+
+/**
+ * Dawn spells the model lower-case with hyphens ("nvidia-h200" on the H200, whose adapter
+ * description is only the driver version); in CUDA's spelling, upper-cased, it is "NVIDIA H200".
+ */
+export function webGpuDeviceName(info: { device?: string; adapter?: string }): string {
+  if (info.device) return info.device.toUpperCase().replace(/-/g, " ");
+  return info.adapter ?? "webgpu (adapter unknown)";
 }
 
 interface EngineStateLike { numBytes: number }

@@ -4,7 +4,8 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import * as tf from "@tensorflow/tfjs";
 import { initBackend } from "../../src/engine/backend.js";
-import { memoryMetrics, systemMemoryUsedBytes, trackPeakTensorBytes, trainingDeviceName } from "../../src/utils/perf_metrics.js";
+import { getDeviceFlops } from "../../src/utils/flops_counter.js";
+import { memoryMetrics, systemMemoryUsedBytes, trackPeakTensorBytes, trainingDeviceName, webGpuDeviceName } from "../../src/utils/perf_metrics.js";
 
 const GIB = 1024 ** 3;
 
@@ -33,4 +34,15 @@ test("perf/max_memory_allocated_gb keeps the peak of the tensors' bytes after th
   assert.ok(m["perf/cpu_memory_used_gb"]! > 0);
   assert.equal(trainingDeviceName("cpu"), "CPU");
   assert.equal(trainingDeviceName("wasm"), "CPU");
+});
+
+test("the WebGPU device name: Dawn's model name in CUDA's spelling, else the adapter line", () => {
+  // what Dawn reports on the H200 machine (docs/gpu.md): device "nvidia-h200", description the driver version
+  const h200 = { device: "nvidia-h200", adapter: "nvidia nvidia-h200 NVIDIA: 580.159.04 580.159.4.0" };
+  assert.equal(webGpuDeviceName(h200), "NVIDIA H200");
+  assert.equal(getDeviceFlops(webGpuDeviceName(h200)), 989e12);
+  // llvmpipe's software adapter names no model: no table entry, MFU 0 as verl for an unknown device
+  const soft = { adapter: "mesa llvmpipe (LLVM 15.0.7, 256 bits)" };
+  assert.equal(webGpuDeviceName(soft), soft.adapter);
+  assert.equal(getDeviceFlops(webGpuDeviceName(soft)), Infinity);
 });

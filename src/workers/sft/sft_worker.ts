@@ -103,7 +103,9 @@ export class SFTWorker extends Worker {
     applyModelMemoryOptions(model, readModelMemoryOptions(modelView, { removePadding: false }), modelView, seed);
     const vars = model.trainableVariables();
     const optimizer = new DataParallelOptimizer(vars, optimView(this.config), totalSteps, this.collective, cfg.optNum("optim.clip_grad"));
-    const flops = new FlopsCounter(model.config, trainingDeviceName(backend), this.rank === 0 ? (line) => logger().warn(line) : undefined);
+    // train/mfu is the engine trainer's metric: only its layout warns about a model_type without an estimate
+    const warn = this.rank === 0 && isEngineSftLayout(this.config) ? (line: string) => logger().warn(line) : undefined;
+    const flops = new FlopsCounter(model.config, trainingDeviceName(backend), warn);
     this.s = { model, tokenizer, optimizer, spec, flops };
     return { backend, numParams: vars.reduce((a, v) => a + v.size, 0) };
   }
