@@ -230,9 +230,14 @@ export class ActorRolloutRefWorker extends Worker {
     const temperature = this.temperatureOf(data);
     const calc = data.metaInfo.calculate_entropy !== false;
     const spp = this.state.cfg.bool("actor_rollout_ref.actor.calculate_sum_pi_squared", false);
+    const t0 = performance.now();
     const r = await withMatmulPrecision(this.precision("actor"), () => actor.computeLogProb(data, this.state.logProbSpec, temperature, calc, spp));
+    const seconds = (performance.now() - t0) / 1000;
     const out = { old_log_probs: r.logProbs, ...(r.entropy ? { entropys: r.entropy } : {}), ...(r.sumPiSquared ? { sum_pi_squared: r.sumPiSquared } : {}) };
-    return new DataProto(out, {}, { temperature });
+    // verl's engine workers: a forward-only pass is a third of the training FLOPs (perf/mfu/actor_infer)
+    const seqlens = globalTokenNum(data);
+    const metrics = seqlens ? { "perf/mfu/actor_infer": [this.state.flops!.mfu(seqlens, seconds, { worldSize: this.worldSize, forwardOnly: true })] } : undefined;
+    return new DataProto(out, {}, metrics ? { temperature, metrics } : { temperature });
   }
 
   @register({ dispatchMode: Dispatch.DP_COMPUTE_PROTO })

@@ -9,7 +9,7 @@ import { assertMemory, assertMfu, makeWorkspace, scratchModel } from "./fixtures
 
 const CPU_FLOPS = 448e9; // verl's "CPU" entry
 
-test("use_dynamic_bsz PPO with a critic logs perf/mfu/actor, perf/mfu/critic and the memory metrics, consistent with the token counts", async () => {
+test("use_dynamic_bsz PPO with a critic logs perf/mfu/actor, perf/mfu/critic, perf/mfu/actor_infer and the memory metrics, consistent with the token counts", async () => {
   const ws = await makeWorkspace();
   try {
     const overrides = [...ws.overrides, ...scratchModel(32, 2), "critic.model.path=scratch", "algorithm.adv_estimator=gae",
@@ -24,6 +24,7 @@ test("use_dynamic_bsz PPO with a critic logs perf/mfu/actor, perf/mfu/critic and
       const what = `step ${step}`;
       assertMfu(m, "perf/mfu/actor", what);
       assertMfu(m, "perf/mfu/critic", what);
+      assertMfu(m, "perf/mfu/actor_infer", what);
       assertMemory(m, what);
       // A lower bound from the formula: the scratch model (hidden 32, 2 layers, 2 heads, intermediate 128) has
       // per layer 32 x (32 + 32 + 32 + 32) = 4096 attention and 32 x 128 x 3 = 12288 MLP weights: 32768 without
@@ -34,6 +35,9 @@ test("use_dynamic_bsz PPO with a critic logs perf/mfu/actor, perf/mfu/critic and
       assert.ok(m["perf/mfu/actor"]! >= floor, `${what}: perf/mfu/actor ${m["perf/mfu/actor"]} below ${floor}`);
       const criticFloor = (6 * 32768 * tokens) / m["timing_s/update_critic"]! / CPU_FLOPS;
       assert.ok(m["perf/mfu/critic"]! >= criticFloor, `${what}: perf/mfu/critic ${m["perf/mfu/critic"]} below ${criticFloor}`);
+      // forward only: a third of 6 x weights per token, over at most timing_s/old_log_prob
+      const inferFloor = (2 * 32768 * tokens) / m["timing_s/old_log_prob"]! / CPU_FLOPS;
+      assert.ok(m["perf/mfu/actor_infer"]! >= inferFloor, `${what}: perf/mfu/actor_infer ${m["perf/mfu/actor_infer"]} below ${inferFloor}`);
     }
   } finally {
     rmSync(ws.dir, { recursive: true, force: true });

@@ -48,6 +48,7 @@ test("GRPO on stories260K: 1 rank and 2 ranks give the same curves", async (t) =
     // verl's perf/ metrics with either world size (the MFU divides by it)
     for (const [m, what] of [[one[1]!, "1 rank"], [two[1]!, "2 ranks"]] as const) {
       assertMfu(m, "perf/mfu/actor", what);
+      assertMfu(m, "perf/mfu/actor_infer", what);
       assertMemory(m, what);
     }
     assert.ok(!("critic/vf_loss" in one[0]!), "GRPO trains no critic");
