@@ -25,6 +25,8 @@ export const DEFAULT_DAWN_FLAGS = "enable-dawn-features=skip_validation,allow_un
 export const webGpuInfo: {
   flags: string[]; features: string[]; requested: string[]; subgroupMatrixConfigs: string[];
   subgroupMinSize?: number; subgroupMaxSize?: number; adapter?: string;
+  /** Dawn's name of the GPU model (adapter.info.device, e.g. "nvidia-h200"); empty on some drivers. */
+  device?: string;
 } = { flags: [], features: [], requested: [], subgroupMatrixConfigs: [] };
 
 const TC_FEATURES = ["shader-f16", "chromium-experimental-subgroup-matrix", "subgroups"];
@@ -81,11 +83,12 @@ export function webGpuSummary(): string {
 }
 
 interface SubgroupMatrixConfig { M: number; N: number; K: number; componentType: string; resultComponentType: string }
-interface AdapterInfoLike { vendor?: string; architecture?: string; description?: string; subgroupMinSize?: number; subgroupMaxSize?: number; subgroupMatrixConfigs?: SubgroupMatrixConfig[] }
+interface AdapterInfoLike { vendor?: string; architecture?: string; device?: string; description?: string; subgroupMinSize?: number; subgroupMaxSize?: number; subgroupMatrixConfigs?: SubgroupMatrixConfig[] }
 
 function describeAdapter(adapter: AdapterLike): void {
   const info = (adapter.info ?? {}) as AdapterInfoLike;
-  webGpuInfo.adapter = [info.vendor, info.architecture, info.description].filter(Boolean).join(" ");
+  webGpuInfo.adapter = [info.vendor, info.architecture, info.device, info.description].filter(Boolean).join(" ");
+  webGpuInfo.device = info.device || undefined;
   webGpuInfo.features = [...(adapter.features ?? [])].sort();
   webGpuInfo.subgroupMinSize = info.subgroupMinSize;
   webGpuInfo.subgroupMaxSize = info.subgroupMaxSize;

@@ -19,8 +19,11 @@ import { DataParallelOptimizer } from "./dp_optimizer.js";
 import { loadModelTokenizer, loadPolicy } from "./model_source.js";
 import { checkRolloutFitsModel } from "./rollout_length.js";
 import { applyModelMemoryOptions, readModelMemoryOptions } from "./model_options.js";
-import { inferenceSpec, setupWorker } from "./worker_setup.js";
+import { globalTokenNum, inferenceSpec, setupWorker } from "./worker_setup.js";
 import { isBypassMode } from "../trainer/ppo/rollout_corr.js";
+import { FlopsCounter } from "../utils/flops_counter.js";
+import { logger } from "../utils/logger.js";
+import { memoryMetrics, trainingDeviceName } from "../utils/perf_metrics.js";
 
 /** actor_rollout_ref (all three), actor_rollout (no reference), ref (reference only). */
 export type ActorRole = "actor_rollout_ref" | "actor_rollout" | "ref";
@@ -42,6 +45,10 @@ interface ActorState {
   agentLoops?: AgentLoopManager;
   /** The engine rollout.name selects (the host decoder, llama_cpp, or a registered one). */
   rolloutEngine?: RolloutEngine;
+  /** The tfjs backend of this rank (for perf/ memory metrics). */
+  backend: string;
+  /** perf/mfu/actor (an actor role only). */
+  flops?: FlopsCounter;
 }
 
 /** A frozen copy of a model's weights (the reference policy). */
@@ -90,7 +97,7 @@ export class ActorRolloutRefWorker extends Worker {
     const rolloutCfg = cfg.at("actor_rollout_ref.rollout");
     if (this.hasActor) checkRolloutFitsModel(rolloutCfg, model.config);
     const state: ActorState = {
-      cfg, tokenizer,
+      cfg, tokenizer, backend: common.backend,
       rolloutRng: new Rng(seed + 7919 * (this.rank + 1)), seed,
       logProbSpec: inferenceSpec(rolloutCfg, "log_prob_", "log_prob_use_dynamic_bsz", "log_prob_max_token_len_per_gpu", world),
     };
@@ -113,6 +120,7 @@ export class ActorRolloutRefWorker extends Worker {
       state.model = model;
       state.optimizer = optimizer;
       state.actor = new DataParallelPPOActor(model, optimizer, { ...actorOpts, seed: seed + this.rank });
+      state.flops = new FlopsCounter(model.config, trainingDeviceName(common.backend), this.rank === 0 ? (line) => logger().warn(line) : undefined);
       const engine = (state.rolloutEngine = createRolloutEngine(rolloutCfg.str("name", "tfjs"), { rollout: rolloutCfg, rank: this.rank }));
       onThreadClose(() => engine.dispose());
     }
@@ -222,9 +230,14 @@ export class ActorRolloutRefWorker extends Worker {
     const temperature = this.temperatureOf(data);
     const calc = data.metaInfo.calculate_entropy !== false;
     const spp = this.state.cfg.bool("actor_rollout_ref.actor.calculate_sum_pi_squared", false);
+    const t0 = performance.now();
     const r = await withMatmulPrecision(this.precision("actor"), () => actor.computeLogProb(data, this.state.logProbSpec, temperature, calc, spp));
+    const seconds = (performance.now() - t0) / 1000;
     const out = { old_log_probs: r.logProbs, ...(r.entropy ? { entropys: r.entropy } : {}), ...(r.sumPiSquared ? { sum_pi_squared: r.sumPiSquared } : {}) };
-    return new DataProto(out, {}, { temperature });
+    // verl's engine workers: a forward-only pass is a third of the training FLOPs (perf/mfu/actor_infer)
+    const seqlens = globalTokenNum(data);
+    const metrics = seqlens ? { "perf/mfu/actor_infer": [this.state.flops!.mfu(seqlens, seconds, { worldSize: this.worldSize, forwardOnly: true })] } : undefined;
+    return new DataProto(out, {}, metrics ? { temperature, metrics } : { temperature });
   }
 
   @register({ dispatchMode: Dispatch.DP_COMPUTE_PROTO })
@@ -239,7 +252,14 @@ export class ActorRolloutRefWorker extends Worker {
   async updateActor(data: DataProto): Promise<DataProto> {
     const { actor, optimizer } = this.requireActor("updateActor");
     const lr = optimizer.lr;
+    const t0 = performance.now();
     const metrics = await withMatmulPrecision(this.precision("actor"), () => actor.updatePolicy(data));
+    const seconds = (performance.now() - t0) / 1000;
+    // verl: the whole batch's tokens (global_token_num) over this rank's update time, x ppo_epochs, / world size
+    const seqlens = globalTokenNum(data);
+    const epochs = this.state.cfg.int("actor_rollout_ref.actor.ppo_epochs", 1);
+    if (seqlens) metrics["perf/mfu/actor"] = [this.state.flops!.mfu(seqlens, seconds, { passes: epochs, worldSize: this.worldSize })];
+    for (const [k, v] of Object.entries(memoryMetrics(this.state.backend))) metrics[k] = [v];
     metrics["actor/lr"] = [lr];
     optimizer.scheduler.step();
     return new DataProto({}, {}, { metrics });

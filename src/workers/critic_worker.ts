@@ -10,12 +10,18 @@ import { DataParallelPPOCritic } from "./critic/dp_critic.js";
 import { DataParallelOptimizer } from "./dp_optimizer.js";
 import { hfOverrides, loadModelTokenizer, loadValueModel } from "./model_source.js";
 import { applyModelMemoryOptions, readModelMemoryOptions } from "./model_options.js";
-import { inferenceSpec, setupWorker } from "./worker_setup.js";
+import { globalTokenNum, inferenceSpec, setupWorker } from "./worker_setup.js";
+import { FlopsCounter } from "../utils/flops_counter.js";
+import { logger } from "../utils/logger.js";
+import { trainingDeviceName } from "../utils/perf_metrics.js";
 
 interface CriticState {
   model: ValueHeadModel;
   critic: DataParallelPPOCritic;
   optimizer: DataParallelOptimizer;
+  /** perf/mfu/critic: the trunk's architecture (verl counts the critic as its model_type, head and all). */
+  flops: FlopsCounter;
+  ppoEpochs: number;
 }
 
 export class CriticWorker extends Worker {
@@ -46,7 +52,8 @@ export class CriticWorker extends Worker {
       this.collective, critic.optNum("grad_clip"),
     );
     this.s = {
-      model: valueModel, optimizer,
+      model: valueModel, optimizer, ppoEpochs: critic.int("ppo_epochs", 1),
+      flops: new FlopsCounter(valueModel.trunk.config, trainingDeviceName(backend), this.rank === 0 ? (line) => logger().warn(line) : undefined),
       critic: new DataParallelPPOCritic(valueModel, optimizer, {
         config: critic, miniBatchPerRank: plan.criticMiniBatchPerRank, microBatchPerRank: plan.criticMicroBatchPerRank, seed: seed + 101 * (this.rank + 1),
         // forward_micro_batch_size(_per_gpu) and forward_max_token_len_per_gpu follow the update's keys unless set
@@ -66,7 +73,12 @@ export class CriticWorker extends Worker {
   async updateCritic(data: DataProto): Promise<DataProto> {
     const { critic, optimizer } = this.state;
     const lr = optimizer.lr;
+    const t0 = performance.now();
     const metrics = await critic.updateCritic(data);
+    const seconds = (performance.now() - t0) / 1000;
+    // verl: the whole batch's tokens over this rank's update time, x critic.ppo_epochs, / world size
+    const seqlens = globalTokenNum(data);
+    if (seqlens) metrics["perf/mfu/critic"] = [this.state.flops.mfu(seqlens, seconds, { passes: this.state.ppoEpochs, worldSize: this.worldSize })];
     metrics["critic/lr"] = [lr];
     optimizer.scheduler.step();
     return new DataProto({}, {}, { metrics });

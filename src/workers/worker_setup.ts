@@ -3,6 +3,7 @@
 import { validatePpoConfig, type Config, type PpoBatchPlan } from "../config/index.js";
 import { initBackend, releaseBackend } from "../engine/backend.js";
 import { onThreadClose } from "../single_controller/index.js";
+import { trackPeakTensorBytes } from "../utils/perf_metrics.js";
 import type { MicroBatchSpec } from "./batching.js";
 import { ConfigView } from "./config_view.js";
 import { importExternalLib } from "./model_source.js";
@@ -21,6 +22,8 @@ export interface WorkerCommon {
 export async function initWorkerBackend(device: string): Promise<string> {
   const name = await initBackend(device);
   if (name === "webgpu") onThreadClose(releaseBackend);
+  // from here on, so perf/max_memory_allocated_gb covers loading the model too (torch's peak counts from the start)
+  trackPeakTensorBytes();
   return name;
 }
 
@@ -43,4 +46,18 @@ export function inferenceSpec(section: ConfigView, prefix: string, dynamicKey: s
   const global = section.optInt(`${prefix}micro_batch_size`);
   if (global !== null) return { microBatchSize: Math.max(1, Math.floor(global / world)), maxTokenLen: null };
   throw new Error(`set ${section.key(`${prefix}micro_batch_size_per_gpu`)} (rows per forward pass) or ${section.key(dynamicKey)}=true`);
+}
+
+/**
+ * The token count of each sequence of the whole batch (meta_info.global_token_num, set by the
+ * PPO driver before the batch is split over ranks): what verl's MFU is counted from. Undefined
+ * when a caller that is not the driver (a test, a benchmark) sent none: the MFU is then left out.
+ */
+export function globalTokenNum(data: { metaInfo: Record<string, unknown> }): number[] | undefined {
+  const v = data.metaInfo.global_token_num;
+  if (v === undefined) return undefined;
+  if (!Array.isArray(v) || !v.every((x) => typeof x === "number" && Number.isFinite(x) && x >= 0)) {
+    throw new Error("meta_info.global_token_num must list the token count of each sequence of the whole batch");
+  }
+  return v as number[];
 }

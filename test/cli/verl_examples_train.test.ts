@@ -207,7 +207,7 @@ const CASES_24: Case24[] = [
     script: SFT_ENGINE_SCRIPT.script, command: "sft",
     substitute: (d) => ({ "data.train_files": d.mtTrain, "data.val_files": d.mtTest, "model.path": d.mtModel, "data.train_batch_size": "4", "data.max_token_len_per_gpu": "512", "trainer.default_local_dir": "ckpt" }),
     added: ["data.max_length=256"],
-    metrics: ["train/loss", "train/grad_norm", "train/lr", "train/global_tokens", "train/total_tokens(B)"], absent: ["train/lr(1e-3)"],
+    metrics: ["train/loss", "train/grad_norm", "train/lr", "train/mfu", "train/global_tokens", "train/total_tokens(B)"], absent: ["train/lr(1e-3)"],
   },
 ];
 

@@ -166,7 +166,8 @@ export class PPOTrainer {
           const out = await callProto(workers.actorRollout, "computeLogProb", batch);
           const ent = out.batch.entropys;
           if (ent) metrics["actor/entropy"] = this.aggregate(ent, requireTensor(batch, "response_mask"));
-          batch = batch.union(out.select(["old_log_probs", ...(out.batch.sum_pi_squared ? ["sum_pi_squared"] : [])]));
+          Object.assign(workerMetrics, flattenMetricLists(out.metaInfo.metrics));
+          batch = batch.union(out.select(["old_log_probs", ...(out.batch.sum_pi_squared ? ["sum_pi_squared"] : [])], [], []));
         });
       }
       if (plan.needReference) {

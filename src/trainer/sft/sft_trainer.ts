@@ -18,6 +18,7 @@ import { Tracking } from "../../utils/tracking.js";
 import { ConfigView } from "../../workers/config_view.js";
 import type { SftEvalResult, SftStepResult } from "../../workers/sft/sft_worker.js";
 import { CheckpointManager } from "../checkpoint/checkpoint_manager.js";
+import { requireTensor, rowSums } from "../ppo/step_batch.js";
 import { restoreLoaderState } from "../checkpoint/loader_state.js";
 import { SFTDataset, type SftExample } from "./sft_dataset.js";
 import { MultiTurnSFTDataset, readMultiTurnConfig } from "./multiturn_sft_dataset.js";
@@ -70,7 +71,7 @@ function sftRows(config: Config, split: "train" | "val", tokenizer: Tokenizer): 
 function stepMetrics(engine: boolean, r: SftStepResult, seconds: number, tokens: { step: number; total: number }): Record<string, number> {
   if (engine) {
     return {
-      "train/loss": r.loss, "train/grad_norm": r.gradNorm, "train/lr": r.lr,
+      "train/loss": r.loss, "train/grad_norm": r.gradNorm, "train/lr": r.lr, ...(r.mfu === undefined ? {} : { "train/mfu": r.mfu }),
       "train/global_tokens": tokens.step, "train/total_tokens(B)": tokens.total / 1e9,
     };
   }
@@ -149,12 +150,16 @@ export class SFTTrainer {
       while (step < totalSteps) {
         for (const batch of this.trainLoader) {
           step += 1;
+          // each sequence's attended tokens (verl's _get_batch_seqlens, gathered over ranks there: the driver
+          // holds the whole batch here); the engine trainer sends them for its train/mfu
+          const seqlens = rowSums(requireTensor(batch, "attention_mask"));
+          if (this.engine) batch.metaInfo.global_token_num = seqlens;
           const t0 = performance.now();
           const ranks = await group.call<SftStepResult[]>("trainStep", batch);
           const r = ranks[0]!;
           if (r.skipped) logger().warn({ step, gradNorm: r.gradNorm }, "gradient norm is not finite: update skipped");
           result.trainLoss = r.loss;
-          const stepTokens = attendedTokens(batch);
+          const stepTokens = seqlens.reduce((a, b) => a + b, 0);
           totalTokens += stepTokens;
           tracking.log(stepMetrics(this.engine, r, (performance.now() - t0) / 1000, { step: stepTokens, total: totalTokens }), step);
           const last = step >= totalSteps;
@@ -213,14 +218,6 @@ export class SFTTrainer {
     }
     return tokens > 0 ? lossSum / tokens : 0;
   }
-}
-
-/** Σ attention_mask of a batch (verl's train/global_tokens). */
-function attendedTokens(batch: DataProto): number {
-  const m = batch.batch.attention_mask;
-  let n = 0;
-  if (m) for (let i = 0; i < m.data.length; i++) n += Number(m.data[i]);
-  return n;
 }
 
 /** `verl sft`: train and return where the final model is. */

@@ -16,7 +16,10 @@ import { loadRoleCheckpoint, saveRoleCheckpoint } from "../checkpoint.js";
 import { ConfigView } from "../config_view.js";
 import { DataParallelOptimizer } from "../dp_optimizer.js";
 import { importExternalLib } from "../model_source.js";
-import { initWorkerBackend } from "../worker_setup.js";
+import { globalTokenNum, initWorkerBackend } from "../worker_setup.js";
+import { FlopsCounter } from "../../utils/flops_counter.js";
+import { logger } from "../../utils/logger.js";
+import { trainingDeviceName } from "../../utils/perf_metrics.js";
 
 export const SFT_LR_SCHEDULERS = ["cosine", "constant"] as const;
 
@@ -30,6 +33,8 @@ export interface SftStepResult {
   tokens: number;
   /** True when the gradient norm was not finite and the update was skipped. */
   skipped: boolean;
+  /** verl's mfu of this rank's step, when the driver sent the batch's global_token_num. */
+  mfu?: number;
 }
 
 export interface SftEvalResult {
@@ -42,6 +47,7 @@ interface SftState {
   tokenizer: Tokenizer;
   optimizer: DataParallelOptimizer;
   spec: MicroBatchSpec;
+  flops: FlopsCounter;
 }
 
 /**
@@ -97,14 +103,18 @@ export class SFTWorker extends Worker {
     applyModelMemoryOptions(model, readModelMemoryOptions(modelView, { removePadding: false }), modelView, seed);
     const vars = model.trainableVariables();
     const optimizer = new DataParallelOptimizer(vars, optimView(this.config), totalSteps, this.collective, cfg.optNum("optim.clip_grad"));
-    this.s = { model, tokenizer, optimizer, spec };
+    // train/mfu is the engine trainer's metric: only its layout warns about a model_type without an estimate
+    const warn = this.rank === 0 && isEngineSftLayout(this.config) ? (line: string) => logger().warn(line) : undefined;
+    const flops = new FlopsCounter(model.config, trainingDeviceName(backend), warn);
+    this.s = { model, tokenizer, optimizer, spec, flops };
     return { backend, numParams: vars.reduce((a, v) => a + v.size, 0) };
   }
 
   /** One optimizer step on this rank's rows of the global batch (every rank must be called, even with no rows). */
   @register({ dispatchMode: Dispatch.DP_COMPUTE_METRIC })
   async trainStep(data: DataProto): Promise<SftStepResult> {
-    const { model, optimizer, spec } = this.state;
+    const { model, optimizer, spec, flops } = this.state;
+    const t0 = performance.now();
     const counts = Float64Array.of(countLossTokens(data));
     optimizer.allReduceSum(counts);
     const norm = counts[0]! + 1e-8;
@@ -117,9 +127,13 @@ export class SFTWorker extends Worker {
       tf.dispose([value, ...Object.values(grads)]);
     }
     const res = await optimizer.step([lossSum]);
+    // verl times the engine's train_batch (forward, backward, optimizer step), not the scheduler step
+    const seconds = (performance.now() - t0) / 1000;
     optimizer.scheduler.step();
+    const seqlens = globalTokenNum(data);
+    const mfu = seqlens ? flops.mfu(seqlens, seconds, { worldSize: this.worldSize }) : undefined;
     // verl logs the scheduler's rate after its step (get_last_lr): the next step's
-    return { loss: res.scalars[0]!, gradNorm: res.gradNorm, lr: optimizer.lr, tokens: counts[0]!, skipped: res.skipped };
+    return { loss: res.scalars[0]!, gradNorm: res.gradNorm, lr: optimizer.lr, tokens: counts[0]!, skipped: res.skipped, ...(mfu === undefined ? {} : { mfu }) };
   }
 
   /** Summed loss and token count of this rank's rows (no gradients, no collectives). */

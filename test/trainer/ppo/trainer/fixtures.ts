@@ -1,5 +1,6 @@
 // A tiny PPO workspace: story-opening prompts as verl-layout parquet files, a
 // custom reward function, and the overrides that point a run at them.
+import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -105,4 +106,19 @@ export function metricsByStep(jsonl: string): Map<number, Record<string, number>
     out.set(rec.step, { ...(out.get(rec.step) ?? {}), ...rec.data });
   }
   return out;
+}
+
+/** MFU on the CPU: a fraction of the promised FLOPs, above 0 and at most 1. */
+export function assertMfu(m: Record<string, number>, key: string, what: string): void {
+  const v = m[key];
+  assert.ok(typeof v === "number" && Number.isFinite(v) && v > 0 && v <= 1, `${what}: ${key} = ${v}`);
+}
+
+export function assertMemory(m: Record<string, number>, what: string): void {
+  for (const k of ["perf/max_memory_allocated_gb", "perf/max_memory_reserved_gb", "perf/cpu_memory_used_gb"]) {
+    const v = m[k];
+    assert.ok(typeof v === "number" && Number.isFinite(v) && v > 0, `${what}: ${k} = ${v}`);
+  }
+  // wasm: the heap holds every tensor, so what it reserves is at least the tensors' peak
+  assert.ok(m["perf/max_memory_reserved_gb"]! >= m["perf/max_memory_allocated_gb"]!, `${what}: reserved < allocated`);
 }

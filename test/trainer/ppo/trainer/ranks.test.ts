@@ -7,9 +7,9 @@ import assert from "node:assert/strict";
 import { rmSync } from "node:fs";
 import { loadConfig } from "../../../../src/config/index.js";
 import { runPpo } from "../../../../src/trainer/main_ppo.js";
-import { makeWorkspace, scratchModel, stories } from "./fixtures.js";
+import { assertMemory, assertMfu, makeWorkspace, scratchModel, stories } from "./fixtures.js";
 
-const VOLATILE = /^(timing_s\/|timing_per_token_ms\/|perf\/throughput$|perf\/time_per_step$|global_seqlen\/)/;
+const VOLATILE = /^(timing_s\/|timing_per_token_ms\/|perf\/throughput$|perf\/time_per_step$|perf\/mfu\/|perf\/max_memory_|perf\/cpu_memory_used_gb$|global_seqlen\/)/;
 
 async function curves(overrides: string[], world: number): Promise<Record<string, number>[]> {
   const config = loadConfig({ configName: "ppo_trainer", overrides: [...overrides, `trainer.n_gpus_per_node=${world}`, "trainer.logger=[]"] });
@@ -45,6 +45,12 @@ test("GRPO on stories260K: 1 rank and 2 ranks give the same curves", async (t) =
     }
     assert.ok("val-core/stories/reward/mean@1" in one[1]!, "validation at the last step");
     assert.ok("global_seqlen/mean" in two[0]!, "2 ranks balance the batch");
+    // verl's perf/ metrics with either world size (the MFU divides by it)
+    for (const [m, what] of [[one[1]!, "1 rank"], [two[1]!, "2 ranks"]] as const) {
+      assertMfu(m, "perf/mfu/actor", what);
+      assertMfu(m, "perf/mfu/actor_infer", what);
+      assertMemory(m, what);
+    }
     assert.ok(!("critic/vf_loss" in one[0]!), "GRPO trains no critic");
   } finally {
     rmSync(ws.dir, { recursive: true, force: true });

@@ -7,7 +7,7 @@ import { existsSync, readFileSync, readdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { makeWorkspace, metricsByStep, runTrain, scratchModel } from "./fixtures.js";
 
-const VOLATILE = /^(timing_s\/|timing_per_token_ms\/|perf\/throughput$|perf\/time_per_step$)/;
+const VOLATILE = /^(timing_s\/|timing_per_token_ms\/|perf\/throughput$|perf\/time_per_step$|perf\/mfu\/|perf\/max_memory_|perf\/cpu_memory_used_gb$)/;
 
 test("kill -9 during training, then resume_mode=auto continues at the right step with the same data and results", async () => {
   const ws = await makeWorkspace();
