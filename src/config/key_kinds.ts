@@ -44,9 +44,9 @@ export const KEY_RULES: readonly KeyRule[] = [
   { keys: "{actor_rollout_ref.actor,critic,actor_rollout_ref.ref,reward_model}.strategy", kind: "honoured", what: "every strategy trains as data parallel over worker threads", values: STRATEGIES },
   { keys: `{${M},critic.model}.{external_lib,path,tokenizer_path}`, kind: "honoured", what: "model loading" },
   { keys: `{${M},critic.model,model}.hf_config_path`, kind: "honoured", what: "model loading (the folder whose config.json describes the weights)" },
-  { keys: `{${M},critic.model,model}.override_config.moe_config.**`, kind: "inert", what: "Megatron MoE settings (verl-ts reads a MoE model's experts from its config.json: Qwen3-MoE)" },
-  { keys: `{${M},critic.model}.override_config.**`, kind: "honoured", what: "the architecture of a scratch model (a loaded checkpoint refuses overrides)" },
-  { keys: `{${M},critic.model}.override_config`, kind: "honoured", what: "the architecture of a scratch model (a loaded checkpoint refuses overrides)" },
+  { keys: `{${M},critic.model,reward_model.model,model}.override_config.moe_config.**`, kind: "inert", what: "Megatron MoE settings (verl-ts reads a MoE model's experts from its config.json: Qwen3-MoE)" },
+  { keys: `{${M},critic.model,reward_model.model}.override_config.**`, kind: "honoured", what: "the architecture of a scratch model (a loaded checkpoint refuses overrides)" },
+  { keys: `{${M},critic.model,reward_model.model}.override_config`, kind: "honoured", what: "the architecture of a scratch model (a loaded checkpoint refuses overrides)" },
   { keys: "model.override_config.**", kind: "honoured", what: "the architecture of a scratch SFT model (model.partial_pretrain=scratch)" },
   { keys: "model.override_config", kind: "honoured", what: "the architecture of a scratch SFT model (model.partial_pretrain=scratch)" },
   { keys: `${REF}.{log_prob_max_token_len_per_gpu,log_prob_micro_batch_size,log_prob_micro_batch_size_per_gpu,log_prob_use_dynamic_bsz}`, kind: "honoured", what: "reference log-probs" },
@@ -80,6 +80,7 @@ export const KEY_RULES: readonly KeyRule[] = [
   { keys: "reward_model.overlong_buffer.{enable,len,log,penalty_factor}", kind: "honoured", what: "DAPO's overlong penalty", own: true },
   { keys: "reward_model.{enable,forward_max_token_len_per_gpu,max_length,micro_batch_size,micro_batch_size_per_gpu,reward_manager,use_dynamic_bsz}", kind: "honoured", what: "rewards" },
   { keys: "reward_model.model.{path,external_lib}", kind: "honoured", what: "the reward model" },
+  { keys: "reward_model.model.input_tokenizer", kind: "honoured", what: "the reward model re-renders each conversation with its own chat template (src/workers/rm_chat_template.ts)" },
   { keys: "reward_manager.{name,source}", kind: "honoured", what: "rewards (verl's newer spelling of reward_model.reward_manager)" },
   { keys: "reward_manager.module.{path,name}", kind: "honoured", what: "a reward manager from a JS module (source=importlib)" },
   { keys: "{**.,}optim.override_optimizer_config{,.**}", kind: "honoured", what: "AdamW's keywords (lr, weight_decay, betas, eps, Megatron's adam_*; src/workers/dp_optimizer.ts)" },
@@ -121,7 +122,6 @@ export const KEY_RULES: readonly KeyRule[] = [
   { keys: "model.enable_gradient_checkpointing", kind: "honoured", what: "training memory (gradient checkpointing)" },
   { keys: "**.{lora_rank,lora_alpha,target_modules,exclude_modules,lora_adapter_path}", kind: "not_built", what: "LoRA" },
   { keys: "**.lora.**", kind: "not_built", what: "LoRA (Megatron)" },
-  { keys: "reward_model.model.override_config", kind: "not_built", what: "a reward-model config override (the reward model takes actor_rollout_ref.model.override_config)" },
   { keys: "**.router_replay.**", kind: "not_built", what: "MoE router replay" },
   { keys: "**.mtp.**", kind: "not_built", what: "multi-token prediction (MTP)" },
   { keys: `${R}.mtp`, kind: "not_built", what: "multi-token prediction (MTP)" },
@@ -135,7 +135,6 @@ export const KEY_RULES: readonly KeyRule[] = [
   { keys: "reward_model.{reward_loop_source,reward_loop_module_path,reward_loop_class_name}", kind: "not_built", what: "custom reward loops" },
   { keys: "reward_model.sandbox_fusion.**", kind: "not_built", what: "the Sandbox Fusion code-execution reward service" },
   { keys: "reward_model.rollout.**", kind: "not_built", what: "generative reward models" },
-  { keys: "reward_model.model.input_tokenizer", kind: "not_built", what: "reward models with their own chat template (input_tokenizer)" },
 
   // --- inert: plumbing of verl's engines ---------------------------------------------------------------
   {

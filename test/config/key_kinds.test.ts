@@ -108,3 +108,8 @@ test("every unknown key comes back in one error, each with suggestions from its 
     },
   );
 });
+
+test("the reward model's input_tokenizer and override_config are honoured keys, not refused", () => {
+  assert.deepEqual(check(["reward_model.model.input_tokenizer=null", "+reward_model.model.override_config.hidden_size=8"]), { inert: [], unread: [] });
+  assert.deepEqual(check(["reward_model.model.input_tokenizer=/models/rm-tokenizer"]), { inert: [], unread: [] });
+});
