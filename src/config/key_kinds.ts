@@ -80,6 +80,7 @@ export const KEY_RULES: readonly KeyRule[] = [
   { keys: "reward_model.overlong_buffer.{enable,len,log,penalty_factor}", kind: "honoured", what: "DAPO's overlong penalty", own: true },
   { keys: "reward_model.{enable,forward_max_token_len_per_gpu,max_length,micro_batch_size,micro_batch_size_per_gpu,reward_manager,use_dynamic_bsz}", kind: "honoured", what: "rewards" },
   { keys: "reward_model.model.{path,external_lib}", kind: "honoured", what: "the reward model" },
+  { keys: "reward_model.sandbox_fusion.{url,max_concurrent,memory_limit_mb}", kind: "honoured", what: "the Sandbox Fusion code-execution reward for codecontests/apps/codeforces/taco (src/reward/sandbox_fusion.ts)" },
   { keys: "reward_model.model.input_tokenizer", kind: "honoured", what: "the reward model re-renders each conversation with its own chat template (src/workers/rm_chat_template.ts)" },
   { keys: "reward_manager.{name,source}", kind: "honoured", what: "rewards (verl's newer spelling of reward_model.reward_manager)" },
   { keys: "reward_manager.module.{path,name}", kind: "honoured", what: "a reward manager from a JS module (source=importlib)" },
@@ -133,7 +134,6 @@ export const KEY_RULES: readonly KeyRule[] = [
   { keys: "**.freeze_vision_tower", kind: "not_built", what: "vision-language models" },
   { keys: "data.{custom_cls,sampler,datagen}.**", kind: "not_built", what: "Python dataset, sampler and data-generation classes" },
   { keys: "reward_model.{reward_loop_source,reward_loop_module_path,reward_loop_class_name}", kind: "not_built", what: "custom reward loops" },
-  { keys: "reward_model.sandbox_fusion.**", kind: "not_built", what: "the Sandbox Fusion code-execution reward service" },
   { keys: "reward_model.rollout.**", kind: "not_built", what: "generative reward models" },
 
   // --- inert: plumbing of verl's engines ---------------------------------------------------------------
