@@ -80,6 +80,7 @@ export const KEY_RULES: readonly KeyRule[] = [
   { keys: "reward_model.overlong_buffer.{enable,len,log,penalty_factor}", kind: "honoured", what: "DAPO's overlong penalty", own: true },
   { keys: "reward_model.{enable,forward_max_token_len_per_gpu,max_length,micro_batch_size,micro_batch_size_per_gpu,reward_manager,use_dynamic_bsz}", kind: "honoured", what: "rewards" },
   { keys: "reward_model.model.{path,external_lib}", kind: "honoured", what: "the reward model" },
+  { keys: "reward_model.{reward_loop_source,reward_loop_module_path,reward_loop_class_name,use_reward_loop}", kind: "honoured", what: "a reward loop class from a JS/TS module, in place of the reward manager (src/reward/reward_loop.ts)" },
   { keys: "reward_model.sandbox_fusion.{url,max_concurrent,memory_limit_mb}", kind: "honoured", what: "the Sandbox Fusion code-execution reward for codecontests/apps/codeforces/taco (src/reward/sandbox_fusion.ts)" },
   { keys: "reward_model.model.input_tokenizer", kind: "honoured", what: "the reward model re-renders each conversation with its own chat template (src/workers/rm_chat_template.ts)" },
   { keys: "reward_manager.{name,source}", kind: "honoured", what: "rewards (verl's newer spelling of reward_model.reward_manager)" },
@@ -133,7 +134,6 @@ export const KEY_RULES: readonly KeyRule[] = [
   { keys: `${R}.agent.custom_async_server.**`, kind: "not_built", what: "a custom async rollout server" },
   { keys: "**.freeze_vision_tower", kind: "not_built", what: "vision-language models" },
   { keys: "data.{custom_cls,sampler,datagen}.**", kind: "not_built", what: "Python dataset, sampler and data-generation classes" },
-  { keys: "reward_model.{reward_loop_source,reward_loop_module_path,reward_loop_class_name}", kind: "not_built", what: "custom reward loops" },
   { keys: "reward_model.rollout.**", kind: "not_built", what: "generative reward models" },
 
   // --- inert: plumbing of verl's engines ---------------------------------------------------------------
@@ -150,7 +150,7 @@ export const KEY_RULES: readonly KeyRule[] = [
   { keys: "{ray_kwargs,transfer_queue}.**", kind: "inert", what: "Ray" },
   { keys: "actor_rollout_ref.hybrid_engine", kind: "inert", what: "Ray/NCCL" },
   { keys: "trainer.{esi_redundant_time,default_hdfs_dir,ray_wait_register_center_timeout,use_legacy_worker_impl}", kind: "inert", what: "Ray/HDFS plumbing" },
-  { keys: "reward_model.{enable_resource_pool,n_gpus_per_node,nnodes,num_workers,use_reward_loop,launch_reward_fn_async}", kind: "inert", what: "Ray resource pools" },
+  { keys: "reward_model.{enable_resource_pool,n_gpus_per_node,nnodes,num_workers,launch_reward_fn_async}", kind: "inert", what: "Ray resource pools" },
   {
     keys: `{${R},rollout}.{mode,dtype,gpu_memory_utilization,enforce_eager,cudagraph_capture_sizes,free_cache_engine,load_format,tensor_model_parallel_size,data_parallel_size,expert_parallel_size,pipeline_model_parallel_size,max_num_batched_tokens,max_model_len,enable_chunked_prefill,enable_prefix_caching,logprobs_mode,scheduling_policy,disable_log_stats,multi_stage_wake_up,skip_tokenizer_init,layered_summon,log_prob_micro_batch_size,calculate_log_probs,ignore_eos}`,
     kind: "inert",

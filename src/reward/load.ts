@@ -1,4 +1,5 @@
-// loadRewardManager: verl's load_reward_manager. Picks the manager class by
+// loadRewardManager: verl's load_reward_manager (or, with reward_model.reward_loop_source=importlib,
+// the user's reward loop class: reward_loop.ts). Picks the manager class by
 // reward_model.reward_manager (or reward_manager.{source: importlib, module.path, name}
 // for a class in the user's own module) and hands it the custom reward
 // function when custom_reward_function.path is set (else, with reward_model.sandbox_fusion.url,
@@ -8,6 +9,8 @@ import type { Tokenizer } from "../models/tokenizer.js";
 import { asRecord, loadCustomRewardFunction, loadExport } from "./custom.js";
 import { getRewardManager } from "./managers/index.js";
 import { sandboxDefaultComputeScore, sandboxSettings } from "./sandbox_fusion.js";
+import { RewardLoopRewardManager, rewardLoopSource } from "./reward_loop.js";
+import { containmentOptions } from "./timeout.js";
 import type { RewardManager, RewardManagerClass } from "./types.js";
 
 async function managerClass(config: Config): Promise<RewardManagerClass> {
@@ -37,6 +40,12 @@ export interface LoadRewardManagerOptions {
 }
 
 export async function loadRewardManager(config: Config, tokenizer: Tokenizer, opts: LoadRewardManagerOptions): Promise<RewardManager> {
+  // verl's reward loop (use_reward_loop, its default) builds the user's class in place of the manager.
+  const loop = rewardLoopSource(config);
+  if (loop) {
+    const kwargs = { ...asRecord(getPath(config, "reward_model.reward_kwargs"), "reward_model.reward_kwargs"), ...(opts.rewardKwargs ?? {}) };
+    return new RewardLoopRewardManager(loop, containmentOptions(kwargs));
+  }
   const custom = await loadCustomRewardFunction(config);
   const cls = await managerClass(config);
   // verl binds the sandbox into its default scorer only when no custom reward function is set.

@@ -109,8 +109,9 @@ test("every unknown key comes back in one error, each with suggestions from its 
   );
 });
 
-test("the reward model's input_tokenizer, override_config and sandbox_fusion are honoured keys, not refused", () => {
+test("the reward model's input_tokenizer, override_config, sandbox_fusion and reward loop keys are honoured keys, not refused", () => {
   assert.deepEqual(check(["reward_model.model.input_tokenizer=null", "+reward_model.model.override_config.hidden_size=8"]), { inert: [], unread: [] });
   assert.deepEqual(check(["reward_model.model.input_tokenizer=/models/rm-tokenizer"]), { inert: [], unread: [] });
+  assert.deepEqual(check(["reward_model.reward_loop_source=importlib", "reward_model.reward_loop_module_path=loop.ts", "reward_model.reward_loop_class_name=MyLoop"]), { inert: [], unread: [] });
   assert.deepEqual(check(["reward_model.sandbox_fusion.url=http://127.0.0.1:8080/run_code", "reward_model.sandbox_fusion.max_concurrent=8", "reward_model.sandbox_fusion.memory_limit_mb=512"]), { inert: [], unread: [] });
 });
