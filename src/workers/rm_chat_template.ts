@@ -30,8 +30,12 @@ export function switchChatTemplate(data: DataProto, src: Tokenizer, target: Toke
     let response = src.decode(responseIds);
     if (eosText !== "") response = response.split(eosText).join("");
     const chat: ChatMessage[] = [...(prompt as ChatMessage[]), { role: "assistant", content: response }];
-    const text = target.applyChatTemplate(chat, { addGenerationPrompt: false });
-    const rowIds = target.encode(text, { addSpecialTokens: false }).slice(0, L);
+    let rowIds: number[];
+    try {
+      rowIds = target.encode(target.applyChatTemplate(chat, { addGenerationPrompt: false }), { addSpecialTokens: false }).slice(0, L);
+    } catch (e) {
+      throw new Error(`reward_model.model.input_tokenizer: row ${b}: the reward model's tokenizer cannot render or encode the conversation: ${(e as Error).message}`);
+    }
     for (let t = 0; t < L; t++) {
       if (t < rowIds.length) {
         ids[b * L + t] = rowIds[t]!;
