@@ -45,7 +45,8 @@ function alignedExtraInfo(dicts: (Record<string, unknown> | null)[]): Record<str
 export class PrimeRewardManager implements RewardManager {
   readonly numWorkers: number;
   readonly timeoutS: number;
-  private readonly threads: LazyScoringPool;
+  /** null when computeScore runs in this thread (a service call): no threads, and no warning about what they cannot reach. */
+  private readonly threads: LazyScoringPool | null;
 
   constructor(private readonly opts: RewardManagerOptions) {
     const contain = containmentOptions(opts.rewardKwargs, "prime");
@@ -57,7 +58,7 @@ export class PrimeRewardManager implements RewardManager {
           "give the reward function as a module (custom_reward_function.path / .name), or register scorers with registerScorer(name, fn, { module: import.meta.url })",
       );
     }
-    this.threads = new LazyScoringPool(opts.computeScoreSource ?? null, contain);
+    this.threads = opts.computeScoreInDriver ? null : new LazyScoringPool(opts.computeScoreSource ?? null, contain);
   }
 
   async compute(data: DataProto): Promise<RewardResult> {
@@ -66,7 +67,7 @@ export class PrimeRewardManager implements RewardManager {
     const tok = this.opts.tokenizer;
     const { rows, responses } = readDecodedRows(data, tok, this.opts.rewardFnKey);
     const inDriver = this.opts.computeScoreInDriver ? (this.opts.computeScore as ComputeScoreFn | undefined) : undefined;
-    const pool = inDriver ? null : await this.threads.get();
+    const pool = inDriver ? null : await this.threads!.get();
     const outcomes = await Promise.all(rows.map((r, i) => {
       const sample = { dataSource: r.dataSource, solutionStr: responses[i]!, groundTruth: r.groundTruth ?? null, extraInfo: r.extraInfo };
       return inDriver ? scoreInDriver(inDriver, sample, this.timeoutS) : pool!.score(sample);
@@ -100,6 +101,6 @@ export class PrimeRewardManager implements RewardManager {
   }
 
   close(): Promise<void> {
-    return this.threads.close();
+    return this.threads ? this.threads.close() : Promise.resolve();
   }
 }
