@@ -134,7 +134,7 @@ export const KEY_RULES: readonly KeyRule[] = [
   { keys: `${R}.agent.custom_async_server.**`, kind: "not_built", what: "a custom async rollout server" },
   { keys: "**.freeze_vision_tower", kind: "not_built", what: "vision-language models" },
   { keys: "data.{custom_cls,sampler,datagen}.**", kind: "not_built", what: "Python dataset, sampler and data-generation classes" },
-  { keys: "reward_model.rollout.**", kind: "not_built", what: "generative reward models" },
+  { keys: "reward_model.rollout.**", kind: "not_built", what: "a reward model served by vLLM/SGLang for verl's reward loop (classify endpoint, generative reward models through reward_router_address); verl-ts scores reward models in its own worker" },
 
   // --- inert: plumbing of verl's engines ---------------------------------------------------------------
   {

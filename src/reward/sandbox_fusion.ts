@@ -114,9 +114,24 @@ export interface CaseMeta {
   [k: string]: unknown;
 }
 
-/** Python's str() of a test-case value, as verl sends it (strings as they are; other values as JSON). */
-function pyStr(v: unknown): string {
-  return typeof v === "string" ? v : typeof v === "number" || typeof v === "bigint" ? String(v) : JSON.stringify(v);
+/** Python's str() of a test-case value (verl sends str(input) and compares with str(expected)): strings as they are. */
+export function pyStr(v: unknown): string {
+  return typeof v === "string" ? v : pyRepr(v);
+}
+
+/** Python's repr() of a JSON value: True/False/None, single-quoted strings, ", " and ": " separators. */
+function pyRepr(v: unknown): string {
+  if (v === null || v === undefined) return "None";
+  if (typeof v === "boolean") return v ? "True" : "False";
+  if (typeof v === "number") return Number.isFinite(v) ? String(v) : Number.isNaN(v) ? "nan" : v > 0 ? "inf" : "-inf";
+  if (typeof v === "string") {
+    const body = v.replace(/\\/g, "\\\\").replace(/\n/g, "\\n");
+    // Python quotes with ' unless the string holds ' and no "
+    return v.includes("'") && !v.includes('"') ? `"${body}"` : `'${body.replace(/'/g, "\\'")}'`;
+  }
+  if (Array.isArray(v)) return `[${v.map(pyRepr).join(", ")}]`;
+  if (typeof v === "object") return `{${Object.entries(v as Record<string, unknown>).map(([k, x]) => `${pyRepr(k)}: ${pyRepr(x)}`).join(", ")}}`;
+  return String(v);
 }
 
 /**

@@ -14,7 +14,7 @@ import { join } from "node:path";
 import { loadConfig } from "../../src/config/index.js";
 import { CharTokenizer } from "../../src/models/tokenizers/char.js";
 import { loadRewardManager } from "../../src/reward/load.js";
-import { extractCode, judgeRunCode, parseTestCases, sandboxSettings, type RunCodeRequest } from "../../src/reward/sandbox_fusion.js";
+import { extractCode, judgeRunCode, parseTestCases, pyStr, sandboxSettings, type RunCodeRequest } from "../../src/reward/sandbox_fusion.js";
 import { makeBatch, rowSums } from "./helpers.js";
 
 // printable ASCII and newline: enough to carry Python code through the tokenizer
@@ -209,4 +209,8 @@ test("verl's rules: code extraction, test-case shapes, and the status of each ru
   assert.equal(judgeRunCode({ status: "Failed", run_result: run("Finished", 1) }, "x").result, -2);
   assert.equal(judgeRunCode({ status: "SandboxError" }, "x").result, -1);
   assert.equal(judgeRunCode({ status: "Weird" }, "x").status, "unknown_api_status_Weird");
+  // non-string inputs and outputs go as Python's str() of them
+  assert.equal(pyStr([1, "a'b", true, null, { k: [2.5] }]), `[1, "a'b", True, None, {'k': [2.5]}]`);
+  assert.equal(judgeRunCode({ status: "Success", run_result: run("Finished", 0, "[3, 4]\n") }, [3, 4]).result, true);
+  assert.equal(judgeRunCode({ status: "Success", run_result: run("Finished", 0, "False") }, false).result, true);
 });
