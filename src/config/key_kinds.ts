@@ -81,6 +81,8 @@ export const KEY_RULES: readonly KeyRule[] = [
   { keys: "reward_model.{enable,forward_max_token_len_per_gpu,max_length,micro_batch_size,micro_batch_size_per_gpu,reward_manager,use_dynamic_bsz}", kind: "honoured", what: "rewards" },
   { keys: "reward_model.model.{path,external_lib}", kind: "honoured", what: "the reward model" },
   { keys: "reward_model.{reward_loop_source,reward_loop_module_path,reward_loop_class_name,use_reward_loop}", kind: "honoured", what: "a reward loop class from a JS/TS module, in place of the reward manager (src/reward/reward_loop.ts)" },
+  { keys: "reward_model.rollout.{name,max_model_len}", kind: "honoured", what: "the reward model as verl's reward loop serves it (scored in verl-ts's reward-model worker; src/workers/rm_chat_template.ts)", values: ["vllm", "sglang"] },
+  { keys: "reward_model.rollout.**", kind: "inert", what: "vLLM/SGLang serving verl's reward model (verl-ts scores it in its reward-model worker)" },
   { keys: "reward_model.sandbox_fusion.{url,max_concurrent,memory_limit_mb}", kind: "honoured", what: "the Sandbox Fusion code-execution reward for codecontests/apps/codeforces/taco (src/reward/sandbox_fusion.ts)" },
   { keys: "reward_model.model.input_tokenizer", kind: "honoured", what: "the reward model re-renders each conversation with its own chat template (src/workers/rm_chat_template.ts)" },
   { keys: "reward_manager.{name,source}", kind: "honoured", what: "rewards (verl's newer spelling of reward_model.reward_manager)" },
@@ -134,7 +136,6 @@ export const KEY_RULES: readonly KeyRule[] = [
   { keys: `${R}.agent.custom_async_server.**`, kind: "not_built", what: "a custom async rollout server" },
   { keys: "**.freeze_vision_tower", kind: "not_built", what: "vision-language models" },
   { keys: "data.{custom_cls,sampler,datagen}.**", kind: "not_built", what: "Python dataset, sampler and data-generation classes" },
-  { keys: "reward_model.rollout.**", kind: "not_built", what: "a reward model served by vLLM/SGLang for verl's reward loop (classify endpoint, generative reward models through reward_router_address); verl-ts scores reward models in its own worker" },
 
   // --- inert: plumbing of verl's engines ---------------------------------------------------------------
   {

@@ -13,7 +13,8 @@ import { Dispatch, register, Worker } from "../single_controller/index.js";
 import { column, toTf, type MicroBatchSpec } from "./batching.js";
 import { inferInMicroBatches } from "./forward.js";
 import { expandHome, hfOverrides, loadModelTokenizer, loadValueModel, modelKind, SCRATCH } from "./model_source.js";
-import { switchChatTemplate } from "./rm_chat_template.js";
+import { switchChatTemplate, type SwitchLength } from "./rm_chat_template.js";
+import { servedRewardModel } from "../config/validate.js";
 import { loadTokenizer } from "../models/tokenizers/index.js";
 import type { Tokenizer } from "../models/tokenizer.js";
 import { inferenceSpec, setupWorker } from "./worker_setup.js";
@@ -21,7 +22,7 @@ import { inferenceSpec, setupWorker } from "./worker_setup.js";
 export class RewardModelWorker extends Worker {
   private model: ValueHeadModel | undefined;
   private spec: MicroBatchSpec | undefined;
-  private switchTemplate: { src: Tokenizer; target: Tokenizer; maxLength: number | null } | undefined;
+  private switchTemplate: { src: Tokenizer; target: Tokenizer; length: SwitchLength } | undefined;
 
   constructor(private readonly config: Config) {
     super();
@@ -35,9 +36,11 @@ export class RewardModelWorker extends Worker {
     const actorModel = cfg.at("actor_rollout_ref.model");
     const actorTokenizer = await loadModelTokenizer(actorModel);
     let tokenizer = actorTokenizer;
-    // verl switches chat templates whenever input_tokenizer is set (its default is the actor's path). A
-    // scratch reward model has no tokenizer of its own: it reads the actor's token ids, as with null.
-    const inputTok = modelCfg.optStr("input_tokenizer");
+    // verl's legacy worker switches chat templates whenever input_tokenizer is set (its default is the actor's
+    // path); its reward loop (a reward model served by reward_model.rollout.name) always does, from the actor's
+    // tokenizer. A scratch reward model has no tokenizer of its own: it reads the actor's token ids.
+    const served = servedRewardModel(cfg.root);
+    const inputTok = served !== null ? actorModel.str("path") : modelCfg.optStr("input_tokenizer");
     if (inputTok !== null && modelKind(modelCfg.str("path"), modelCfg.key("path")) !== "scratch") {
       tokenizer = await loadModelTokenizer(modelCfg);
       if (!tokenizer.hasChatTemplate) {
@@ -48,9 +51,13 @@ export class RewardModelWorker extends Worker {
       }
       // The actor's own path (verl's default) means the actor's tokenizer as loaded (tokenizer_path, custom_chat_template).
       const src = inputTok === actorModel.str("path") ? actorTokenizer : await loadInputTokenizer(inputTok, modelCfg.key("input_tokenizer"));
-      this.switchTemplate = { src, target: tokenizer, maxLength: rm.optInt("max_length") };
+      this.switchTemplate = { src, target: tokenizer, length: { maxLength: rm.optInt("max_length") } };
     }
     this.model = await loadValueModel(modelCfg, tokenizer, seed + 17, hfOverrides(actorModel));
+    if (served !== null && this.switchTemplate) {
+      // the server's limit: rollout.max_model_len, else the model's max_position_embeddings (verl's vLLM default)
+      this.switchTemplate.length = { served: true, maxModelLen: rm.optInt("rollout.max_model_len") ?? this.model.config.maxSeqLen };
+    }
     this.spec = inferenceSpec(rm, "", "use_dynamic_bsz", "forward_max_token_len_per_gpu", this.worldSize);
     return { backend, numParams: this.model.trainableVariables().reduce((a, v) => a + v.size, 0) };
   }
@@ -60,7 +67,7 @@ export class RewardModelWorker extends Worker {
     const model = this.model, spec = this.spec;
     if (!model || !spec) throw new Error(`reward model worker rank ${this.rank}: call initModel first`);
     const sw = this.switchTemplate;
-    const rmData = sw ? switchChatTemplate(data, sw.src, sw.target, sw.maxLength) : data;
+    const rmData = sw ? switchChatTemplate(data, sw.src, sw.target, sw.length) : data;
     const [lastValues] = await inferInMicroBatches(rmData, spec, (micro) => {
       const amHost = column(micro, "attention_mask");
       const am = toTf(amHost, "int32") as tf.Tensor2D;

@@ -98,7 +98,7 @@ test("input_tokenizer=null: the reward model reads the actor's token ids as they
 
 test("the re-rendered batch is right-padded to reward_model.max_length, truncated from the right, positions as verl counts them", () => {
   const data = batchWithPrompts(2);
-  const out = switchChatTemplate(data, actorTokenizer, rmTokenizer, 12);
+  const out = switchChatTemplate(data, actorTokenizer, rmTokenizer, { maxLength: 12 });
   assert.deepEqual(out.batch.input_ids!.shape, [2, 12]);
   for (let b = 0; b < 2; b++) {
     const resp = data.batch.responses!.data, mask = data.batch.response_mask!.data;
@@ -112,7 +112,7 @@ test("the re-rendered batch is right-padded to reward_model.max_length, truncate
     assert.deepEqual(Array.from(out.batch.position_ids!.data.subarray(b * 12, b * 12 + 12)), Array.from({ length: 12 }, (_, t) => Math.min(t, n - 1)));
   }
   // shorter than the template's text: padded with the reward model's pad id past it
-  const wide = switchChatTemplate(data, actorTokenizer, rmTokenizer, 40);
+  const wide = switchChatTemplate(data, actorTokenizer, rmTokenizer, { maxLength: 40 });
   assert.equal(wide.batch.input_ids!.data[39], rmTokenizer.padTokenId);
   assert.equal(wide.batch.attention_mask!.data[39], 0);
 });
@@ -120,9 +120,9 @@ test("the re-rendered batch is right-padded to reward_model.max_length, truncate
 test("input_tokenizer: a batch without raw_prompt, or a row whose raw_prompt is not a message list, is an error naming the key", () => {
   const data = batchWithPrompts(2);
   delete data.nonTensorBatch.raw_prompt;
-  assert.throws(() => switchChatTemplate(data, actorTokenizer, rmTokenizer, null), /reward_model\.model\.input_tokenizer: the batch has no raw_prompt/);
+  assert.throws(() => switchChatTemplate(data, actorTokenizer, rmTokenizer, { maxLength: null }), /reward_model\.model\.input_tokenizer: the batch has no raw_prompt/);
   data.nonTensorBatch.raw_prompt = [[{ role: "user", content: "q" }], "just text"];
-  assert.throws(() => switchChatTemplate(data, actorTokenizer, rmTokenizer, null), /input_tokenizer: row 1: raw_prompt must be a list/);
+  assert.throws(() => switchChatTemplate(data, actorTokenizer, rmTokenizer, { maxLength: null }), /input_tokenizer: row 1: raw_prompt must be a list/);
 });
 
 test("reward_model.model.override_config shapes a scratch reward model over the actor's overrides; a checkpoint refuses it by key", async () => {
@@ -140,4 +140,31 @@ test("reward_model.model.override_config shapes a scratch reward model over the 
   const dir = await rmFolder();
   const ckpt = new RewardModelWorker(rmConfig(dir, ["+reward_model.model.override_config.hidden_size=8"]));
   await assert.rejects(ckpt.initModel(), /reward_model\.model\.override_config sets hidden_size: config overrides shape a 'scratch' model/);
+});
+
+test("reward_model.rollout.name (verl's reward loop serves the reward model): always re-rendered from the actor's tokenizer, tokenized as the server does, never cut", async () => {
+  const dir = await rmFolder();
+  // input_tokenizer=null does not matter here: verl's reward loop always re-renders; the batch is 10 columns wide
+  const worker = new RewardModelWorker(rmConfig(dir, ["reward_model.rollout.name=vllm", "reward_model.model.input_tokenizer=null"]));
+  await worker.initModel();
+  const data = batchWithPrompts(3);
+  const scores = (await worker.computeRmScore(data)).batch.rm_scores!;
+  const model = (worker as unknown as { model: Forward }).model;
+  const mask = data.batch.response_mask!.data, resp = data.batch.responses!.data;
+  for (let b = 0; b < 3; b++) {
+    let len = 0;
+    for (let t = 0; t < 6; t++) len += mask[b * 6 + t]!;
+    const response = actorTokenizer.decode(Array.from(resp.subarray(b * 6, b * 6 + len))).split("<eos>").join("");
+    // the server adds the tokenizer's special tokens (a leading <bos> here), over the whole conversation
+    const ids = rmTokenizer.encode(`[user]q ${"abcdef"[b]}|[assistant]${response}|`, { addSpecialTokens: true });
+    assert.equal(ids[0], rmTokenizer.bosTokenId);
+    assert.ok(ids.length > 10);
+    const want = lastValue(model, ids);
+    const got = scores.data[b * 6 + len - 1]!;
+    assert.ok(Math.abs(got - want) < 1e-5, `row ${b}: ${got} vs ${want}`);
+  }
+  // a conversation longer than the server takes is refused, as verl's server refuses it
+  const short = new RewardModelWorker(rmConfig(dir, ["reward_model.rollout.name=sglang", "reward_model.rollout.max_model_len=12"]));
+  await short.initModel();
+  await assert.rejects(short.computeRmScore(batchWithPrompts(2)), /reward_model\.rollout\.max_model_len: row 0's conversation is \d+ tokens for the reward model, more than the 12 it takes/);
 });
