@@ -19,6 +19,7 @@ import {
   aggLoss, applyKlPenalty, computeAdvantage, getKlController, type AlgoConfig, type KlController, type KlCtrlConfig,
 } from "./core_algos/index.js";
 import { nonFiniteRewardMetrics, perOptimizerStep, SkippedStepGuard } from "./fault_guards.js";
+import { RolloutSkip } from "./rollout_skip.js";
 import { applyBypassMode, applyRolloutCorrection, isBypassMode } from "./rollout_corr.js";
 import { computeDataMetrics, computeThroughputMetrics, computeTimingMetrics, computeVarianceProxyMetrics, reduceMetrics } from "./metric_utils.js";
 import { callProto, type PpoWorkers } from "./resources.js";
@@ -62,6 +63,7 @@ export class PPOTrainer {
   readonly klCtrl: KlController | null;
   private readonly history: FitResult["history"] = [];
   private readonly skipGuard: SkippedStepGuard;
+  private readonly rolloutSkip: RolloutSkip | null;
   /** Grad norms per optimizer step of the last training step, per role (for skipGuard). */
   private stepGradNorms: Record<string, number[]> = {};
 
@@ -70,6 +72,7 @@ export class PPOTrainer {
     const useKlInReward = d.cfg.bool("algorithm.use_kl_in_reward", false);
     this.klCtrl = useKlInReward ? getKlController(d.cfg.section("algorithm.kl_ctrl") as KlCtrlConfig) : null;
     this.skipGuard = new SkippedStepGuard(d.cfg.optInt("trainer.max_consecutive_skipped_steps"));
+    this.rolloutSkip = RolloutSkip.fromConfig(d.cfg);
   }
 
   private get seedPerSample(): boolean {
@@ -138,9 +141,16 @@ export class PPOTrainer {
     await timed(timing, "step", async () => {
       batch.metaInfo.temperature = cfg.num("actor_rollout_ref.rollout.temperature", 1.0);
       assignUids(batch, this.rng);
-      const gen = popGenBatch(batch, n, this.seedPerSample ? this.rng : null, agentRowKeys(cfg, batch));
+      let gen = popGenBatch(batch, n, this.seedPerSample ? this.rng : null, agentRowKeys(cfg, batch));
       gen.metaInfo = { ...batch.metaInfo, global_steps: step };
-      const genOut = await timed(timing, "gen", () => callProto(workers.actorRollout, "generateSequences", gen));
+      const generate = () => callProto(workers.actorRollout, "generateSequences", gen);
+      let genOut: DataProto;
+      if (this.rolloutSkip) {
+        // a loaded rollout replaces the step's prompts too, so rewards see their own ground truth
+        const r = await timed(timing, "gen", () => this.rolloutSkip!.rollout({ prompts: batch, gen, out: new DataProto() }, generate));
+        ({ prompts: batch, gen, out: genOut } = r);
+        if (r.loaded) logger().info({ step, file: this.rolloutSkip.file }, "rollout.skip_rollout: the step's rollout was loaded, not generated");
+      } else genOut = await timed(timing, "gen", generate);
       const baselines = cfg.str("algorithm.adv_estimator") === "remax"
         ? await timed(timing, "gen_max", () => this.greedyBaselines(batch, gen, n)) : undefined;
       batch = batch.repeat(n, true).union(new DataProto(genOut.batch, genOut.nonTensorBatch, {}));
