@@ -16,6 +16,11 @@ export interface LoraSettings {
   targetModules: string | string[];
   /** Same forms as targetModules; null = none. */
   excludeModules?: string | string[] | null;
+  /**
+   * A's initialisation: kaiming (peft's kaiming-uniform, a = sqrt 5; the default), xavier
+   * (Megatron-Bridge's default: normal, std sqrt(2 / (in + r))) or normal (std 0.2).
+   */
+  initA?: "kaiming" | "xavier" | "normal";
 }
 
 export interface LoraModule {
@@ -97,9 +102,10 @@ export function checkRankFits(config: ModelConfig, rank: number, targets: string
   }
 }
 
-export function validateLoraSettings(s: LoraSettings, keyPrefix = "model"): void {
-  if (!Number.isInteger(s.rank) || s.rank < 1) throw new Error(`${keyPrefix}.lora_rank must be a positive integer to enable LoRA, got ${s.rank}`);
-  if (!Number.isFinite(s.alpha) || s.alpha <= 0) throw new Error(`${keyPrefix}.lora_alpha must be a positive number, got ${s.alpha}`);
+export function validateLoraSettings(s: LoraSettings, keyPrefix: string | KeyNamer = "model"): void {
+  const key = keyNamer(keyPrefix);
+  if (!Number.isInteger(s.rank) || s.rank < 1) throw new Error(`${key("lora_rank")} must be a positive integer to enable LoRA, got ${s.rank}`);
+  if (!Number.isFinite(s.alpha) || s.alpha <= 0) throw new Error(`${key("lora_alpha")} must be a positive number, got ${s.alpha}`);
 }
 
 let adapterSerial = 0;
@@ -125,8 +131,8 @@ export class LoraAdapter {
     }
   }
 
-  /** A fresh adapter: A kaiming-uniform (a = sqrt 5) from `rng`, B zero. */
-  static init(config: ModelConfig, settings: LoraSettings, rng: Rng, keyPrefix = "model"): LoraAdapter {
+  /** A fresh adapter: A from `rng` by settings.initA (kaiming-uniform, a = sqrt 5, by default), B zero. */
+  static init(config: ModelConfig, settings: LoraSettings, rng: Rng, keyPrefix: string | KeyNamer = "model"): LoraAdapter {
     validateLoraSettings(settings, keyPrefix);
     const shapes = linearModules(config), r = settings.rank;
     const targets = selectTargets(config, settings, keyPrefix);
@@ -134,8 +140,15 @@ export class LoraAdapter {
     const tensors = new Map<string, { a: tf.Tensor; b: tf.Tensor }>();
     for (const name of targets) {
       const [outF, inF] = shapes.get(name)!;
-      const bound = 1 / Math.sqrt(inF), a = new Float32Array(r * inF);
-      for (let i = 0; i < a.length; i++) a[i] = (2 * rng.random() - 1) * bound;
+      const a = new Float32Array(r * inF), init = settings.initA ?? "kaiming";
+      if (init === "kaiming") {
+        const bound = 1 / Math.sqrt(inF);
+        for (let i = 0; i < a.length; i++) a[i] = (2 * rng.random() - 1) * bound;
+      } else {
+        // torch's xavier_normal_ on A [r, in]: fan_in = in, fan_out = r
+        const std = init === "xavier" ? Math.sqrt(2 / (inF + r)) : 0.2;
+        for (let i = 0; i < a.length; i++) a[i] = rng.normal() * std;
+      }
       tensors.set(name, { a: tf.tensor2d(a, [r, inF]), b: tf.zeros([outF, r]) });
     }
     try {
