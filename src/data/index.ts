@@ -6,4 +6,5 @@ export { StatefulDataLoader, type BatchSource, type DataLoaderOptions, type Data
 export { collateToDataProto, truncateIds, type CollateOptions } from "./collate.js";
 export { readDataConfig, dataFiles, TRUNCATIONS, type RLDataConfig, type Truncation } from "./data_config.js";
 export { createRLDataloaders, maxSamples, type RLDataloaders } from "./factory.js";
+export { loadCustomDatasetClass, UserDataset, type CustomDatasetClass, type RLDatasetClass } from "./custom_dataset.js";
 export * from "./preprocess/index.js";
