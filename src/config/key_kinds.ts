@@ -141,7 +141,7 @@ export const KEY_RULES: readonly KeyRule[] = [
   { keys: "**.freeze_vision_tower", kind: "not_built", what: "vision-language models" },
   { keys: "data.custom_cls.{path,name}", kind: "honoured", what: "the user's dataset class, a JS/TS module in RLHFDataset's place (src/data/custom_dataset.ts; a .py class is refused with the reason)" },
   { keys: "data.datagen.**", kind: "honoured", what: "passed to the data.custom_cls class with the rest of data (verl's own reader of it, DynamicGenDataset, is such a class)" },
-  { keys: "data.sampler.**", kind: "not_built", what: "a custom (curriculum) sampler class" },
+  { keys: "data.sampler.{class_path,class_name}", kind: "honoured", what: "the user's sampler class (verl's AbstractSampler; update(batch) after each step for curriculum samplers): src/data/dataloader.ts" },
   { keys: "reward_model.{reward_loop_source,reward_loop_module_path,reward_loop_class_name}", kind: "not_built", what: "custom reward loops" },
   { keys: "reward_model.sandbox_fusion.**", kind: "not_built", what: "the Sandbox Fusion code-execution reward service" },
   { keys: "reward_model.rollout.**", kind: "not_built", what: "generative reward models" },

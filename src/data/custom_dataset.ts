@@ -12,7 +12,7 @@ import type { DataProto } from "../protocol/data_proto.js";
 import { importUserModule } from "../reward/custom.js";
 import { collateToDataProto } from "./collate.js";
 import { readDataConfig } from "./data_config.js";
-import type { BatchSource } from "./dataloader.js";
+import type { BatchSource, IndexSampler } from "./dataloader.js";
 import type { RLHFDatasetOptions, RLRow } from "./rl_dataset.js";
 
 export type RLDatasetClass = new (files: string[], tokenizer: Tokenizer | null, dataConfig: Record<string, unknown>, opts: RLHFDatasetOptions) => unknown;
@@ -29,27 +29,43 @@ interface UserInstance {
   collate?: (rows: RLRow[]) => unknown;
 }
 
-/** The class data.custom_cls names, or null when data.custom_cls.path is unset. */
-export async function loadCustomDatasetClass(data: Record<string, unknown>): Promise<CustomDatasetClass | null> {
-  const spec = data.custom_cls;
+/**
+ * A class a data key names (`data.custom_cls.{path,name}`, `data.sampler.{class_path,class_name}`),
+ * or null when the path is unset. Python classes are refused with the reason.
+ */
+async function loadDataClass(key: string, pathKey: string, nameKey: string, spec: unknown, pyWhat: string, jsHint: string): Promise<{ cls: new (...args: never[]) => unknown; label: string } | null> {
   if (spec === undefined || spec === null) return null;
-  if (typeof spec !== "object" || Array.isArray(spec)) throw new Error(`data.custom_cls must be a mapping {path, name}, got ${JSON.stringify(spec)}`);
-  const { path, name } = spec as Record<string, unknown>;
+  if (typeof spec !== "object" || Array.isArray(spec)) throw new Error(`${key} must be a mapping {${pathKey}, ${nameKey}}, got ${JSON.stringify(spec)}`);
+  const { [pathKey]: path, [nameKey]: name } = spec as Record<string, unknown>;
   if (path === undefined || path === null) return null;
-  if (typeof path !== "string" || path === "") throw new Error(`data.custom_cls.path must be a file path, got ${JSON.stringify(path)}`);
-  if (typeof name !== "string" || name === "") throw new Error(`data.custom_cls.name must name the dataset class exported by ${path}, got ${JSON.stringify(name)}`);
+  if (typeof path !== "string" || path === "") throw new Error(`${key}.${pathKey} must be a file path, got ${JSON.stringify(path)}`);
+  if (typeof name !== "string" || name === "") throw new Error(`${key}.${nameKey} must name the class exported by ${path}, got ${JSON.stringify(name)}`);
   if (extname(path).toLowerCase() === ".py" || path.startsWith("pkg://")) {
-    throw new Error(
-      `data.custom_cls.path=${path}: verl's dataset classes are Python (they take a Hugging Face tokenizer object and return torch tensors), ` +
-        `which verl-ts cannot run; write the class in JavaScript or TypeScript, e.g. \`export class ${name} extends RLHFDataset\` from "verl-ts" (docs/data.md)`,
-    );
+    throw new Error(`${key}.${pathKey}=${path}: ${pyWhat}, which verl-ts cannot run; write the class in JavaScript or TypeScript, e.g. ${jsHint.replace("NAME", name)}`);
   }
-  const mod = await importUserModule(path, "dataset module", "data.custom_cls.path");
+  const mod = await importUserModule(path, `${key} module`, `${key}.${pathKey}`);
   const def = mod.default as Record<string, unknown> | undefined;
   const cls = mod[name] ?? (def !== null && typeof def === "object" ? def[name] : undefined);
-  if (cls === undefined) throw new Error(`data.custom_cls: ${path} has no export '${name}' (exports: ${Object.keys(mod).join(", ") || "none"})`);
-  if (typeof cls !== "function") throw new Error(`data.custom_cls: export '${name}' of ${path} is a ${typeof cls}, not a class`);
-  return { cls: cls as RLDatasetClass, label: `${name} from ${path}` };
+  if (cls === undefined) throw new Error(`${key}: ${path} has no export '${name}' (exports: ${Object.keys(mod).join(", ") || "none"})`);
+  if (typeof cls !== "function") throw new Error(`${key}: export '${name}' of ${path} is a ${typeof cls}, not a class`);
+  return { cls: cls as new (...args: never[]) => unknown, label: `${name} from ${path}` };
+}
+
+/** The class data.custom_cls names, or null when data.custom_cls.path is unset. */
+export async function loadCustomDatasetClass(data: Record<string, unknown>): Promise<CustomDatasetClass | null> {
+  const c = await loadDataClass("data.custom_cls", "path", "name", data.custom_cls,
+    "verl's dataset classes are Python (they take a Hugging Face tokenizer object and return torch tensors)",
+    "`export class NAME extends RLHFDataset` from \"verl-ts\" (docs/data.md)");
+  return c && { cls: c.cls as unknown as RLDatasetClass, label: c.label };
+}
+
+export type SamplerClass = new (dataSource: BatchSource<RLRow>, dataConfig: Record<string, unknown>) => IndexSampler;
+
+/** The class data.sampler names (verl's AbstractSampler / AbstractCurriculumSampler), or null. */
+export async function loadSamplerClass(data: Record<string, unknown>): Promise<{ cls: SamplerClass; label: string } | null> {
+  const c = await loadDataClass("data.sampler", "class_path", "class_name", data.sampler,
+    "verl's samplers are Python classes over a torch Dataset", "`export class NAME { constructor(dataSource, dataConfig) {...} *[Symbol.iterator]() {...} }` (docs/data.md)");
+  return c && { cls: c.cls as unknown as SamplerClass, label: `data.sampler (${c.label})` };
 }
 
 /** The user's dataset behind the loader's interface: its calls are checked and its errors name the class. */

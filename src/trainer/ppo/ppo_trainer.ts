@@ -34,6 +34,8 @@ export interface TrainLoader extends Iterable<DataProto> {
   readonly currentEpoch: number;
   stateDict(): DataLoaderState;
   loadStateDict(s: DataLoaderState): void;
+  /** data.sampler's update(batch) after each step (a curriculum sampler), when there is one. */
+  updateSampler?(batch: DataProto): Promise<void>;
 }
 
 export interface PpoTrainerDeps {
@@ -66,6 +68,8 @@ export class PPOTrainer {
   private readonly rolloutSkip: RolloutSkip | null;
   /** Grad norms per optimizer step of the last training step, per role (for skipGuard). */
   private stepGradNorms: Record<string, number[]> = {};
+  /** The last step's batch with its rewards and advantages (for data.sampler's update). */
+  private trainedBatch: DataProto | null = null;
 
   constructor(readonly d: PpoTrainerDeps) {
     this.rng = new Rng(d.cfg.int("trainer.seed", 42) ^ 0x7a11);
@@ -117,6 +121,8 @@ export class PPOTrainer {
         if (epoch >= totalEpochs) break;
         const isLastStep = this.globalSteps >= total;
         const metrics = await this.step(batch, epoch, isLastStep, resumable);
+        // as verl: the curriculum sampler sees the trained batch before the step is logged
+        if (this.trainedBatch) await trainLoader.updateSampler?.(this.trainedBatch);
         this.log(metrics, this.globalSteps);
         for (const [role, norms] of Object.entries(this.stepGradNorms)) this.skipGuard.observe(role, norms, this.globalSteps);
         if (isLastStep) return { globalStep: this.globalSteps, history: this.history };
@@ -227,6 +233,7 @@ export class PPOTrainer {
         await timed(timing, "save_checkpoint", () => saveTrainerCheckpoint(this.d.checkpoints, step, resumable, soFar));
       }
     });
+    this.trainedBatch = batch;
     return collect(timing);
   }
 
