@@ -122,7 +122,7 @@ export const KEY_RULES: readonly KeyRule[] = [
   {
     keys: `{${M},critic.model}.lora.{type,rank,alpha,dropout,target_modules,exclude_modules,lora_A_init_method,lora_B_init_method}`,
     kind: "honoured",
-    what: "LoRA from Megatron's keys on the PEFT layout (src/workers/megatron_lora.ts); refused with a reason: type=lora on the fused linear_qkv/linear_fc1 (use canonical_lora), dora, dropout, a non-zero B init",
+    what: "LoRA from Megatron's keys on the PEFT layout (src/workers/megatron_lora.ts; fused linear_qkv/linear_fc1 as tied adapters sharing A); refused with a reason: dora, dropout, a non-zero B init",
   },
   { keys: `{${M},critic.model}.lora.{merge,dtype,a2a_experimental,dropout_position}`, kind: "inert", what: "Megatron-Bridge (the rollout always decodes with the adapter applied; adapters are float32; no LoRA dropout, so no dropout position)" },
   { keys: `{${M},critic.model}.lora.adapter_path`, kind: "not_built", what: "Megatron-Bridge adapter checkpoints (a peft folder goes in model.lora_adapter_path)" },

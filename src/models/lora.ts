@@ -21,6 +21,12 @@ export interface LoraSettings {
    * (Megatron-Bridge's default: normal, std sqrt(2 / (in + r))) or normal (std 0.2).
    */
   initA?: "kaiming" | "xavier" | "normal";
+  /**
+   * Groups of modules sharing one A (Megatron's fused LoRA on linear_qkv / linear_fc1: one
+   * adapter on the fused projection is A shared by its parts and B split by rows). The first
+   * module of a group owns A; its name is the trainable one.
+   */
+  tiedA?: string[][];
 }
 
 export interface LoraModule {
@@ -115,11 +121,15 @@ export class LoraAdapter {
   readonly scale: number;
   readonly modules = new Map<string, LoraModule>();
 
+  /** Module -> the module whose A it uses (tied modules only). */
+  private readonly aOwner = new Map<string, string>();
+
   constructor(readonly settings: LoraSettings, readonly config: ModelConfig, tensors: Map<string, { a: tf.Tensor; b: tf.Tensor }>) {
     validateLoraSettings(settings);
     this.scale = settings.alpha / settings.rank;
     const shapes = linearModules(config);
     const serial = adapterSerial++;
+    for (const group of settings.tiedA ?? []) for (const m of group.slice(1)) if (tensors.has(m) && tensors.has(group[0]!)) this.aOwner.set(m, group[0]!);
     for (const [name, t] of tensors) {
       const shape = shapes.get(name);
       if (!shape) throw new Error(`LoRA: '${name}' is not a linear module of the model`);
@@ -127,8 +137,17 @@ export class LoraAdapter {
       if (t.a.shape.join(",") !== `${r},${inF}`) throw new Error(`LoRA: ${name}.lora_A has shape [${t.a.shape}], expected [${r}, ${inF}]`);
       if (t.b.shape.join(",") !== `${outF},${r}`) throw new Error(`LoRA: ${name}.lora_B has shape [${t.b.shape}], expected [${outF}, ${r}]`);
       const v = (x: tf.Tensor, part: string) => tf.variable(x.toFloat(), true, `lora${serial}/${name}.${part}`);
-      this.modules.set(name, { a: v(t.a, "lora_A"), b: v(t.b, "lora_B"), inFeatures: inF, outFeatures: outF });
+      const owner = this.aOwner.get(name);
+      // a tied module uses its owner's A variable (created first: owners precede their parts in model order)
+      const a = owner ? this.modules.get(owner)?.a : v(t.a, "lora_A");
+      if (!a) throw new Error(`LoRA: '${name}' shares the A of '${owner}', which comes after it`);
+      this.modules.set(name, { a, b: v(t.b, "lora_B"), inFeatures: inF, outFeatures: outF });
     }
+  }
+
+  /** The trainable name of a module's A or B (a tied module's A is its owner's). */
+  paramName(module: string, part: "A" | "B"): string {
+    return `${part === "A" ? this.aOwner.get(module) ?? module : module}.lora_${part}.weight`;
   }
 
   /** A fresh adapter: A from `rng` by settings.initA (kaiming-uniform, a = sqrt 5, by default), B zero. */
@@ -138,8 +157,13 @@ export class LoraAdapter {
     const targets = selectTargets(config, settings, keyPrefix);
     checkRankFits(config, r, targets, keyPrefix);
     const tensors = new Map<string, { a: tf.Tensor; b: tf.Tensor }>();
+    const tied = new Set((settings.tiedA ?? []).flatMap((g) => g.slice(1)));
     for (const name of targets) {
       const [outF, inF] = shapes.get(name)!;
+      if (tied.has(name)) { // its A is its owner's: drawn once, so the seeded stream is the fused adapter's
+        tensors.set(name, { a: tf.zeros([r, inF]), b: tf.zeros([outF, r]) });
+        continue;
+      }
       const a = new Float32Array(r * inF), init = settings.initA ?? "kaiming";
       if (init === "kaiming") {
         const bound = 1 / Math.sqrt(inF);
@@ -168,11 +192,14 @@ export class LoraAdapter {
     return tf.tidy(() => tf.matMul(m.b, m.a).mul(this.scale) as tf.Tensor2D);
   }
 
-  /** The trainable tensors by internal name (`<module>.lora_A.weight` / `.lora_B.weight`), in a fixed order. */
+  /**
+   * The trainable tensors by internal name (`<module>.lora_A.weight` / `.lora_B.weight`), in a fixed
+   * order; a shared A appears once, under its owner's name (one optimizer state, one gradient).
+   */
   namedParams(): Map<string, tf.Variable> {
     if (this.named.size === 0) {
       for (const [name, m] of this.modules) {
-        this.named.set(`${name}.lora_A.weight`, m.a);
+        if (!this.aOwner.has(name)) this.named.set(`${name}.lora_A.weight`, m.a);
         this.named.set(`${name}.lora_B.weight`, m.b);
       }
     }
@@ -186,7 +213,7 @@ export class LoraAdapter {
   }
 
   dispose(): void {
-    for (const m of this.modules.values()) tf.dispose([m.a, m.b]);
+    for (const [name, m] of this.modules) tf.dispose(this.aOwner.has(name) ? [m.b] : [m.a, m.b]);
     this.modules.clear();
     this.named.clear();
   }

@@ -9,9 +9,11 @@
 // A name with `*` is matched (fnmatch) against the module's Megatron name,
 // decoder.layers.{i}.self_attention.{leaf}, decoder.layers.{i}.mlp.{leaf} or
 // decoder.layers.{i}.mlp.experts.local_experts.{e}.{leaf}; a plain name against the leaf.
-// What has no PEFT equivalent is refused naming the key: type=lora on the fused linear_qkv /
-// linear_fc1 (one A shared by q, k and v, or by gate and up), dora, vlm_lora, dropout, a
-// non-zero B at start, and Megatron-Bridge adapter checkpoints (lora.adapter_path).
+// type=lora adapts the fused linear_qkv / linear_fc1 as one module: one A [r, in] shared by q, k
+// and v (or gate and up) and one B split by rows, trained here as tied adapters (src/models/lora.ts
+// tiedA) and saved for peft with the shared A written under each part. What has no equivalent is
+// refused naming the key: dora, vlm_lora, dropout, a non-zero B at start, and Megatron-Bridge
+// adapter checkpoints (lora.adapter_path).
 import type { ModelConfig } from "../models/config.js";
 import { linearModules, type KeyNamer } from "../models/lora.js";
 import type { ConfigView } from "./config_view.js";
@@ -34,7 +36,6 @@ const HF_TO_MEGATRON: Record<string, string> = {
   gate_proj: "linear_fc1_gate", up_proj: "linear_fc1_up", down_proj: "linear_fc2",
 };
 const CANONICAL = Object.values(HF_TO_MEGATRON);
-const FUSED: Record<string, string> = { linear_qkv: "q, k and v", linear_fc1: "gate and up" };
 const A_INITS: readonly LoraAInit[] = ["xavier", "kaiming", "normal"];
 
 function list(view: ConfigView, k: string): string[] {
@@ -82,21 +83,7 @@ export function readMegatronLora(model: ConfigView): MegatronLora | null {
       }
     }
   }
-  if (type === "lora") {
-    // caught here, before any worker starts, when the names alone show it (the worker checks the model's modules)
-    const fused = targets.length > 0
-      ? targets.map((n) => n.split(".").pop()!).find((leaf) => leaf in FUSED)
-      : Object.keys(FUSED).find((f) => !excludes.includes(f));
-    if (fused) throw fusedError(key, targets.length > 0 ? "target_modules" : "exclude_modules", fused);
-  }
   return { type, rank, alpha, targets, excludes, initA: initA as LoraAInit, key };
-}
-
-function fusedError(key: KeyNamer, k: string, fused: string): Error {
-  return new Error(
-    `${key(k)}: lora.type=lora adapts ${fused} as one fused module (one A shared by ${FUSED[fused]}), which has no PEFT layout here; ` +
-      `set ${key("type")}=canonical_lora with linear_q, linear_k, linear_v, linear_fc1_gate, linear_fc1_up (an adapter each, as peft), or leave ${fused} out`,
-  );
 }
 
 /** fnmatch: `*` any run of characters (dots included), `?` one; the rest literal. */
@@ -116,15 +103,17 @@ function megatronName(hf: string): { full: string; leaf: string; fused: string |
 }
 
 /**
- * The HF module names the settings adapt in this model, in model order. Under type=lora a name
- * matches the fused module's parts (linear_qkv: q, k, v), and adapting a fused module is refused.
+ * The HF module names the settings adapt in this model, in model order, and (type=lora) the groups
+ * of them that are one fused Megatron module sharing A: a name matches the fused module
+ * (linear_qkv: q, k and v together).
  */
-export function megatronLoraTargets(config: ModelConfig, s: MegatronLora): string[] {
+export function megatronLoraTargets(config: ModelConfig, s: MegatronLora): { targets: string[]; tiedA: string[][] } {
   const matchOne = (pattern: string, meg: { full: string; leaf: string; fused: string | null }): boolean => {
     const forms = s.type === "lora" && meg.fused ? [meg.full.replace(/[^.]+$/, meg.fused), meg.fused] : [meg.full, meg.leaf];
     return pattern.includes("*") || pattern.includes(".") ? fnmatch(pattern, forms[0]!) : pattern === forms[1];
   };
   const picked: string[] = [];
+  const groups = new Map<string, string[]>();
   const used = new Set<string>();
   for (const hf of linearModules(config).keys()) {
     const meg = megatronName(hf);
@@ -136,10 +125,13 @@ export function megatronLoraTargets(config: ModelConfig, s: MegatronLora): strin
       on = hit.length > 0;
     } else on = !s.excludes.some((p) => matchOne(p, meg));
     if (!on) continue;
-    if (s.type === "lora" && meg.fused) throw fusedError(s.key, s.targets.length > 0 ? "target_modules" : "exclude_modules", meg.fused);
     picked.push(hf);
+    if (s.type === "lora" && meg.fused) {
+      const fusedName = meg.full.replace(/[^.]+$/, meg.fused);
+      groups.set(fusedName, [...(groups.get(fusedName) ?? []), hf]);
+    }
   }
   for (const p of s.targets) if (!used.has(p)) throw new Error(`${s.key("target_modules")} names '${p}', which matches no linear module of the model`);
   if (picked.length === 0) throw new Error(`${s.key("target_modules")} / ${s.key("exclude_modules")} leave no linear module of the model to adapt`);
-  return picked;
+  return { targets: picked, tiedA: [...groups.values()].filter((g) => g.length > 1) };
 }

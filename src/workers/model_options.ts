@@ -67,7 +67,8 @@ export function applyModelMemoryOptions(llama: LlamaModel, opts: ModelMemoryOpti
   const rng = new Rng((seed ^ 0x10ca) >>> 0);
   const { megatron, ...settings } = opts.lora;
   if (megatron) {
-    llama.lora = LoraAdapter.init(llama.config, { ...settings, targetModules: megatronLoraTargets(llama.config, megatron) }, rng, megatron.key);
+    const { targets, tiedA } = megatronLoraTargets(llama.config, megatron);
+    llama.lora = LoraAdapter.init(llama.config, { ...settings, targetModules: targets, tiedA }, rng, megatron.key);
     return;
   }
   llama.lora = LoraAdapter.init(llama.config, settings, rng, model.prefix);

@@ -2,12 +2,15 @@
 // translation, A's initialisation, the refusals by key, and a megatron-config run end to end.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
+import * as tf from "@tensorflow/tfjs";
 import { loadConfig } from "../../src/config/index.js";
 import { initBackend } from "../../src/engine/backend.js";
 import { makeConfig } from "../../src/models/config.js";
 import { LoraAdapter } from "../../src/models/lora.js";
+import { readSafetensors } from "../../src/models/safetensors.js";
 import { validatePpoNames } from "../../src/trainer/ppo/validate_names.js";
 import { Rng } from "../../src/utils/rng.js";
 import { ConfigView } from "../../src/workers/config_view.js";
@@ -29,29 +32,30 @@ test("Megatron LoRA names map onto the HF modules: canonical_lora, unfused type=
   const canon = lora([`${M}.lora.rank=4`, `${M}.lora.type=canonical_lora`, CANONICAL])!;
   assert.deepEqual({ rank: canon.rank, alpha: canon.alpha, initA: canon.initA }, { rank: 4, alpha: 32, initA: "xavier" }, "verl's megatron defaults: alpha 32, xavier A");
   const leaves = (names: string[]) => names.map((n) => n.replace(/^model\.layers\.(\d+)\./, "$1."));
-  assert.deepEqual(leaves(megatronLoraTargets(model, canon)), [0, 1].flatMap((i) =>
+  assert.deepEqual(leaves(megatronLoraTargets(model, canon).targets), [0, 1].flatMap((i) =>
     ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"].map((m) => `${i}.${m}`)));
 
   const unfused = lora([`${M}.lora.rank=4`, `${M}.lora.target_modules=[linear_proj,linear_fc2]`])!;
-  assert.deepEqual(leaves(megatronLoraTargets(model, unfused)), ["0.self_attn.o_proj", "0.mlp.down_proj", "1.self_attn.o_proj", "1.mlp.down_proj"]);
+  assert.deepEqual(leaves(megatronLoraTargets(model, unfused).targets), ["0.self_attn.o_proj", "0.mlp.down_proj", "1.self_attn.o_proj", "1.mlp.down_proj"]);
 
   const wild = lora([`${M}.lora.rank=2`, `${M}.lora.type=canonical_lora`, `${M}.lora.target_modules=['*.layers.1.*.linear_q','*.linear_fc2']`])!;
-  assert.deepEqual(leaves(megatronLoraTargets(model, wild)), ["0.mlp.down_proj", "1.self_attn.q_proj", "1.mlp.down_proj"]);
+  assert.deepEqual(leaves(megatronLoraTargets(model, wild).targets), ["0.mlp.down_proj", "1.self_attn.q_proj", "1.mlp.down_proj"]);
 
   const excl = lora([`${M}.lora.rank=2`, `${M}.lora.type=canonical_lora`, `${M}.lora.target_modules=[]`, `${M}.lora.exclude_modules=[linear_fc1_up,linear_fc1_gate,linear_fc2]`])!;
-  assert.deepEqual(leaves(megatronLoraTargets(model, excl)), [0, 1].flatMap((i) => ["q_proj", "k_proj", "v_proj", "o_proj"].map((m) => `${i}.self_attn.${m}`)));
+  assert.deepEqual(leaves(megatronLoraTargets(model, excl).targets), [0, 1].flatMap((i) => ["q_proj", "k_proj", "v_proj", "o_proj"].map((m) => `${i}.self_attn.${m}`)));
 
+  // type=lora (verl's default) on the fused modules: every part adapted, A shared per fused module
+  const fused = megatronLoraTargets(model, lora([`${M}.lora.rank=4`])!);
+  assert.equal(fused.targets.length, 14);
+  assert.deepEqual(fused.tiedA.map(leaves), [0, 1].flatMap((i) => [
+    [`${i}.self_attn.q_proj`, `${i}.self_attn.k_proj`, `${i}.self_attn.v_proj`], [`${i}.mlp.gate_proj`, `${i}.mlp.up_proj`]]));
+  const wild0 = megatronLoraTargets(model, lora([`${M}.lora.rank=4`, `${M}.lora.target_modules=['*.layers.1.self_attention.linear_qkv']`])!);
+  assert.deepEqual(wild0.tiedA.map(leaves), [["1.self_attn.q_proj", "1.self_attn.k_proj", "1.self_attn.v_proj"]]);
   // the critic's section reads the same way
   assert.equal(lora(["critic.model.lora.rank=8", "critic.model.lora.alpha=16", "critic.model.lora.target_modules=[linear_proj]"], "critic.model")!.alpha, 16);
 });
 
-test("Megatron LoRA options without a PEFT equivalent are refused naming the key (fused qkv/fc1, dora, dropout, B init, adapter checkpoints)", () => {
-  // verl's default targets: linear_qkv, linear_proj, linear_fc1, linear_fc2
-  assert.throws(() => lora([`${M}.lora.rank=4`]), /actor_rollout_ref\.model\.lora\.target_modules: lora\.type=lora adapts linear_qkv as one fused module .*canonical_lora/);
-  assert.throws(() => lora([`${M}.lora.rank=4`, `${M}.lora.target_modules=[]`, `${M}.lora.exclude_modules=[linear_qkv]`]), /lora\.exclude_modules: lora\.type=lora adapts linear_fc1 as one fused module/);
-  // a wildcard whose leaf is no fused name is only resolved against the model, and refused there
-  const wild = lora([`${M}.lora.rank=4`, `${M}.lora.target_modules=['*.layers.0.*']`])!;
-  assert.throws(() => megatronLoraTargets(model, wild), /lora\.type=lora adapts linear_qkv as one fused module/);
+test("Megatron LoRA options without a PEFT equivalent are refused naming the key (dora, dropout, B init, adapter checkpoints)", () => {
   const bad: [string[], RegExp][] = [
     [[`${M}.lora.type=dora`], /lora\.type=dora: DoRA/],
     [[`${M}.lora.type=vlm_lora`], /vision-language models are not built/],
@@ -92,14 +96,72 @@ test("lora_A_init_method: xavier draws A ~ N(0, 2 / (in + r)) (Megatron-Bridge's
   assert.ok(x.bZero && k.bZero);
 });
 
-test("verl train --config-name ppo_megatron_trainer with lora.*: trains the adapter and checkpoints it as a peft folder; the fused default stops at start", async () => {
+test("fused LoRA (type=lora): q, k, v share one A, trained once with the summed gradient; same logits and gradients as the untied adapter with copies of A", async () => {
+  await initBackend("cpu");
+  const { initModel } = await import("../../src/models/init.js");
+  const { saveLoraAdapter } = await import("../../src/models/peft.js");
+  const s = lora([`${M}.lora.rank=4`, `${M}.lora.alpha=8`])!;
+  const { targets, tiedA } = megatronLoraTargets(model, s);
+  const base = initModel(model, new Rng(1));
+  const tied = LoraAdapter.init(model, { rank: 4, alpha: 8, targetModules: targets, tiedA, initA: "xavier" }, new Rng(2));
+  const q = "model.layers.0.self_attn.q_proj", k = "model.layers.0.self_attn.k_proj";
+  assert.equal(tied.modules.get(q)!.a, tied.modules.get(k)!.a, "one A variable");
+  assert.ok(tied.namedParams().has(`${q}.lora_A.weight`) && !tied.namedParams().has(`${k}.lora_A.weight`), "trained once, under the owner's name");
+  assert.equal(tied.namedParams().size, 14 + 2 * 2 + 2 * 2, "14 B, one A per fused module (qkv, fc1) and per o_proj, down_proj");
+  let seed = 20;
+  for (const m of tied.modules.values()) m.b.assign(tf.randomNormal(m.b.shape, 0, 0.3, "float32", seed++));
+  // the same values untied: every module its own copy of A
+  const untied = new LoraAdapter({ rank: 4, alpha: 8, targetModules: targets }, model,
+    new Map([...tied.modules].map(([n, m]) => [n, { a: m.a.clone(), b: m.b.clone() }])));
+  const ids = tf.tensor2d([[1, 5, 9, 13, 2, 7], [3, 3, 8, 21, 30, 4]], [2, 6], "int32");
+  const weights = tf.randomNormal([2, 6, 40], 0, 1, "float32", 7);
+  const run = (adapter: LoraAdapter, checkpointing: boolean) => {
+    base.lora = adapter;
+    base.gradientCheckpointing = checkpointing;
+    const vars = [...adapter.namedParams().values()];
+    const { value, grads } = tf.variableGrads(() => base.forward(ids).mul(weights).sum() as tf.Scalar, vars);
+    const byName = new Map([...adapter.namedParams()].map(([n, v]) => [n, grads[v.name]!.dataSync() as Float32Array]));
+    return { loss: value.dataSync()[0]!, byName };
+  };
+  for (const ckpt of [false, true]) {
+    const t = run(tied, ckpt), u = run(untied, ckpt);
+    assert.ok(Math.abs(t.loss - u.loss) < 1e-4, `same loss (${ckpt ? "with" : "without"} gradient checkpointing)`);
+    const sum = [q, k, "model.layers.0.self_attn.v_proj"].map((n) => u.byName.get(`${n}.lora_A.weight`)!)
+      .reduce((acc, g) => acc.map((x, i) => x + g[i]!), new Float32Array(u.byName.get(`${q}.lora_A.weight`)!.length));
+    const got = t.byName.get(`${q}.lora_A.weight`)!;
+    const err = Math.max(...got.map((x, i) => Math.abs(x - sum[i]!)));
+    assert.ok(err < 1e-4 * Math.max(1, ...sum.map(Math.abs)), `dA of the shared A = dA_q + dA_k + dA_v (max err ${err})`);
+    const gb = t.byName.get(`${k}.lora_B.weight`)!, ub = u.byName.get(`${k}.lora_B.weight`)!;
+    assert.ok(Math.max(...gb.map((x, i) => Math.abs(x - ub[i]!))) < 1e-4, "B gradients unchanged by the tying");
+  }
+  // peft has no tying: the folder holds the shared A under each part
+  const dir = mkdtempSync(join(tmpdir(), "fused-lora-"));
+  try {
+    await saveLoraAdapter(tied, dir);
+    const { tensors } = readSafetensors(join(dir, "adapter_model.safetensors"));
+    const a = (n: string) => [...tensors.get(`base_model.model.${n}.lora_A.weight`)!.data];
+    assert.deepEqual(a(k), a(q));
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+  base.lora = undefined;
+  tied.dispose(); untied.dispose();
+});
+
+test("verl train --config-name ppo_megatron_trainer with lora.*: verl's default fused LoRA and canonical_lora train and checkpoint peft folders", async () => {
   const ws = await makeWorkspace();
   try {
     const base = [...ws.overrides, ...scratchModel(16, 1), "trainer.logger=console", "algorithm.adv_estimator=grpo", "trainer.total_training_steps=1",
       `${M}.lora.rank=4`, `${M}.lora.alpha=8`];
-    const fused = await runTrain(["--config-name", "ppo_megatron_trainer", ...base, `trainer.default_local_dir=${ws.dir}/c0`], {});
-    assert.equal(fused.code, 2, fused.stderr);
-    assert.match(fused.stderr, /lora\.type=lora adapts linear_qkv as one fused module/);
+    const fused = await runTrain(["--config-name", "ppo_megatron_trainer", ...base, "trainer.save_freq=1", `trainer.default_local_dir=${ws.dir}/c0`], {});
+    assert.equal(fused.code, 0, fused.stderr);
+    const saved = readSafetensors(join(ws.dir, "c0/global_step_1/actor/model.safetensors")).tensors;
+    assert.ok(saved.has("model.layers.0.self_attn.q_proj.lora_A.weight") && !saved.has("model.layers.0.self_attn.k_proj.lora_A.weight"), "the checkpoint trains one A per fused module");
+    const peft = readSafetensors(join(ws.dir, "c0/global_step_1/actor/lora_adapter/adapter_model.safetensors")).tensors;
+    const pa = (n: string) => [...peft.get(`base_model.model.model.layers.0.${n}.lora_A.weight`)!.data];
+    assert.deepEqual(pa("self_attn.v_proj"), pa("self_attn.q_proj"));
+    assert.deepEqual(pa("mlp.up_proj"), pa("mlp.gate_proj"));
+    assert.notDeepEqual(pa("mlp.gate_proj"), pa("self_attn.q_proj"));
 
     const ok = await runTrain(["--config-name", "ppo_megatron_trainer", ...base, `${M}.lora.type=canonical_lora`, CANONICAL,
       "trainer.save_freq=1", `trainer.default_local_dir=${ws.dir}/c1`], {});
