@@ -88,6 +88,7 @@ test("not-built features set away from default fail in one error naming each fea
   assert.deepEqual(meg(["actor_rollout_ref.model.lora.merge=true"]).inert.map((i) => i.key), ["actor_rollout_ref.model.lora.merge"]);
   assert.throws(() => meg(["actor_rollout_ref.model.lora.adapter_path=/a"]), /lora\.adapter_path="\/a": Megatron-Bridge adapter checkpoints/);
   assert.throws(() => meg(["critic.model.lora.freeze_vision_model=false"]), /vision-language models is not built/);
+  assert.throws(() => meg(["actor_rollout_ref.model.lora.dropout=0.1"]), /lora\.dropout=0\.1: LoRA dropout/);
   // LoRA and the memory switches are honoured on the actor and the critic
   assert.deepEqual(check(["actor_rollout_ref.model.lora_rank=8", "critic.model.lora_rank=4", "actor_rollout_ref.model.use_remove_padding=false"]), { inert: [], unread: [] });
   // multi-turn SFT and LoRA for SFT are honoured too
