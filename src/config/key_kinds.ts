@@ -124,6 +124,16 @@ export const KEY_RULES: readonly KeyRule[] = [
   { keys: `{${M},critic.model,model}.{lora_rank,lora_alpha,target_modules,exclude_modules,lora_adapter_path}`, kind: "honoured", what: "LoRA (src/models/lora.ts; SFT and PPO alike)" },
   { keys: `{${M},critic.model}.{enable_gradient_checkpointing,use_remove_padding}`, kind: "honoured", what: "training memory (gradient checkpointing, packed rows)" },
   { keys: "model.enable_gradient_checkpointing", kind: "honoured", what: "training memory (gradient checkpointing)" },
+  {
+    keys: `{${M},critic.model}.lora.{type,rank,alpha,target_modules,exclude_modules,lora_A_init_method}`,
+    kind: "honoured",
+    what: "LoRA from Megatron's keys on the PEFT layout (src/workers/megatron_lora.ts; fused linear_qkv/linear_fc1 as tied adapters sharing A; type=dora and vlm_lora refused at start)",
+  },
+  { keys: `{${M},critic.model}.lora.dropout`, kind: "not_built", what: "LoRA dropout (neither LoRA spelling has it here)" },
+  { keys: `{${M},critic.model}.lora.lora_B_init_method`, kind: "not_built", what: "a non-zero initial LoRA B (the reference policy is the adapter-off model, equal to a fresh adapter's only when B starts at zero)" },
+  { keys: `{${M},critic.model}.lora.{merge,dtype,a2a_experimental,dropout_position}`, kind: "inert", what: "Megatron-Bridge (the rollout always decodes with the adapter applied; adapters are float32; no LoRA dropout, so no dropout position)" },
+  { keys: `{${M},critic.model}.lora.adapter_path`, kind: "not_built", what: "Megatron-Bridge adapter checkpoints (a peft folder goes in model.lora_adapter_path)" },
+  { keys: `{${M},critic.model}.lora.{freeze_vision_model,freeze_vision_projection,freeze_language_model}`, kind: "not_built", what: "vision-language models" },
   { keys: "**.{lora_rank,lora_alpha,target_modules,exclude_modules,lora_adapter_path}", kind: "not_built", what: "LoRA" },
   { keys: "**.lora.**", kind: "not_built", what: "LoRA (Megatron)" },
   { keys: "**.router_replay.**", kind: "not_built", what: "MoE router replay" },
@@ -131,11 +141,13 @@ export const KEY_RULES: readonly KeyRule[] = [
   { keys: `${R}.mtp`, kind: "not_built", what: "multi-token prediction (MTP)" },
   { keys: "algorithm.rollout_correction.**", kind: "honoured", what: "rollout correction (src/trainer/ppo/rollout_corr.ts; bypass_mode's loss in core_algos/policy_loss_bypass.ts)" },
   { keys: `${R}.over_sample_rate`, kind: "honoured", what: "agent-loop rollouts: the rest of a training batch is aborted once (1 - over_sample_rate) of its requests finished (src/agent_loop/manager.ts)" },
-  { keys: `${R}.{skip_rollout,skip_dump_dir,enable_rollout_routing_replay,quantization,quantization_config_file}`, kind: "not_built", what: "verl's rollout extras (rollout skipping/dumps, routing replay, quantized rollout)" },
-  { keys: `${R}.multi_turn.{use_inference_chat_template,num_repeat_rollouts}`, kind: "not_built", what: "multi-turn inference chat templates / repeated rollouts" },
+  { keys: `${R}.{skip_rollout,skip_dump_dir}`, kind: "honoured", what: "rollout skipping: the first training rollout dumped, then loaded by every step (src/trainer/ppo/rollout_skip.ts)" },
+  { keys: `${R}.{enable_rollout_routing_replay,quantization,quantization_config_file}`, kind: "not_built", what: "verl's rollout extras (MoE routing replay, quantized rollout)" },
   { keys: `${R}.agent.custom_async_server.**`, kind: "not_built", what: "a custom async rollout server" },
   { keys: "**.freeze_vision_tower", kind: "not_built", what: "vision-language models" },
-  { keys: "data.{custom_cls,sampler,datagen}.**", kind: "not_built", what: "Python dataset, sampler and data-generation classes" },
+  { keys: "data.custom_cls.{path,name}", kind: "honoured", what: "the user's dataset class, a JS/TS module in RLHFDataset's place (src/data/custom_dataset.ts; a .py class is refused with the reason)" },
+  { keys: "data.datagen.**", kind: "honoured", what: "passed to the data.custom_cls class with the rest of data (verl's own reader of it, DynamicGenDataset, is such a class)" },
+  { keys: "data.sampler.{class_path,class_name}", kind: "honoured", what: "the user's sampler class (verl's AbstractSampler; update(batch) after each step for curriculum samplers): src/data/dataloader.ts" },
 
   // --- inert: plumbing of verl's engines ---------------------------------------------------------------
   {
@@ -161,6 +173,11 @@ export const KEY_RULES: readonly KeyRule[] = [
   { keys: `${R}.{engine_kwargs,checkpoint_engine,prometheus,trace,layer_name_map}.**`, kind: "inert", what: "vLLM/SGLang/TRT-LLM" },
   { keys: `${R}.engine_kwargs`, kind: "inert", what: "vLLM/SGLang/TRT-LLM" },
   { keys: `${R}.multi_turn.tokenization_sanity_check_mode`, kind: "inert", what: "SGLang" },
+  // verl's agent loop never reads these: only the SGLang SPMD rollout did (retired in verl #4422), and
+  // num_repeat_rollouts only CollabLLM's recipe (now in verl-recipe). As in verl's agent loop, every
+  // turn here is generated from the conversation's recorded token ids (reasoning kept in history).
+  { keys: `${R}.multi_turn.use_inference_chat_template`, kind: "inert", what: "nothing: verl's agent loop never reads it (only its retired SGLang SPMD rollout did); every turn is generated from the recorded token ids, as in verl" },
+  { keys: `${R}.multi_turn.num_repeat_rollouts`, kind: "inert", what: "nothing: verl's code never reads it (only the CollabLLM recipe, outside verl, does)" },
   {
     keys: "**.{use_shm,trust_remote_code,enable_gradient_checkpointing,enable_activation_offload,use_remove_padding,use_liger,use_fused_kernels,use_torch_compile,ulysses_sequence_parallel_size,entropy_from_logits_with_chunking,entropy_checkpointing,sum_pi_squared_checkpointing,rollout_n}",
     kind: "inert",

@@ -69,10 +69,26 @@ test("inert keys set away from default are listed in one warning; at their defau
 
 test("not-built features set away from default fail in one error naming each feature", () => {
   assert.throws(
-    () => check(["actor_rollout_ref.model.mtp.enable=true", "actor_rollout_ref.rollout.multi_turn.num_repeat_rollouts=2"]),
+    () => check(["actor_rollout_ref.model.mtp.enable=true", "actor_rollout_ref.rollout.quantization=fp8"]),
     (e: unknown) =>
-      e instanceof ConfigError && e.exitCode === 2 && /mtp\.enable=true: multi-token prediction \(MTP\) is not built/.test(e.message) && /repeated rollouts/.test(e.message),
+      e instanceof ConfigError && e.exitCode === 2 && /mtp\.enable=true: multi-token prediction \(MTP\) is not built/.test(e.message) && /quantized rollout/.test(e.message),
   );
+  // rollout skipping is built; verl's agent loop reads neither multi-turn key, so both are inert here
+  const r = check([
+    "actor_rollout_ref.rollout.skip_rollout=true", "actor_rollout_ref.rollout.skip_dump_dir=/tmp/x",
+    "actor_rollout_ref.rollout.multi_turn.use_inference_chat_template=true", "actor_rollout_ref.rollout.multi_turn.num_repeat_rollouts=2",
+  ]);
+  assert.deepEqual(r.inert.map((i) => i.key).sort(), [
+    "actor_rollout_ref.rollout.multi_turn.num_repeat_rollouts", "actor_rollout_ref.rollout.multi_turn.use_inference_chat_template",
+  ]);
+  assert.match(keyReportWarning(r)!, /use_inference_chat_template=true \(nothing: verl's agent loop never reads it/);
+  // Megatron's LoRA keys: the adapter's are honoured, Megatron-Bridge plumbing inert, its checkpoints refused
+  const meg = (o: string[]) => check(o, "ppo_megatron_trainer");
+  assert.deepEqual(meg(["actor_rollout_ref.model.lora.rank=8", "actor_rollout_ref.model.lora.type=canonical_lora", "critic.model.lora.alpha=4"]), { inert: [], unread: [] });
+  assert.deepEqual(meg(["actor_rollout_ref.model.lora.merge=true"]).inert.map((i) => i.key), ["actor_rollout_ref.model.lora.merge"]);
+  assert.throws(() => meg(["actor_rollout_ref.model.lora.adapter_path=/a"]), /lora\.adapter_path="\/a": Megatron-Bridge adapter checkpoints/);
+  assert.throws(() => meg(["critic.model.lora.freeze_vision_model=false"]), /vision-language models is not built/);
+  assert.throws(() => meg(["actor_rollout_ref.model.lora.dropout=0.1"]), /lora\.dropout=0\.1: LoRA dropout/);
   // LoRA and the memory switches are honoured on the actor and the critic
   assert.deepEqual(check(["actor_rollout_ref.model.lora_rank=8", "critic.model.lora_rank=4", "actor_rollout_ref.model.use_remove_padding=false"]), { inert: [], unread: [] });
   // multi-turn SFT and LoRA for SFT are honoured too
