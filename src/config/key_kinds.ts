@@ -143,7 +143,6 @@ export const KEY_RULES: readonly KeyRule[] = [
   { keys: `${R}.over_sample_rate`, kind: "honoured", what: "agent-loop rollouts: the rest of a training batch is aborted once (1 - over_sample_rate) of its requests finished (src/agent_loop/manager.ts)" },
   { keys: `${R}.{skip_rollout,skip_dump_dir}`, kind: "honoured", what: "rollout skipping: the first training rollout dumped, then loaded by every step (src/trainer/ppo/rollout_skip.ts)" },
   { keys: `${R}.{enable_rollout_routing_replay,quantization,quantization_config_file}`, kind: "not_built", what: "verl's rollout extras (MoE routing replay, quantized rollout)" },
-  { keys: `${R}.agent.custom_async_server.**`, kind: "not_built", what: "a custom async rollout server" },
   { keys: "**.freeze_vision_tower", kind: "not_built", what: "vision-language models" },
   { keys: "data.custom_cls.{path,name}", kind: "honoured", what: "the user's dataset class, a JS/TS module in RLHFDataset's place (src/data/custom_dataset.ts; a .py class is refused with the reason)" },
   { keys: "data.datagen.**", kind: "honoured", what: "passed to the data.custom_cls class with the rest of data (verl's own reader of it, DynamicGenDataset, is such a class)" },
@@ -178,6 +177,9 @@ export const KEY_RULES: readonly KeyRule[] = [
   // turn here is generated from the conversation's recorded token ids (reasoning kept in history).
   { keys: `${R}.multi_turn.use_inference_chat_template`, kind: "inert", what: "nothing: verl's agent loop never reads it (only its retired SGLang SPMD rollout did); every turn is generated from the recorded token ids, as in verl" },
   { keys: `${R}.multi_turn.num_repeat_rollouts`, kind: "inert", what: "nothing: verl's code never reads it (only the CollabLLM recipe, outside verl, does)" },
+  // verl declares agent.custom_async_server (CustomAsyncServerConfig) but no code of verl's reads it (checked at
+  // verl's HEAD of 2026-01-29): its servers come from rollout.name. Custom engines here: registerRolloutEngine.
+  { keys: `${R}.agent.custom_async_server.**`, kind: "inert", what: "nothing: verl declares it but no code of verl's reads it (a custom engine here: registerRolloutEngine, docs/gpu.md, Rollout engines)" },
   {
     keys: "**.{use_shm,trust_remote_code,enable_gradient_checkpointing,enable_activation_offload,use_remove_padding,use_liger,use_fused_kernels,use_torch_compile,ulysses_sequence_parallel_size,entropy_from_logits_with_chunking,entropy_checkpointing,sum_pi_squared_checkpointing,rollout_n}",
     kind: "inert",
