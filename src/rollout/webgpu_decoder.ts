@@ -22,7 +22,7 @@ import { assembleRollout, promptRows } from "./generate.js";
 import type { SlotDecoder, SlotDecoderFactory } from "./decoder.js";
 import { isGreedy, type SamplingParams } from "./sampling.js";
 import {
-  AttentionProgram, CacheWriteProgram, EmbedProgram, RmsNormProgram, SamplerProgram, SwiGluProgram,
+  AttentionProgram, CacheCopyProgram, CacheWriteProgram, EmbedProgram, RmsNormProgram, SamplerProgram, SwiGluProgram,
   placementUniforms, type DecodeShape, type GpuProgram, type Placement, type UniformValue,
 } from "./webgpu_programs.js";
 
@@ -39,11 +39,19 @@ export interface WebGpuDecodeOptions {
   maxPrefillTokens?: number;
   /** Weights stored [in, out] for tfjs matMul (default); false keeps [out, in] and multiplies by the transpose. */
   transposedWeights?: boolean;
+  /**
+   * Prefill each distinct prompt once (default true): rows whose prompt (ids, mask and
+   * positions) equals an earlier row's in the same sub-batch, as verl's rollout.n repeats
+   * give, get a device copy of that row's KV cache instead of their own prefill.
+   */
+  sharePrefixes?: boolean;
 }
 
 /** What the last `generate` did, for benchmarks. */
 export interface WebGpuDecodeStats {
   rows: number; steps: number; readBacks: number; tokens: number; prefillMs: number; decodeMs: number;
+  /** rows whose prompt was prefilled (the others copied a sibling's cache) */
+  prefillRows: number;
   /** host time spent recording the decode steps' dispatches (the rest of decodeMs is waiting for the GPU) */
   recordMs: number;
 }
@@ -105,7 +113,7 @@ interface Session {
 
 export class WebGpuDecoder {
   readonly name = "webgpu";
-  lastStats: WebGpuDecodeStats = { rows: 0, steps: 0, readBacks: 0, tokens: 0, prefillMs: 0, decodeMs: 0, recordMs: 0 };
+  lastStats: WebGpuDecodeStats = { rows: 0, steps: 0, readBacks: 0, tokens: 0, prefillMs: 0, decodeMs: 0, recordMs: 0, prefillRows: 0 };
 
   constructor(private readonly opts: WebGpuDecodeOptions = {}) {}
 
@@ -128,12 +136,14 @@ export class WebGpuDecoder {
       Math.floor((this.opts.maxCacheBytes ?? 16 * 2 ** 30) / (layerBytesPerRow * c.nLayers)),
       Math.floor(backend.device.limits.maxStorageBufferBindingSize / layerBytesPerRow)));
     const out = { responses: new Int32Array(B * R).fill(params.padTokenId), responseMask: new Int32Array(B * R), logProbs: new Float32Array(B * R) };
-    const stats: WebGpuDecodeStats = { rows: B, steps: 0, readBacks: 0, tokens: 0, prefillMs: 0, decodeMs: 0, recordMs: 0 };
+    const stats: WebGpuDecodeStats = { rows: B, steps: 0, readBacks: 0, tokens: 0, prefillMs: 0, decodeMs: 0, recordMs: 0, prefillRows: 0 };
     const step = new DecodeStep(model, w, backend);
     for (let b0 = 0; b0 < B; b0 += sub) {
       const nb = Math.min(sub, B - b0), rowsOf = (a: Int32Array) => a.subarray(b0 * P, (b0 + nb) * P);
       const seed = Math.floor(rng.random() * 2 ** 32) >>> 0;
-      await step.run(rowsOf(ids), rowsOf(mask), rowsOf(pos), nb, P, params, seed, out, b0, stats, this.opts.maxPrefillTokens ?? 8192);
+      const [i, m, p] = [rowsOf(ids), rowsOf(mask), rowsOf(pos)];
+      const source = (this.opts.sharePrefixes ?? true) ? samePromptSource(i, m, p, nb, P) : Int32Array.from({ length: nb }, (_, b) => b);
+      await step.run(i, m, p, source, nb, P, params, seed, out, b0, stats, this.opts.maxPrefillTokens ?? 8192);
     }
     this.lastStats = stats;
     return assembleRollout(data, { ids, mask, pos, B, P, R, ...out, logProbs: params.calculateLogProbs ? out.logProbs : undefined });
@@ -141,6 +151,30 @@ export class WebGpuDecoder {
 }
 
 type Outputs = { responses: Int32Array; responseMask: Int32Array; logProbs: Float32Array };
+
+/**
+ * For each of nb rows of P prompt columns, the first row with the same ids, mask and
+ * positions (itself when none before it has them): verl repeats each prompt rollout.n times.
+ */
+export function samePromptSource(ids: Int32Array, mask: Int32Array, pos: Int32Array, nb: number, P: number): Int32Array {
+  const source = new Int32Array(nb), byHash = new Map<number, number[]>();
+  const same = (a: number, b: number) => {
+    for (let s = 0; s < P; s++) {
+      const x = a * P + s, y = b * P + s;
+      if (ids[x] !== ids[y] || mask[x] !== mask[y] || pos[x] !== pos[y]) return false;
+    }
+    return true;
+  };
+  for (let b = 0; b < nb; b++) {
+    let h = 0x811c9dc5; // FNV-1a over the row's three columns
+    for (let s = b * P; s < (b + 1) * P; s++) h = Math.imul(h ^ ids[s]! ^ (mask[s]! << 30) ^ Math.imul(pos[s]!, 0x9e3779b1), 16777619);
+    const seen = byHash.get(h);
+    const first = seen?.find((a) => same(a, b));
+    source[b] = first ?? b;
+    if (first === undefined) (seen ?? byHash.set(h, []).get(h)!).push(b);
+  }
+  return source;
+}
 
 /** The forward pass and the decode loop of one sub-batch. */
 class DecodeStep {
@@ -210,7 +244,7 @@ class DecodeStep {
     });
   }
 
-  async run(ids: Int32Array, mask: Int32Array, pos: Int32Array, nb: number, P: number, params: SamplingParams, seed: number, out: Outputs, b0: number, stats: WebGpuDecodeStats, maxPrefill: number): Promise<void> {
+  async run(ids: Int32Array, mask: Int32Array, pos: Int32Array, source: Int32Array, nb: number, P: number, params: SamplingParams, seed: number, out: Outputs, b0: number, stats: WebGpuDecodeStats, maxPrefill: number): Promise<void> {
     const c = this.model.config, R = params.responseLength, maxLen = P + R, V = c.vocabSize;
     let maxPos = 0;
     for (const p of pos) maxPos = Math.max(maxPos, p);
@@ -234,7 +268,7 @@ class DecodeStep {
     let live = nb;
     try {
       const t0 = performance.now();
-      let samp = this.prefill(sess, ids, mask, pos, nb, P, maxPrefill, place, sampler);
+      let samp = this.prefill(sess, ids, mask, pos, source, nb, P, maxPrefill, place, sampler, stats);
       let pending = samp.data() as Promise<Int32Array>;
       await pending;
       const t1 = performance.now();
@@ -276,26 +310,49 @@ class DecodeStep {
     }
   }
 
-  /** The prompt columns in chunks of at most maxPrefill tokens; returns the first sampled ids. */
-  private prefill(sess: Session, ids: Int32Array, mask: Int32Array, pos: Int32Array, nb: number, P: number, maxPrefill: number,
-    place: (nTok: number, tPer: number, slot0: number, posAdd: number) => Placement, sampler: (l: tf.Tensor, t: number) => tf.Tensor): tf.Tensor {
+  /**
+   * The prompt columns in chunks of at most maxPrefill tokens; returns the first sampled ids.
+   * Only the rows that are their own source are run (each at its own cache row); the others
+   * then get their source's cache columns by a device copy and its last logits by a gather,
+   * so every row samples its first token as if it had been prefilled itself.
+   */
+  private prefill(sess: Session, ids: Int32Array, mask: Int32Array, pos: Int32Array, source: Int32Array, nb: number, P: number, maxPrefill: number,
+    place: (nTok: number, tPer: number, slot0: number, posAdd: number) => Placement, sampler: (l: tf.Tensor, t: number) => tf.Tensor,
+    stats: WebGpuDecodeStats): tf.Tensor {
+    const run = Array.from(source.keys()).filter((b) => source[b] === b), k = run.length, shared = k < nb;
+    stats.prefillRows += k;
     let start = P - 1; // columns that are padding in every row need no work
-    for (let b = 0; b < nb; b++) for (let s = 0; s < start; s++) if (mask[b * P + s] !== 0) { start = s; break; }
-    const chunk = Math.max(1, Math.floor(maxPrefill / nb));
+    for (const b of run) for (let s = 0; s < start; s++) if (mask[b * P + s] !== 0) { start = s; break; }
+    const chunk = Math.max(1, Math.floor(maxPrefill / k));
     let samp: tf.Tensor | undefined;
     for (let c0 = start; c0 < P; c0 += chunk) {
-      const T = Math.min(chunk, P - c0), tok = new Int32Array(nb * T), ps = new Int32Array(nb * T);
-      for (let b = 0; b < nb; b++) {
-        tok.set(ids.subarray(b * P + c0, b * P + c0 + T), b * T);
-        ps.set(pos.subarray(b * P + c0, b * P + c0 + T), b * T);
-      }
+      const T = Math.min(chunk, P - c0), tok = new Int32Array(k * T), ps = new Int32Array(k * T);
+      run.forEach((b, r) => {
+        tok.set(ids.subarray(b * P + c0, b * P + c0 + T), r * T);
+        ps.set(pos.subarray(b * P + c0, b * P + c0 + T), r * T);
+      });
       const lastChunk = c0 + T >= P;
       samp = tf.tidy(() => {
-        const logits = this.forward(sess, tf.tensor1d(tok, "int32"), tf.tensor1d(ps, "int32"), place(nb * T, T, c0, 0), lastChunk);
-        return logits ? sampler(logits, 0) : undefined;
+        // with sharing the prefilled rows are not contiguous: each token names its cache row and column
+        const placeT = shared ? tf.tensor1d(Int32Array.from({ length: 2 * k * T }, (_, i) => (i < k * T ? run[Math.floor(i / T)]! : c0 + (i % T))), "int32") : undefined;
+        let logits = this.forward(sess, tf.tensor1d(tok, "int32"), tf.tensor1d(ps, "int32"), place(k * T, T, c0, 0), lastChunk, placeT);
+        if (!logits) return undefined;
+        if (shared) logits = tf.gather(logits, tf.tensor1d(Int32Array.from(source, (s) => run.indexOf(s)), "int32"));
+        return sampler(logits, 0);
       });
     }
+    if (shared) this.copyPrefixes(sess, source, P);
     return samp!;
+  }
+
+  /** Each row's prompt columns from its source row's, in every layer's cache. */
+  private copyPrefixes(sess: Session, source: Int32Array, P: number): void {
+    const pairs: number[] = [];
+    source.forEach((s, b) => { if (s !== b) pairs.push(b, s); });
+    const c = this.model.config, n = pairs.length / 2, pairsT = tf.tensor1d(Int32Array.from(pairs), "int32");
+    const uni = CacheCopyProgram.uniforms(n, P, sess.maxLen, sess.rows * c.nKvHeads * sess.maxLen * c.headDim);
+    for (const cache of sess.caches) this.backend.runWebGPUProgram(new CacheCopyProgram(this.s, n, P, cache.size), [pairsT], "float32", uni, cache);
+    pairsT.dispose();
   }
 }
 

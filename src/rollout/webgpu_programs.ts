@@ -189,6 +189,42 @@ export class CacheWriteProgram extends FlatProgram {
 }
 
 /**
+ * Copies the first `cols` columns of whole cache rows in place (the cache tensor is the output
+ * and is read through `result`): row pairs[2i] gets row pairs[2i + 1]'s k and v. Prefix sharing
+ * (rollout.n): the siblings of a prompt get the cache of the one row that was prefilled. No
+ * source row is a destination, so the order of the copies does not matter.
+ * Invocations: pairs x kvHeads x cols x headDim.
+ */
+export class CacheCopyProgram extends FlatProgram {
+  variableNames = ["pairs"];
+  uniforms = "nPairs : i32, cols : i32, maxLen : i32, vOff : i32,";
+  shaderKey: string;
+  constructor(private readonly s: DecodeShape, nPairs: number, cols: number, cacheSize: number) {
+    super([cacheSize], nPairs * s.nKvHeads * cols * s.headDim);
+    this.shaderKey = `verlCacheCopy_${s.nKvHeads}_${s.headDim}`;
+  }
+  static uniforms(nPairs: number, cols: number, maxLen: number, vOff: number): UniformValue[] {
+    return [nPairs, cols, maxLen, vOff].map((v) => ({ type: "int32", data: [v] }));
+  }
+  getUserCode(): string {
+    const { nKvHeads: KVH, headDim: HD } = this.s;
+    return `
+      fn main(index : i32) {
+        if (index < uniforms.nPairs * uniforms.cols * ${KVH * HD}) {
+          let d = index % ${HD};
+          let c = (index / ${HD}) % uniforms.cols;
+          let j = (index / (${HD} * uniforms.cols)) % ${KVH};
+          let i = index / (${HD * KVH} * uniforms.cols);
+          let dst = ((pairs[2 * i] * ${KVH} + j) * uniforms.maxLen + c) * ${HD} + d;
+          let src = ((pairs[2 * i + 1] * ${KVH} + j) * uniforms.maxLen + c) * ${HD} + d;
+          result[dst] = result[src];
+          result[uniforms.vOff + dst] = result[uniforms.vOff + src];
+        }
+      }`;
+  }
+}
+
+/**
  * Attention of each new token over its cache row: one workgroup of 64 per (token, query
  * head); q gets its bias, rotary and 1/sqrt(d) here; keys are the columns up to the token's
  * own whose mask is set, read in tiles of 256 with a running max and sum (flash-decoding in

@@ -12,7 +12,7 @@ import { makeConfig } from "../../src/models/config.js";
 import type { LlamaModel } from "../../src/models/llama.js";
 import { generate, defaultSamplingParams, computeLogProb, leftPadPrompts } from "../../src/rollout/index.js";
 import { readParamsForDecode } from "../../src/rollout/decode_weights.js";
-import { WebGpuDecoder } from "../../src/rollout/webgpu_decoder.js";
+import { WebGpuDecoder, samePromptSource } from "../../src/rollout/webgpu_decoder.js";
 import type { DataProto } from "../../src/protocol/data_proto.js";
 import { Rng } from "../../src/utils/rng.js";
 import { storiesBin, STORIES_MISSING, ONCE_UPON_A_TIME } from "../models/stories.js";
@@ -147,6 +147,39 @@ test("the first sampled token follows softmax(logits / T) restricted to the top-
     let tv = 0;
     top.forEach(([, i], j) => { tv += Math.abs((counts.get(i) ?? 0) / rows - w[j]! / sum); });
     assert.ok(tv / 2 < 0.05, `total variation from softmax(z / T) over the top-${K}: ${tv / 2}`);
+  } finally {
+    m.dispose();
+  }
+});
+
+test("prefix sharing finds each row's first equal prompt (ids, mask and positions)", () => {
+  const P = 3;
+  const ids = Int32Array.from([0, 5, 6, 0, 5, 6, 7, 5, 6, 0, 5, 6, 0, 5, 6]);
+  const mask = Int32Array.from([0, 1, 1, 0, 1, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1]);
+  const pos = Int32Array.from([0, 0, 1, 0, 0, 1, 0, 1, 2, 0, 0, 1, 0, 1, 2]);
+  // row 4 has row 0's ids but not its mask: a prompt of its own
+  assert.deepEqual(Array.from(samePromptSource(ids, mask, pos, 5, P)), [0, 0, 2, 0, 4]);
+});
+
+test("prefix sharing: rollout.n siblings prefilled once decode as if each row had been prefilled", async (t) => {
+  const bin = storiesBin();
+  if (!bin) return t.skip(STORIES_MISSING);
+  if (!(await webgpu())) return t.skip(skipReason);
+  const m = loadLlama2c(bin);
+  try {
+    // verl's layout: each prompt repeated n times, interleaved; two prompts equal across the batch too
+    const batch = leftPadPrompts([ONCE_UPON_A_TIME, [1, 403], ONCE_UPON_A_TIME], 0);
+    const sampled = defaultSamplingParams({ temperature: 1, responseLength: 16, eosTokenIds: [2], padTokenId: 0, calculateLogProbs: true, n: 3 });
+    for (const params of [{ ...greedy(16), n: 3 }, sampled]) {
+      const shared = new WebGpuDecoder(), own = new WebGpuDecoder({ sharePrefixes: false });
+      const a = await shared.generate(m, batch, params, new Rng(5)), b = await own.generate(m, batch, params, new Rng(5));
+      assert.equal(shared.lastStats.prefillRows, 2);
+      assert.equal(own.lastStats.prefillRows, 9);
+      assert.deepEqual(ints(a, "responses"), ints(b, "responses"));
+      assert.deepEqual(ints(a, "response_mask"), ints(b, "response_mask"));
+      const d = maxDiff(a, b, "rollout_log_probs");
+      assert.ok(d < 1e-5, `log-prob disagreement ${d}`);
+    }
   } finally {
     m.dispose();
   }
