@@ -152,6 +152,7 @@ export const KEY_RULES: readonly KeyRule[] = [
   { keys: "actor_rollout_ref.hybrid_engine", kind: "inert", what: "Ray/NCCL" },
   { keys: "trainer.{esi_redundant_time,default_hdfs_dir,ray_wait_register_center_timeout,use_legacy_worker_impl}", kind: "inert", what: "Ray/HDFS plumbing" },
   { keys: "reward_model.{enable_resource_pool,n_gpus_per_node,nnodes,num_workers,use_reward_loop,launch_reward_fn_async}", kind: "inert", what: "Ray resource pools" },
+  { keys: `${R}.dtype`, kind: "honoured", what: "the WebGPU decoder's products (bf16/fp16: tensor cores; default float32 here): src/rollout/engines/webgpu.ts" },
   {
     keys: `{${R},rollout}.{mode,dtype,gpu_memory_utilization,enforce_eager,cudagraph_capture_sizes,free_cache_engine,load_format,tensor_model_parallel_size,data_parallel_size,expert_parallel_size,pipeline_model_parallel_size,max_num_batched_tokens,max_model_len,enable_chunked_prefill,enable_prefix_caching,logprobs_mode,scheduling_policy,disable_log_stats,multi_stage_wake_up,skip_tokenizer_init,layered_summon,log_prob_micro_batch_size,calculate_log_probs,ignore_eos}`,
     kind: "inert",

@@ -21,6 +21,7 @@ import type { Rng } from "../utils/rng.js";
 import { assembleRollout, promptRows } from "./generate.js";
 import type { SlotDecoder, SlotDecoderFactory } from "./decoder.js";
 import { isGreedy, type SamplingParams } from "./sampling.js";
+import { PackedMatrix, tensorCoreSupport, type MatmulPrecision } from "../engine/webgpu_kernels.js";
 import {
   AttentionProgram, CacheCopyProgram, CacheWriteProgram, EmbedProgram, RmsNormProgram, SamplerProgram, SwiGluProgram,
   placementUniforms, type DecodeShape, type GpuProgram, type Placement, type UniformValue,
@@ -45,6 +46,13 @@ export interface WebGpuDecodeOptions {
    * give, get a device copy of that row's KV cache instead of their own prefill.
    */
   sharePrefixes?: boolean;
+  /**
+   * The products' precision (default f32). bf16/f16 (rollout.dtype): the weights are kept as
+   * packed f16 copies made once per weight change and multiplied on the tensor cores (inputs
+   * rounded to f16, or to bf16 precision held in f16; f32 accumulation). Needs an adapter with
+   * the tensor-core features (tensorCoreSupport).
+   */
+  precision?: MatmulPrecision;
 }
 
 /** What the last `generate` did, for benchmarks. */
@@ -56,20 +64,36 @@ export interface WebGpuDecodeStats {
   recordMs: number;
 }
 
-interface LayerWeights { wqkv: tf.Tensor2D; bqkv: tf.Tensor1D; wo: tf.Tensor2D; wgu: tf.Tensor2D; wd: tf.Tensor2D }
-interface GpuWeights { ids: object[]; transposed: boolean; layers: LayerWeights[]; lmHead: tf.Tensor2D }
+/** A product's weight: float32 for tfjs matMul, or a packed f16 copy for the tensor cores. */
+type Weight = tf.Tensor2D | PackedMatrix;
+interface LayerWeights { wqkv: Weight; bqkv: tf.Tensor1D; wo: Weight; wgu: Weight; wd: Weight }
+interface GpuWeights { ids: object[]; transposed: boolean; precision: MatmulPrecision; layers: LayerWeights[]; lmHead: Weight }
 
 const weightCache = new WeakMap<LlamaModel, GpuWeights>();
 
 function disposeWeights(w: GpuWeights, model: LlamaModel): void {
-  for (const l of w.layers) tf.dispose([l.wqkv, l.bqkv, l.wo, l.wgu, l.wd]);
-  if (w.transposed) w.lmHead.dispose(); // otherwise it is the model's own variable
+  for (const l of w.layers) [l.wqkv, l.bqkv, l.wo, l.wgu, l.wd].forEach((t) => t.dispose());
+  if (w.transposed || w.precision !== "f32") w.lmHead.dispose(); // otherwise it is the model's own variable
+}
+
+/** The float32 weights as packed f16 copies (the float32 layouts are freed; the bias stays float32). */
+function packWeights(layers: LayerWeights[], lmHead: tf.Tensor2D, transposed: boolean, precision: "f16" | "bf16", headIsModels: boolean): { layers: LayerWeights[]; lmHead: PackedMatrix } {
+  // the layouts are [in, out] (transposed) or the model's [out, in], which the kernel reads column-major
+  const pack = (t: Weight): PackedMatrix => {
+    const p = PackedMatrix.pack(t as tf.Tensor2D, !transposed, precision);
+    t.dispose();
+    return p;
+  };
+  const packed = layers.map((l) => ({ wqkv: pack(l.wqkv), bqkv: l.bqkv, wo: pack(l.wo), wgu: pack(l.wgu), wd: pack(l.wd) }));
+  const head = PackedMatrix.pack(lmHead, !transposed, precision);
+  if (!headIsModels) lmHead.dispose();
+  return { layers: packed, lmHead: head };
 }
 
 /** The model's weights in the decoder's layout, rebuilt on the device when a parameter changed. */
-function gpuWeights(model: LlamaModel, transposed: boolean): GpuWeights {
+function gpuWeights(model: LlamaModel, transposed: boolean, precision: MatmulPrecision = "f32"): GpuWeights {
   const ids = paramIds(model), hit = weightCache.get(model);
-  if (hit && hit.transposed === transposed && sameIds(hit.ids, ids)) return hit;
+  if (hit && hit.transposed === transposed && hit.precision === precision && sameIds(hit.ids, ids)) return hit;
   if (hit) disposeWeights(hit, model);
   else model.onDispose(() => { const w = weightCache.get(model); if (w) disposeWeights(w, model); weightCache.delete(model); });
   const c = model.config, W = (c.nHeads + 2 * c.nKvHeads) * c.headDim;
@@ -88,7 +112,9 @@ function gpuWeights(model: LlamaModel, transposed: boolean): GpuWeights {
   }));
   const head = model.lmHeadWeight() as tf.Tensor2D;
   const lmHead = transposed ? tf.tidy(() => head.transpose() as tf.Tensor2D) : head;
-  const w = { ids, transposed, layers, lmHead };
+  const w: GpuWeights = precision === "f32"
+    ? { ids, transposed, precision, layers, lmHead }
+    : { ids, transposed, precision, ...packWeights(layers, lmHead, transposed, precision, !transposed) };
   weightCache.set(model, w);
   return w;
 }
@@ -130,7 +156,11 @@ export class WebGpuDecoder {
       throw new Error(`rollout engine 'webgpu': prompt ${P} + response ${R} passes max_position_embeddings ${c.maxSeqLen}, where dynamic rope scaling changes the frequencies (not built on the GPU); use rollout.name=tfjs`);
     }
     const backend = tf.backend() as unknown as WebGpuBackendLike;
-    const w = gpuWeights(model, this.opts.transposedWeights ?? true);
+    const precision = this.opts.precision ?? "f32";
+    if (precision !== "f32" && !tensorCoreSupport.available) {
+      throw new Error(`rollout engine 'webgpu': ${precision} products need the tensor-core kernel, which this adapter cannot run (${tensorCoreSupport.reason})`);
+    }
+    const w = gpuWeights(model, this.opts.transposedWeights ?? true, precision);
     const maxLen = P + R, layerBytesPerRow = 2 * c.nKvHeads * c.headDim * maxLen * 4;
     const sub = Math.max(1, Math.min(B,
       Math.floor((this.opts.maxCacheBytes ?? 16 * 2 ** 30) / (layerBytesPerRow * c.nLayers)),
@@ -189,7 +219,8 @@ class DecodeStep {
     return tf.engine().makeTensorFromTensorInfo(info as tf.TensorInfo);
   }
 
-  private mm(x: tf.Tensor, w: tf.Tensor2D): tf.Tensor2D {
+  private mm(x: tf.Tensor, w: Weight): tf.Tensor2D {
+    if (w instanceof PackedMatrix) return w.matMul(x as tf.Tensor2D);
     return tf.matMul(x as tf.Tensor2D, w, false, !this.w.transposed);
   }
 
