@@ -34,12 +34,14 @@ interface Args {
   budgetS: number; model?: string; layers: number; updates: string[]; submitBatches: number[];
   /** matrix-product precisions to run the update and decode parts at (f16/bf16: the tensor-core kernel) */
   precisions: MatmulPrecision[];
+  /** extra tensor-core tiles (sgMxsgNxtmxtn) for the decoder's 16-bit products, each one more decode run */
+  tiles: string[];
 }
 
 function parseArgs(argv: string[]): Args {
   const a: Args = {
     only: new Set(["adapter", "correct", "decode", "update", "untransposed", "device-step"]), vocab: [512, 32000], prompts: 64, n: 8, newTokens: 256,
-    budgetS: 240, layers: 24, updates: ["16x16", "16x16xhost", "16x4", "64x16", "64x64"], submitBatches: [15, 1000], precisions: ["f32"],
+    budgetS: 240, layers: 24, updates: ["16x16", "16x16xhost", "16x4", "64x16", "64x64"], submitBatches: [15, 1000], precisions: ["f32"], tiles: [],
   };
   const list = (v: string) => v.split(",").map(Number);
   for (let i = 0; i < argv.length; i += 2) {
@@ -55,6 +57,7 @@ function parseArgs(argv: string[]): Args {
     else if (k === "--layers") a.layers = Number(v);
     else if (k === "--updates") a.updates = v.split(",").filter(Boolean); // ROWSxMICRO[xhost]
     else if (k === "--submit") a.submitBatches = list(v).filter((x) => x > 0);
+    else if (k === "--tiles") a.tiles = v.split(",").filter(Boolean);
     else if (k === "--precision") a.precisions = v.split(",").map((x) => parsePrecision(x, "--precision"));
     else throw new Error(`bench/gpu_decode: unknown argument '${k}'`);
   }
@@ -328,6 +331,10 @@ async function main(): Promise<void> {
     for (const v of [first, ...rest]) {
       // the decoder's own 16-bit path (weights packed once), not the trainer's BatchMatMul override
       if (v && a.only.has("decode") && elapsedS() < a.budgetS) await part(`webgpu_decode_v${v}_${p}`, () => decode(a, v, { precision: p }, a.newTokens, `v${v}_${p}`));
+      for (const tl of p === "f32" ? [] : a.tiles) {
+        const [sgM, sgN, tm, tn] = tl.split("x").map(Number) as [number, number, number, number];
+        if (v && a.only.has("decode") && elapsedS() < a.budgetS) await part(`webgpu_decode_v${v}_${p}_${tl}`, () => decode(a, v, { precision: p, tile: { sgM, sgN, tm, tn, unroll: 1 } }, a.newTokens, `v${v}_${p}_tile${tl}`));
+      }
       if (v && a.only.has("noshare") && elapsedS() < a.budgetS) await part(`webgpu_decode_v${v}_${p}_noshare`, () => decode(a, v, { precision: p, sharePrefixes: false }, a.newTokens, `v${v}_${p}_noshare`));
     }
   }
