@@ -335,6 +335,7 @@ async function main(): Promise<void> {
         const [sgM, sgN, tm, tn] = tl.split("x").map(Number) as [number, number, number, number];
         if (v && a.only.has("decode") && elapsedS() < a.budgetS) await part(`webgpu_decode_v${v}_${p}_${tl}`, () => decode(a, v, { precision: p, tile: { sgM, sgN, tm, tn, unroll: 1 } }, a.newTokens, `v${v}_${p}_tile${tl}`));
       }
+      if (v && p !== "f32" && a.only.has("kv32") && elapsedS() < a.budgetS) await part(`webgpu_decode_v${v}_${p}_kv32`, () => decode(a, v, { precision: p, kvCache: "f32" }, a.newTokens, `v${v}_${p}_kv_f32`));
       if (v && a.only.has("noshare") && elapsedS() < a.budgetS) await part(`webgpu_decode_v${v}_${p}_noshare`, () => decode(a, v, { precision: p, sharePrefixes: false }, a.newTokens, `v${v}_${p}_noshare`));
     }
   }

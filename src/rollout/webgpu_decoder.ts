@@ -54,6 +54,11 @@ export interface WebGpuDecodeOptions {
    * the tensor-core features (tensorCoreSupport).
    */
   precision?: MatmulPrecision;
+  /**
+   * The KV cache's element type (default: f16 when `precision` is 16-bit, else f32). f16 halves
+   * the cache's memory and what attention reads each step; values are rounded when written.
+   */
+  kvCache?: "f32" | "f16";
   /** The tensor-core kernel's tile for the 16-bit products (default DECODE_TILE; the weights are padded to it). */
   tile?: DirectTile;
 }
@@ -147,13 +152,21 @@ function ropeTable(headDim: number, theta: number, scaling: RopeScaling | null, 
  * host array and uploads them: for the 0.5B shape's caches (24 x 75 MB at 512 rows x 288
  * columns) that upload was most of the 2.2-3.0 s prefill on the H200.
  */
-function deviceZeros(n: number): tf.Tensor1D {
-  return tf.fill([n], 0, "float32");
+function deviceZeros(n: number, dtype: "float32" | "int32" = "float32"): tf.Tensor1D {
+  return tf.fill([n], 0, dtype);
 }
 
-/** State of one sub-batch on the device: caches, mask, rotary table. */
+/**
+ * State of one sub-batch on the device: caches, mask, rotary table. With `half` each cache holds
+ * f16 pairs in 32-bit words (an int32 tensor of half the elements).
+ */
 interface Session {
-  rows: number; maxLen: number; caches: tf.Tensor1D[]; mask: tf.Tensor; rope: tf.Tensor; ropeRows: number;
+  rows: number; maxLen: number; caches: tf.Tensor1D[]; mask: tf.Tensor; rope: tf.Tensor; ropeRows: number; half: boolean;
+}
+
+/** One layer's KV cache of `elements` values: float32, or f16 pairs in int32 words. */
+function cacheTensor(elements: number, half: boolean): tf.Tensor1D {
+  return half ? deviceZeros(elements / 2, "int32") : deviceZeros(elements);
 }
 
 export class WebGpuDecoder {
@@ -180,13 +193,14 @@ export class WebGpuDecoder {
       throw new Error(`rollout engine 'webgpu': ${precision} products need the tensor-core kernel, which this adapter cannot run (${tensorCoreSupport.reason})`);
     }
     const w = gpuWeights(model, this.opts.transposedWeights ?? true, precision, this.opts.tile);
-    const maxLen = P + R, layerBytesPerRow = 2 * c.nKvHeads * c.headDim * maxLen * 4;
+    const half = (this.opts.kvCache ?? (precision === "f32" ? "f32" : "f16")) === "f16";
+    const maxLen = P + R, layerBytesPerRow = 2 * c.nKvHeads * c.headDim * maxLen * (half ? 2 : 4);
     const sub = Math.max(1, Math.min(B,
       Math.floor((this.opts.maxCacheBytes ?? 16 * 2 ** 30) / (layerBytesPerRow * c.nLayers)),
       Math.floor(backend.device.limits.maxStorageBufferBindingSize / layerBytesPerRow)));
     const out = { responses: new Int32Array(B * R).fill(params.padTokenId), responseMask: new Int32Array(B * R), logProbs: new Float32Array(B * R) };
     const stats: WebGpuDecodeStats = { rows: B, steps: 0, readBacks: 0, tokens: 0, prefillMs: 0, decodeMs: 0, recordMs: 0, prefillRows: 0 };
-    const step = new DecodeStep(model, w, backend);
+    const step = new DecodeStep(model, w, backend, half);
     for (let b0 = 0; b0 < B; b0 += sub) {
       const nb = Math.min(sub, B - b0), rowsOf = (a: Int32Array) => a.subarray(b0 * P, (b0 + nb) * P);
       const seed = Math.floor(rng.random() * 2 ** 32) >>> 0;
@@ -228,7 +242,7 @@ export function samePromptSource(ids: Int32Array, mask: Int32Array, pos: Int32Ar
 /** The forward pass and the decode loop of one sub-batch. */
 class DecodeStep {
   private readonly s: DecodeShape;
-  constructor(private readonly model: LlamaModel, private readonly w: GpuWeights, private readonly backend: WebGpuBackendLike) {
+  constructor(private readonly model: LlamaModel, private readonly w: GpuWeights, private readonly backend: WebGpuBackendLike, private readonly kvHalf = false) {
     const c = model.config;
     this.s = { dim: c.dim, hiddenDim: c.hiddenDim, nHeads: c.nHeads, nKvHeads: c.nKvHeads, headDim: c.headDim, vocabSize: c.vocabSize, normEps: c.normEps };
   }
@@ -274,8 +288,8 @@ class DecodeStep {
       const next = tf.tidy(() => {
         let qkv: tf.Tensor = this.mm(this.rmsNorm(x, p("input_layernorm.weight"), N), L.wqkv);
         if (model.config.qkNorm) qkv = this.headNorms(qkv, l, N);
-        this.backend.runWebGPUProgram(placed(new CacheWriteProgram(s, N, cache.size)), [qkv, L.bqkv, sess.rope, posT, ...extra], "float32", uni, cache);
-        const att = this.program(placed(new AttentionProgram(s, N)), [qkv, L.bqkv, sess.rope, posT, sess.mask, cache, ...extra], "float32", uni);
+        this.backend.runWebGPUProgram(placed(new CacheWriteProgram(s, N, cache.size, sess.half)), [qkv, L.bqkv, sess.rope, posT, ...extra], cache.dtype, uni, cache);
+        const att = this.program(placed(new AttentionProgram(s, N, sess.half)), [qkv, L.bqkv, sess.rope, posT, sess.mask, cache, ...extra], "float32", uni);
         const h = tf.add(x, this.mm(att, L.wo));
         const gu = this.mm(this.rmsNorm(h, p("post_attention_layernorm.weight"), N), L.wgu);
         const act = this.program(new SwiGluProgram(s.hiddenDim, N), [gu], "float32", count);
@@ -302,8 +316,8 @@ class DecodeStep {
     const fullMask = new Int32Array(nb * maxLen).fill(1);
     for (let b = 0; b < nb; b++) fullMask.set(mask.subarray(b * P, b * P + P), b * maxLen);
     const sess: Session = {
-      rows: nb, maxLen, ropeRows,
-      caches: Array.from({ length: c.nLayers }, () => deviceZeros(2 * nb * c.nKvHeads * maxLen * c.headDim)),
+      rows: nb, maxLen, ropeRows, half: this.kvHalf,
+      caches: Array.from({ length: c.nLayers }, () => cacheTensor(2 * nb * c.nKvHeads * maxLen * c.headDim, this.kvHalf)),
       mask: tf.tensor1d(fullMask, "int32"),
       rope: tf.tensor1d(ropeTable(c.headDim, c.ropeTheta, c.ropeScaling ?? null, ropeRows)),
     };
@@ -400,8 +414,9 @@ class DecodeStep {
     const pairs: number[] = [];
     source.forEach((s, b) => { if (s !== b) pairs.push(b, s); });
     const c = this.model.config, n = pairs.length / 2, pairsT = tf.tensor1d(Int32Array.from(pairs), "int32");
-    const uni = CacheCopyProgram.uniforms(n, P, sess.maxLen, sess.rows * c.nKvHeads * sess.maxLen * c.headDim);
-    for (const cache of sess.caches) this.backend.runWebGPUProgram(new CacheCopyProgram(this.s, n, P, cache.size), [pairsT], "float32", uni, cache);
+    const vOff = (sess.rows * c.nKvHeads * sess.maxLen * c.headDim) / (sess.half ? 2 : 1); // in the cache tensor's units
+    const uni = CacheCopyProgram.uniforms(n, P, sess.maxLen, vOff);
+    for (const cache of sess.caches) this.backend.runWebGPUProgram(new CacheCopyProgram(this.s, n, P, cache.size, sess.half), [pairsT], cache.dtype, uni, cache);
     pairsT.dispose();
   }
 }
@@ -443,7 +458,7 @@ export class WebGpuSlotDecoder implements SlotDecoder {
     }
     this.step = new DecodeStep(model, gpuWeights(model, true), backend);
     this.sess = {
-      rows: slots, maxLen, ropeRows: maxLen,
+      rows: slots, maxLen, ropeRows: maxLen, half: false,
       caches: Array.from({ length: c.nLayers }, () => deviceZeros(2 * slots * c.nKvHeads * maxLen * c.headDim)),
       // each row's columns up to its token are its own sequence's: nothing to mask
       mask: tf.ones([slots * maxLen], "int32"),

@@ -184,3 +184,30 @@ test("prefix sharing: rollout.n siblings prefilled once decode as if each row ha
     m.dispose();
   }
 });
+
+test("f16 KV cache: greedy tokens as the f32 cache's, rollout log-probs near the trainer's (prefix sharing, chunked prefill, sub-batches)", async (t) => {
+  const bin = storiesBin();
+  if (!bin) return t.skip(STORIES_MISSING);
+  if (!(await webgpu())) return t.skip(skipReason);
+  const m = loadLlama2c(bin);
+  try {
+    const prompts = [ONCE_UPON_A_TIME, [1, 403], [1, 378, 261, 407], [1, 261, 403, 407, 378, 261], [1, 500, 301, 280], [1, 410], [1, 333, 444], [1, 45, 67, 89]];
+    const batch = leftPadPrompts(prompts, 0), params = { ...greedy(32), n: 2 };
+    const opts = { maxPrefillTokens: 12, maxCacheBytes: 6 * 2 * 5 * 8 * 40 * 2 }; // a few rows a sub-batch at the f16 size
+    const f32 = await new WebGpuDecoder(opts).generate(m, batch, params, new Rng(0));
+    const dec = new WebGpuDecoder({ ...opts, kvCache: "f16" });
+    const f16 = await dec.generate(m, batch, params, new Rng(0));
+    const R = 32, a = ints(f32, "responses"), b = ints(f16, "responses");
+    let same = 0;
+    for (let r = 0; r < prompts.length * 2; r++) if (a.slice(r * R, r * R + R).every((x, i) => x === b[r * R + i])) same++;
+    assert.ok(same >= 12, `only ${same} of 16 rows decode as with the f32 cache`);
+    // the f16 cache's log-probs against the float32 trainer's recomputation of the same tokens
+    const lp = await computeLogProb(m, f16, { microBatchSize: 16, temperature: 1 });
+    const mask = f16.batch["response_mask"]!.data, roll = f16.batch["rollout_log_probs"]!.data;
+    let kl = 0, n = 0;
+    for (let i = 0; i < mask.length; i++) if (mask[i]) { kl += roll[i]! - lp.logProbs.data[i]!; n++; }
+    assert.ok(Math.abs(kl / n) < 1e-3, `rollout_corr/kl ${kl / n}`);
+  } finally {
+    m.dispose();
+  }
+});
