@@ -127,6 +127,7 @@ export const KEY_RULES: readonly KeyRule[] = [
   { keys: `${R}.mtp`, kind: "not_built", what: "multi-token prediction (MTP)" },
   { keys: "algorithm.rollout_correction.**", kind: "honoured", what: "rollout correction (src/trainer/ppo/rollout_corr.ts; bypass_mode's loss in core_algos/policy_loss_bypass.ts)" },
   { keys: `${R}.over_sample_rate`, kind: "honoured", what: "agent-loop rollouts: the rest of a training batch is aborted once (1 - over_sample_rate) of its requests finished (src/agent_loop/manager.ts)" },
+  { keys: `${R}.dtype`, kind: "honoured", what: "the WebGPU decoder's products (bf16/fp16: tensor cores; default float32 here): src/rollout/engines/webgpu.ts" },
   { keys: `${R}.{skip_rollout,skip_dump_dir,enable_rollout_routing_replay,quantization,quantization_config_file}`, kind: "not_built", what: "verl's rollout extras (rollout skipping/dumps, routing replay, quantized rollout)" },
   { keys: `${R}.multi_turn.{use_inference_chat_template,num_repeat_rollouts}`, kind: "not_built", what: "multi-turn inference chat templates / repeated rollouts" },
   { keys: `${R}.agent.custom_async_server.**`, kind: "not_built", what: "a custom async rollout server" },
@@ -152,7 +153,6 @@ export const KEY_RULES: readonly KeyRule[] = [
   { keys: "actor_rollout_ref.hybrid_engine", kind: "inert", what: "Ray/NCCL" },
   { keys: "trainer.{esi_redundant_time,default_hdfs_dir,ray_wait_register_center_timeout,use_legacy_worker_impl}", kind: "inert", what: "Ray/HDFS plumbing" },
   { keys: "reward_model.{enable_resource_pool,n_gpus_per_node,nnodes,num_workers,use_reward_loop,launch_reward_fn_async}", kind: "inert", what: "Ray resource pools" },
-  { keys: `${R}.dtype`, kind: "honoured", what: "the WebGPU decoder's products (bf16/fp16: tensor cores; default float32 here): src/rollout/engines/webgpu.ts" },
   {
     keys: `{${R},rollout}.{mode,dtype,gpu_memory_utilization,enforce_eager,cudagraph_capture_sizes,free_cache_engine,load_format,tensor_model_parallel_size,data_parallel_size,expert_parallel_size,pipeline_model_parallel_size,max_num_batched_tokens,max_model_len,enable_chunked_prefill,enable_prefix_caching,logprobs_mode,scheduling_policy,disable_log_stats,multi_stage_wake_up,skip_tokenizer_init,layered_summon,log_prob_micro_batch_size,calculate_log_probs,ignore_eos}`,
     kind: "inert",
