@@ -141,6 +141,7 @@ export const KEY_RULES: readonly KeyRule[] = [
   { keys: `${R}.mtp`, kind: "not_built", what: "multi-token prediction (MTP)" },
   { keys: "algorithm.rollout_correction.**", kind: "honoured", what: "rollout correction (src/trainer/ppo/rollout_corr.ts; bypass_mode's loss in core_algos/policy_loss_bypass.ts)" },
   { keys: `${R}.over_sample_rate`, kind: "honoured", what: "agent-loop rollouts: the rest of a training batch is aborted once (1 - over_sample_rate) of its requests finished (src/agent_loop/manager.ts)" },
+  { keys: `${R}.dtype`, kind: "honoured", what: "the WebGPU decoder's products (bf16/fp16: tensor cores; default float32 here): src/rollout/engines/webgpu.ts" },
   { keys: `${R}.{skip_rollout,skip_dump_dir}`, kind: "honoured", what: "rollout skipping: the first training rollout dumped, then loaded by every step (src/trainer/ppo/rollout_skip.ts)" },
   { keys: `${R}.{enable_rollout_routing_replay,quantization,quantization_config_file}`, kind: "not_built", what: "verl's rollout extras (MoE routing replay, quantized rollout)" },
   { keys: "**.freeze_vision_tower", kind: "not_built", what: "vision-language models" },
