@@ -29,6 +29,11 @@ export class HierarchicalCollective implements RankCollective {
     this.bridge = local.rank === 0 ? new BridgeClient(layout.bridge, local.timeoutMs + 5000, { me: layout.hostIndex, hosts: layout.nnodes }) : undefined;
   }
 
+  /** A float32 buffer crosses in requests of the bridge's size, each with its own ring segments. */
+  get bucketAlignElems(): number | undefined {
+    return this.layout.nnodes > 1 ? this.layout.bridge.dataBytes / 4 : undefined;
+  }
+
   get timeoutMs(): number {
     return this.local.timeoutMs;
   }
