@@ -4,9 +4,10 @@
 // the main thread moves them (ring.ts): it copies its own segment into the shared
 // data region first, in pieces the main thread sends as they are copied; it
 // combines each received piece as it lands (so the main thread, which also serves
-// the gRPC control link and its keepalives, does no arithmetic); and it copies each
-// finished piece out to the caller's buffer as it becomes final (divided by the
-// world size there for "mean", so no rank makes another pass for it). The main
+// the gRPC control link and its keepalives, does no arithmetic; for "mean" the last
+// combine also divides by the world size, so every host receives quotients and no
+// rank makes a pass of its own for it); and it copies each finished piece out to the
+// caller's buffer as it becomes final. The main
 // thread sends straight out of the data region and has the kernel read the
 // neighbour's bytes straight into the shared regions.
 // Control words: request/response seq, op, dtype, length, root host, status, reason
@@ -39,26 +40,23 @@ export interface BridgeBuffers {
   control: SharedArrayBuffer;
   /**
    * One shared WebAssembly memory, so the SIMD kernels (simd.ts) reach every region: the data
-   * region (the chunk being reduced, in place; `dataBytes`), the receive region (where the
-   * predecessor's reduce-scatter bytes land, two halves by step parity), a scratch piece.
+   * region (the chunk being reduced, in place; `dataBytes`), then the receive region (where the
+   * predecessor's reduce-scatter bytes land, two halves by step parity).
    */
   memory: WasmMemory;
   dataBytes: number;
 }
 
-/** The scratch piece the mean's quotients pass through on their way out. */
-const SCRATCH_BYTES = 1 << 20;
 const recvBytes = (b: BridgeBuffers) => b.dataBytes + 1024;
 export const dataRegion = (b: BridgeBuffers): Uint8Array => new Uint8Array(b.memory.buffer, 0, b.dataBytes);
 export const recvRegion = (b: BridgeBuffers): Uint8Array => new Uint8Array(b.memory.buffer, b.dataBytes, recvBytes(b));
-const scratchAt = (b: BridgeBuffers) => b.dataBytes + recvBytes(b);
 
 /** Default data capacity: 64 MiB a request (larger buffers cross in several requests). */
 export const DEFAULT_BRIDGE_BYTES = 64 << 20;
 
 export function createBridgeBuffers(dataBytes = DEFAULT_BRIDGE_BYTES): BridgeBuffers {
   if (!Number.isInteger(dataBytes) || dataBytes < 64 || dataBytes % 8 !== 0) throw new Error(`bridge: data bytes must be a multiple of 8 >= 64, got ${dataBytes}`);
-  const all = 2 * dataBytes + 1024 + SCRATCH_BYTES;
+  const all = 2 * dataBytes + 1024;
   return { control: new SharedArrayBuffer(INTS * 4 + MSG_BYTES), memory: sharedMemory(all), dataBytes };
 }
 
@@ -95,7 +93,8 @@ export class BridgeClient {
 
   /**
    * Runs one cross-host op on `chunk` (at most capacityBytes) in place; a reduce's result
-   * is divided by `divideBy` on its way out (1: as is).
+   * is divided by `divideBy` (1: as is; every host passes the same: each segment's owner divides
+   * it before the all-gather sends it on).
    */
   request(op: BridgeOp, dtype: BridgeDtype, chunk: Uint8Array, length: number, rootHost = 0, divideBy = 1): void {
     if (chunk.length > this.bytes.length) throw new Error(`bridge: chunk of ${chunk.length} bytes exceeds ${this.bytes.length}`);
@@ -172,7 +171,7 @@ export class BridgeClient {
   /**
    * A ring reduce's passes over the bytes, each overlapping the network: copy in (own segment
    * first, which step 0 sends as it lands), combine each reduce-scatter piece as it arrives,
-   * copy out (and divide) each final piece as it is combined or arrives in the all-gather.
+   * copy out each final piece as it is combined (and divided) or arrives in the all-gather.
    */
   private pipelined(op: BridgeOp, dtype: BridgeDtype, chunk: Uint8Array, n: number, seq: number, deadline: number, timedOut: () => Error, divideBy: number): void {
     const { me, hosts: H } = this.host;
@@ -192,18 +191,9 @@ export class BridgeClient {
     const heap = this.buffers.memory.buffer, D = this.buffers.dataBytes;
     const data: Numeric = is64 ? new Float64Array(heap, 0, n) : new Float32Array(heap, 0, n);
     const out: Numeric = is64 ? new Float64Array(chunk.buffer, chunk.byteOffset, n) : new Float32Array(chunk.buffer, chunk.byteOffset, n);
-    const scratchAtB = scratchAt(this.buffers), perScratch = SCRATCH_BYTES / bpe;
-    const scratch: Numeric = is64 ? new Float64Array(heap, scratchAtB, perScratch) : new Float32Array(heap, scratchAtB, perScratch);
-    const add = is64 ? this.simd.add64 : this.simd.add32, div = is64 ? this.simd.div64 : this.simd.div32;
+    const add = is64 ? this.simd.add64 : this.simd.add32, addDiv = is64 ? this.simd.addDiv64 : this.simd.addDiv32;
     const jsCombine = op === "sum" ? undefined : COMBINE[op === "max" ? 0 : 1]![is64 ? 1 : 0]!;
-    const emit = (i0: number, i1: number) => {
-      if (divideBy === 1) return out.set(data.subarray(i0, i1), i0);
-      for (let i = i0; i < i1; i += perScratch) {
-        const m = Math.min(perScratch, i1 - i);
-        div(scratchAtB, i * bpe, m, divideBy);
-        out.set(scratch.subarray(0, m), i);
-      }
-    };
+    const emit = (i0: number, i1: number) => out.set(data.subarray(i0, i1), i0);
     for (let s = 0; s < H - 1; s++) {
       const [a, b] = segment(mod(me - s - 1, H), n, H);
       const total = (b - a) * bpe;
@@ -216,14 +206,18 @@ export class BridgeClient {
         if (r < 0) return;
         const avail = r - (r % bpe);
         if (avail <= done) continue;
-        if (jsCombine) jsCombine(into, got, done / bpe, avail / bpe);
+        const last = s === H - 2;
+        if (jsCombine) {
+          jsCombine(into, got, done / bpe, avail / bpe);
+          if (last && divideBy !== 1) for (let i = done / bpe; i < avail / bpe; i++) into[i] = into[i]! / divideBy;
+        } else if (last && divideBy !== 1) addDiv(a * bpe + done, D + half + done, (avail - done) / bpe, divideBy);
         else add(a * bpe + done, D + half + done, (avail - done) / bpe);
         // The main thread sends pieces of a MiB or more: wake it when one may have completed, not per read.
         const crossed = Math.floor(avail / WAKE_BYTES) > Math.floor(done / WAKE_BYTES) || avail === total;
         Atomics.store(c, COMB0 + s, avail);
         if (crossed) this.signal();
-        // The last reduce-scatter step leaves this host's segment final.
-        if (s === H - 2) emit(a + done / bpe, a + avail / bpe);
+        // The last reduce-scatter step leaves this host's segment final (the all-gather sends it on as is).
+        if (last) emit(a + done / bpe, a + avail / bpe);
         done = avail;
       }
     }

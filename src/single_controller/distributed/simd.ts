@@ -6,18 +6,19 @@
 // bridge's shared memory. Results are the JS loops' bits: f32/f64 add and divide
 // are IEEE operations rounded once in both (a float32 sum or quotient computed in
 // double and rounded to float32 is the correctly rounded float32 result, since
-// 53 >= 2*24+2), so only NaN payloads may differ.
+// 53 >= 2*24+2), so only NaN payloads may differ. The mean's divide is fused into
+// the last reduce-scatter step's add, so no pass of its own.
 
 /** dst[i] += src[i] for n elements (byte offsets). */
 export type AddFn = (dst: number, src: number, n: number) => void;
-/** dst[i] = src[i] / d for n elements (byte offsets). */
-export type DivFn = (dst: number, src: number, n: number, d: number) => void;
+/** dst[i] = (dst[i] + src[i]) / d for n elements (byte offsets): each step rounded once, as in JS. */
+export type AddDivFn = (dst: number, src: number, n: number, d: number) => void;
 
 export interface SimdKernels {
   add32: AddFn;
   add64: AddFn;
-  div32: DivFn;
-  div64: DivFn;
+  addDiv32: AddDivFn;
+  addDiv64: AddDivFn;
 }
 
 const uleb = (n: number): number[] => {
@@ -40,20 +41,20 @@ const BLOCK = [0x02, 0x40], LOOP = [0x03, 0x40], BR = 0x0c, BRIF = 0x0d, END = 0
 const simd = (op: number) => [0xfd, ...uleb(op)];
 
 /**
- * One element-wise loop: 16-byte vectors, then the scalar tail. `div`: dst = src / d (param 3),
- * else dst += src. f64: two lanes of 8 bytes, else four of 4.
+ * One element-wise loop: 16-byte vectors, then the scalar tail. dst += src, or with `div`
+ * dst = (dst + src) / d (param 3). f64: two lanes of 8 bytes, else four of 4.
  */
 function body(f64: boolean, div: boolean): number[] {
   const K = div ? 4 : 3; // the counter local, after the params
   const lanesLog = f64 ? 1 : 2, elem = f64 ? 8 : 4;
   const vload = [...simd(0x00), 0, 0], vstore = [...simd(0x0b), 0, 0];
   const sload = [f64 ? 0x2b : 0x2a, f64 ? 3 : 2, 0], sstore = [f64 ? 0x39 : 0x38, f64 ? 3 : 2, 0];
-  const vop = div ? [GET, 3, ...simd(f64 ? 0x14 : 0x13), ...simd(f64 ? 0xf3 : 0xe7)] : simd(f64 ? 0xf0 : 0xe4);
-  const sop = div ? [GET, 3, f64 ? 0xa3 : 0x95] : [f64 ? 0xa0 : 0x92];
+  const vop = [...simd(f64 ? 0xf0 : 0xe4), ...(div ? [GET, 3, ...simd(f64 ? 0x14 : 0x13), ...simd(f64 ? 0xf3 : 0xe7)] : [])];
+  const sop = [f64 ? 0xa0 : 0x92, ...(div ? [GET, 3, f64 ? 0xa3 : 0x95] : [])];
   const step = (bytes: number) => [GET, 0, I32C, bytes, ADD, SET, 0, GET, 1, I32C, bytes, ADD, SET, 1, GET, K, I32C, 1, SUB, SET, K, BR, 0];
   const loop = (load: number[], store: number[], op: number[], bytes: number) => [
     ...BLOCK, ...LOOP, GET, K, EQZ, BRIF, 1,
-    GET, 0, ...(div ? [] : [GET, 0, ...load]), GET, 1, ...load, ...op, ...store,
+    GET, 0, GET, 0, ...load, GET, 1, ...load, ...op, ...store,
     ...step(bytes), END, END,
   ];
   const code = [
@@ -71,7 +72,7 @@ function moduleBytes(): Uint8Array {
   // Imported shared memory: flags 3 (max given, shared), min 0, max 65536 pages.
   const imports = vec([[...str("m"), ...str("mem"), 0x02, 0x03, 0, ...uleb(65536)]]);
   const funcs = vec([[0], [0], [1], [2]]);
-  const names = ["add32", "add64", "div32", "div64"];
+  const names = ["add32", "add64", "addDiv32", "addDiv64"];
   const exports = vec(names.map((n, i) => [...str(n), 0x00, i]));
   const code = vec([body(false, false), body(true, false), body(false, true), body(true, true)]);
   return new Uint8Array([
