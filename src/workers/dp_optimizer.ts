@@ -35,10 +35,11 @@ export function bucketElems(align: number | undefined, bytes = DEFAULT_BUCKET_BY
  * All-reduces (sum) `buf` bucket by bucket: bucket i covers [i*B, (i+1)*B) and is reduced once
  * `parts[i]` (this rank's values for it) is in, while the later parts are still being read back.
  * Whatever `buf` holds past the parts (scalars riding along) is reduced with the last bucket.
- * B must be a multiple of the collective's bucketAlignElems: then the bits equal one call's.
+ * B must be a multiple of the collective's bucketAlignElems (or cover all of `buf`): then the bits equal one call's.
  */
 export async function allReduceBuckets(collective: AllReducer, buf: Float32Array, parts: Promise<Float32Array>[], B: number): Promise<void> {
-  if (collective.bucketAlignElems !== undefined && B % collective.bucketAlignElems !== 0) {
+  // one bucket over the whole buffer is one call whatever its size
+  if (collective.bucketAlignElems !== undefined && B < buf.length && B % collective.bucketAlignElems !== 0) {
     throw new Error(`allReduceBuckets: bucket of ${B} elements is not a multiple of the collective's ${collective.bucketAlignElems}`);
   }
   let i = 0, o = 0;

@@ -1,0 +1,29 @@
+// allReduceBuckets' alignment rule (src/workers/dp_optimizer.ts): buckets smaller than the buffer
+// must sit on the collective's alignment (that keeps one call's bits), but a single bucket over the
+// whole buffer is one call of any size. A host collective (alignment 16M elements) reducing a small
+// model's gradients in one bucket was refused by mistake, which stopped every multi-host run.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { allReduceBuckets } from "../../../src/workers/dp_optimizer.js";
+
+/** Records the spans it is asked to reduce; one rank, so the sum is the values themselves. */
+function recordingCollective(align: number) {
+  const calls: number[] = [];
+  return { calls, collective: { bucketAlignElems: align, worldSize: 1, allReduce: (a: Float32Array) => { calls.push(a.length); } } };
+}
+
+test("one bucket over the whole buffer is accepted at any size", async () => {
+  const { calls, collective } = recordingCollective(16);
+  const buf = new Float32Array(10);
+  await allReduceBuckets(collective, buf, [Promise.resolve(Float32Array.from({ length: 10 }, (_, i) => i))], buf.length);
+  assert.deepEqual(calls, [10]);
+  assert.deepEqual(Array.from(buf), Array.from({ length: 10 }, (_, i) => i));
+});
+
+test("several buckets must be aligned; aligned ones are reduced in order", async () => {
+  const { collective } = recordingCollective(16);
+  await assert.rejects(allReduceBuckets(collective, new Float32Array(40), [], 20), /bucket of 20 elements is not a multiple of the collective's 16/);
+  const ok = recordingCollective(16);
+  await allReduceBuckets(ok.collective, new Float32Array(40), [], 16);
+  assert.deepEqual(ok.calls, [16, 16, 8]);
+});
