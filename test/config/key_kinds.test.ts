@@ -71,7 +71,7 @@ test("not-built features set away from default fail in one error naming each fea
   assert.throws(
     () => check(["actor_rollout_ref.model.mtp.enable=true", "actor_rollout_ref.rollout.multi_turn.num_repeat_rollouts=2"]),
     (e: unknown) =>
-      e instanceof ConfigError && e.exitCode === 2 && /mtp\.enable=true: multi-token prediction \(MTP\) is not built/.test(e.message) && /repeated rollouts/.test(e.message),
+      e instanceof ConfigError && e.exitCode === 2 && /mtp\.enable=true: multi-token prediction \(MTP; only for models with MTP layers, .*families verl-ts does not have\) is not built/.test(e.message) && /repeated rollouts/.test(e.message),
   );
   // LoRA and the memory switches are honoured on the actor and the critic
   assert.deepEqual(check(["actor_rollout_ref.model.lora_rank=8", "critic.model.lora_rank=4", "actor_rollout_ref.model.use_remove_padding=false"]), { inert: [], unread: [] });

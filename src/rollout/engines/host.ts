@@ -21,11 +21,12 @@ export const HOST_ENGINE_NAMES = ["tfjs", "hf", "naive"] as const;
 
 export class HostRolloutEngine implements RolloutEngine {
   readonly name = "tfjs";
+  readonly recordsRouting = true;
 
   async generate(req: RolloutRequest): Promise<DataProto> {
     // the decoder copies the weights: read them asynchronously first (WebGPU has no sync read)
     await readParamsForDecode(req.model);
-    return generateSeeded(req, (prompts, rng) => generate(req.model, prompts, req.params, rng));
+    return generateSeeded(req, (prompts, rng) => generate(req.model, prompts, req.params, rng, { recordRouting: req.recordRouting }));
   }
 
   /** The host KV-cache decoder's slots, one per live request; a finished turn's cache is parked for the next. */

@@ -31,10 +31,13 @@ export class WebGpuRolloutEngine implements RolloutEngine {
 /** verl's inference-engine names: the GPU engine on a WebGPU rank, the host decoder elsewhere. */
 export class BestAvailableRolloutEngine implements RolloutEngine {
   readonly name = "auto";
+  /** a MoE model (the only kind with routing to record) always decodes on the host decoder here */
+  readonly recordsRouting = true;
   private gpu: WebGpuRolloutEngine | undefined;
   private host: HostRolloutEngine | undefined;
 
   generate(req: RolloutRequest): Promise<DataProto> {
+    if (req.recordRouting) return (this.host ??= new HostRolloutEngine()).generate(req);
     // a family the WebGPU decoder does not serve yet (llamaGraphGap) decodes on the host decoder
     if (tf.getBackend() === "webgpu" && llamaGraphGap(req.model.config, { qkNorm: true }) === null) return (this.gpu ??= new WebGpuRolloutEngine()).generate(req);
     return (this.host ??= new HostRolloutEngine()).generate(req);
