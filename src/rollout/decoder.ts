@@ -43,6 +43,8 @@ export interface SlotDecoder {
   forwardRows(rows: Int32Array, tokens: Int32Array, positions: Int32Array, slotStart: Int32Array, T: number): Float32Array | Promise<Float32Array>;
   /** Keep only columns [0, len) of `row`. */
   truncateRow(row: number, len: number): void;
+  /** MoE: record each forwarded token's experts, [slots, maxLen, sparseLayers, topK]; decoders without it cannot. */
+  recordRouting?(): Int32Array;
   dispose(): void;
 }
 

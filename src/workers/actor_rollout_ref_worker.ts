@@ -234,7 +234,8 @@ export class ActorRolloutRefWorker extends Worker {
    */
   private async generateWithAgentLoops(model: LlamaModel, engine: RolloutEngine, prompts: DataProto, rng: Rng): Promise<DataProto> {
     const s = this.state;
-    if (s.rolloutRouting) throw new Error(`${ROLLOUT_KEY}=True: agent-loop (multi-turn) rollouts do not record the routing yet; single-turn rollouts do`);
+    // the training server records the routing (rollout routing replay); validation trains nothing
+    const training = rng === s.rolloutRng;
     const build = () => {
       const name = s.cfg.str("actor_rollout_ref.rollout.name", "tfjs");
       if (!engine.requestServer) {
@@ -245,12 +246,14 @@ export class ActorRolloutRefWorker extends Worker {
         model, tokenizer: s.tokenizer, rng,
         maxNumSeqs: Math.min(a.maxNumSeqs, a.agent.maxConcurrentLoops),
         maxModelLen: a.promptLength + a.responseLength,
+        ...(training && s.rolloutRouting ? { recordRouting: true } : {}),
       });
       return new AgentLoopManager({ config: this.config, tokenizer: s.tokenizer, server });
     };
     // The training manager lives on (its server forks the saved stream); validation gets a fresh one.
-    const manager = rng === s.rolloutRng ? (s.agentLoops ??= build()) : build();
+    const manager = training ? (s.agentLoops ??= build()) : build();
     const out = await manager.generateSequences(prompts);
+    if (training && s.rolloutRouting && !out.batch.routed_experts) throw new Error(`${ROLLOUT_KEY}=True: the agent loops returned no routed_experts (every row's loop must pass its server output's routedExperts on)`);
     // Per-rank timing cannot merge across ranks; the metrics can (lists, reduced by the driver).
     const nonTensor = Object.fromEntries(Object.entries(out.nonTensorBatch).filter(([k]) => k !== "raw_prompt"));
     const metrics = out.metaInfo.metrics as Record<string, number> | undefined;

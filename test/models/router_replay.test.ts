@@ -19,6 +19,7 @@ import { loadConfig } from "../../src/config/index.js";
 import { runPpo } from "../../src/trainer/main_ppo.js";
 import { makeWorkspace } from "../trainer/ppo/trainer/fixtures.js";
 import { fixtureDir, maxDiff } from "./families_fixtures.js";
+import { ContinuousBatchingServer } from "../../src/agent_loop/batching_server.js";
 
 const S = 2, K = 2, E = 4; // the fixture's sparse layers, top-k, experts
 
@@ -154,6 +155,29 @@ test("qwen3_moe: the host decoder records the experts the training forward choos
   }
 }));
 
+test("qwen3_moe: the batching server (agent loops) records each request's routing, a second turn's reused prefix included", () => withMoe(async (model) => {
+  const server = new ContinuousBatchingServer(model, { maxNumSeqs: 2, maxModelLen: 64, eosTokenIds: [3], rng: new Rng(1), recordRouting: true });
+  const greedy = { temperature: 0, topP: 1, topK: -1, maxTokens: 6 };
+  const first = [5, 17, 33, 2, 9, 40];
+  const [a, other] = await Promise.all([server.generate("a", first, greedy), server.generate("b", [7, 8, 9], greedy)]);
+  const second = [...first, ...a.tokenIds, 250, 11]; // the next turn: the conversation so far plus a user turn
+  const b = await server.generate("a2", second, greedy);
+  assert.ok(server.stats().reusedTokens > 0, "the second turn reused the first one's cache");
+  for (const [prompt, out] of [[first, a], [[7, 8, 9], other], [second, b]] as const) {
+    const ids = [...prompt, ...out.tokenIds], n = ids.length;
+    assert.deepEqual(out.routedExperts!.shape, [n, S, K]);
+    const chosen: tf.Tensor[] = [];
+    tf.tidy(() => { model.forward(tf.tensor2d(ids, [1, n], "int32"), { routedExperts: chosen }); });
+    const perLayer = chosen.map((t) => t.dataSync() as Int32Array);
+    tf.dispose(chosen);
+    for (let t = 0; t < n; t++) {
+      const want = t === n - 1 ? [0, 0, 0, 0] : perLayer.flatMap((l) => [...l.subarray(t * K, (t + 1) * K)]);
+      assert.deepEqual([...out.routedExperts!.data.subarray(t * S * K, (t + 1) * S * K)], want, `token ${t} of ${n}`);
+    }
+  }
+  await server.sleep();
+}));
+
 /** `verl train` for 2 GRPO steps on a copy of a family fixture with the given overrides. */
 async function train(family: string, extra: string[]): Promise<Record<string, number>[]> {
   const ws = await makeWorkspace();
@@ -173,7 +197,10 @@ async function train(family: string, extra: string[]): Promise<Record<string, nu
 
 const MODE = "actor_rollout_ref.actor.router_replay.mode", ROLLOUT = "actor_rollout_ref.rollout.enable_rollout_routing_replay";
 
-for (const [name, extra] of [["R2", [`${MODE}=R2`]], ["R3", [`${MODE}=R3`, `${ROLLOUT}=True`]]] as const) {
+for (const [name, extra] of [
+  ["R2", [`${MODE}=R2`]], ["R3", [`${MODE}=R3`, `${ROLLOUT}=True`]],
+  ["R3, agent-loop rollout", [`${MODE}=R3`, `${ROLLOUT}=True`, "actor_rollout_ref.rollout.multi_turn.enable=true"]],
+] as const) {
   test(`qwen3_moe: 2 GRPO steps with router replay ${name}`, async () => {
     await initBackend("wasm");
     const steps = await train("qwen3_moe", [...extra, "actor_rollout_ref.actor.ppo_mini_batch_size=2"]);

@@ -13,7 +13,7 @@ import { generateSeeded, registerRolloutEngine, type RequestServerContext, type 
 /** A continuous-batching server over `decoder`'s cache slots (the host KvCacheDecoder when absent). */
 export function slotServer(ctx: RequestServerContext, decoder?: SlotDecoderFactory): AsyncRolloutServer {
   return new ContinuousBatchingServer(ctx.model, {
-    maxNumSeqs: ctx.maxNumSeqs, maxModelLen: ctx.maxModelLen, eosTokenIds: [...ctx.tokenizer.eosTokenIds], rng: ctx.rng, decoder,
+    maxNumSeqs: ctx.maxNumSeqs, maxModelLen: ctx.maxModelLen, eosTokenIds: [...ctx.tokenizer.eosTokenIds], rng: ctx.rng, decoder, recordRouting: ctx.recordRouting,
   });
 }
 

@@ -41,6 +41,8 @@ export interface RequestServerContext {
   maxModelLen: number;
   /** The rank's sampling stream; requests without a seed draw from forks of it. */
   rng: Rng;
+  /** MoE (rollout.enable_rollout_routing_replay): every output carries routedExperts; engines that cannot record throw. */
+  recordRouting?: boolean;
 }
 
 export interface RolloutEngine {

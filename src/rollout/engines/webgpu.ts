@@ -44,7 +44,7 @@ export class BestAvailableRolloutEngine implements RolloutEngine {
   }
 
   requestServer(ctx: RequestServerContext): AsyncRolloutServer {
-    if (tf.getBackend() === "webgpu") return (this.gpu ??= new WebGpuRolloutEngine()).requestServer(ctx);
+    if (tf.getBackend() === "webgpu" && !ctx.recordRouting) return (this.gpu ??= new WebGpuRolloutEngine()).requestServer(ctx);
     return (this.host ??= new HostRolloutEngine()).requestServer(ctx);
   }
 
