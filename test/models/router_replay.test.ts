@@ -200,6 +200,10 @@ const MODE = "actor_rollout_ref.actor.router_replay.mode", ROLLOUT = "actor_roll
 for (const [name, extra] of [
   ["R2", [`${MODE}=R2`]], ["R3", [`${MODE}=R3`, `${ROLLOUT}=True`]],
   ["R3, agent-loop rollout", [`${MODE}=R3`, `${ROLLOUT}=True`, "actor_rollout_ref.rollout.multi_turn.enable=true"]],
+  // routed_experts split over ranks, balanced, reordered by token-budget micro-batches and packed rows
+  ["R2 and R3's record, 2 ranks, packed rows, dynamic batch sizes", [`${MODE}=R2`, `${ROLLOUT}=True`, "trainer.n_gpus_per_node=2",
+    "actor_rollout_ref.model.use_remove_padding=true", "actor_rollout_ref.actor.use_dynamic_bsz=true", "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=true",
+    "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=40", "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=40"]],
 ] as const) {
   test(`qwen3_moe: 2 GRPO steps with router replay ${name}`, async () => {
     await initBackend("wasm");
