@@ -198,7 +198,9 @@ async function train(family: string, extra: string[]): Promise<Record<string, nu
 const MODE = "actor_rollout_ref.actor.router_replay.mode", ROLLOUT = "actor_rollout_ref.rollout.enable_rollout_routing_replay";
 
 for (const [name, extra] of [
-  ["R2", [`${MODE}=R2`]], ["R3", [`${MODE}=R3`, `${ROLLOUT}=True`]],
+  ["R2", [`${MODE}=R2`]],
+  // gradient checkpointing: a recomputed layer replays the same experts
+  ["R3, gradient checkpointing", [`${MODE}=R3`, `${ROLLOUT}=True`, "actor_rollout_ref.model.enable_gradient_checkpointing=true"]],
   ["R3, agent-loop rollout", [`${MODE}=R3`, `${ROLLOUT}=True`, "actor_rollout_ref.rollout.multi_turn.enable=true"]],
   // routed_experts split over ranks, balanced, reordered by token-budget micro-batches and packed rows
   ["R2 and R3's record, 2 ranks, packed rows, dynamic batch sizes", [`${MODE}=R2`, `${ROLLOUT}=True`, "trainer.n_gpus_per_node=2",
