@@ -294,6 +294,7 @@ export class LlamaModel {
    * (their weights renormalised to 1 with norm_topk_prob), out = sum_k weight_k * expert_k(x).
    * Correct first: every expert runs on every token and unselected ones are weighted 0 (no
    * gather/scatter kernel yet), so the cost is numExperts / topK times a routed one.
+   * Routing replay (io.replay) swaps the top-k for given experts; the weights stay the softmax's.
    */
   private experts(x: tf.Tensor, i: number, w: (n: string) => tf.Tensor, io: MoeIo): tf.Tensor {
     const moe = this.config.moe!, N = x.shape[0]!;
