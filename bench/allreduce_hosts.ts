@@ -1,13 +1,15 @@
 // All-reduce bandwidth of one pool in three places, 16 MiB and 256 MiB of float32
 // "mean" per call (the gradient all-reduce's op), two ranks each: both ranks in this
-// process (SharedArrayBuffer), two host agents on 127.0.0.1 (gRPC ring over
-// loopback), and two host agents in two network namespaces joined by a veth
+// process (SharedArrayBuffer), two host agents on 127.0.0.1 (the ring's TCP data plane
+// over loopback), and two host agents in two network namespaces joined by a veth
 // pair (the ring crosses a real Linux network device; skipped with the reason
-// where namespaces cannot be made). MB/s = buffer bytes / median wall time of
-// the slowest rank. Beside each cross-host figure, raw TCP on the same link in the
-// same run (bench/raw_tcp.ts): "duplex" (each side sends the size at once, the
-// traffic of a two-host ring all-reduce) and one way; *_of_raw is the all-reduce
-// over raw duplex TCP (target >= 0.7). Prints one JSON line.
+// where namespaces cannot be made). MB/s = buffer bytes / wall time of the slowest
+// rank, per call: median [min-max]. Beside each cross-host figure, raw TCP on the
+// same link in the same run (bench/raw_tcp.ts), measured just before and just after
+// the all-reduce so a load change on a shared machine hits both: "duplex" (each side
+// sends the size at once, the traffic of a two-host ring all-reduce) and one way;
+// *_of_raw is the all-reduce's median over raw duplex TCP's (target >= 0.7,
+// bench/targets.ts). Prints one JSON line.
 // Run: node dist/bench/allreduce_hosts.js
 //   --iters N (default 8 for 16 MiB, 3 for 256 MiB; --reps N is the same)   --mib M,M (default 16,256)
 // The namespace figure runs this script again inside namespace A as the driver
@@ -15,33 +17,32 @@
 import { spawnSync } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { ClassWithInitArgs, ResourcePool, WorkerGroup } from "../src/single_controller/index.js";
-import { emit, intFlag, loadAvg1m, machine, parseBenchArgs, runMain } from "./common.js";
+import { emit, loadAvg1m, machine, parseBenchArgs, runMain, stats, type Stats } from "./common.js";
 import { launchCluster } from "./hosts.js";
 import { createNetnsPair } from "./netns.js";
 import { measureRawTcp, startRawServer } from "./raw_tcp.js";
 
 const WORKER = new ClassWithInitArgs(new URL("./controller.js", import.meta.url), "BenchWorker");
 
-const median = (xs: number[]): number => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
-};
-
-async function measure(pool: ResourcePool, elems: number, iters: number): Promise<{ mbPerS: number; medianMs: number }> {
+async function measure(pool: ResourcePool, elems: number, iters: number): Promise<Stats> {
   try {
     const wg = await WorkerGroup.create(pool, WORKER);
     const perRank = (await wg.call("allReduceLoop", elems, iters)) as number[][];
-    const ms = median(perRank[0]!.map((_, i) => Math.max(...perRank.map((t) => t[i]!))));
-    return { mbPerS: Math.round((elems * 4) / 1e6 / (ms / 1000)), medianMs: Math.round(ms * 10) / 10 };
+    const ms = perRank[0]!.map((_, i) => Math.max(...perRank.map((t) => t[i]!)));
+    return mbStats(ms.map((m) => (elems * 4) / 1e6 / (m / 1000)));
   } finally {
     await pool.destroy();
   }
 }
 
-type Fig = { mbPerS: number; medianMs: number };
-type Row = { allreduce: Fig; raw_duplex_MB_per_s: number; raw_oneway_MB_per_s: number };
+const mbStats = (mbs: number[]): Stats => {
+  const s = stats(mbs);
+  return { ...s, median: Math.round(s.median), min: Math.round(s.min), max: Math.round(s.max) };
+};
 
-async function acrossAgents(elems: number, iters: number, addr: string, netns?: [string, string]): Promise<Fig> {
+type Row = { allreduce: Stats; raw_duplex: Stats; raw_oneway: Stats };
+
+async function acrossAgents(elems: number, iters: number, addr: string, netns?: [string, string]): Promise<Stats> {
   const hosts = [{ name: "hostA", nodeRank: 0, ...(netns ? { netns: netns[0] } : {}) }, { name: "hostB", nodeRank: 1, ...(netns ? { netns: netns[1] } : {}) }];
   const cluster = await launchCluster(hosts, 1, { addr });
   try {
@@ -51,17 +52,17 @@ async function acrossAgents(elems: number, iters: number, addr: string, netns?: 
   }
 }
 
-/** The all-reduce between two agents and raw TCP between the same two places (server at `peer`, in `netns[1]`). */
+/** The all-reduce between two agents and raw TCP between the same two places (server at `peer`, in `netns[1]`), before and after it. */
 async function linkRow(elems: number, iters: number, addr: string, peer: string, netns?: [string, string]): Promise<Row> {
-  const allreduce = await acrossAgents(elems, iters, addr, netns);
   const srv = await startRawServer(peer, netns?.[1]);
   try {
-    const bytes = elems * 4;
-    return {
-      allreduce,
-      raw_duplex_MB_per_s: await measureRawTcp(peer, srv.port, bytes, Math.max(3, iters), "duplex"),
-      raw_oneway_MB_per_s: await measureRawTcp(peer, srv.port, bytes, Math.max(3, iters), "oneway"),
-    };
+    const bytes = elems * 4, n = Math.max(3, Math.ceil(iters / 2));
+    const duplex = await measureRawTcp(peer, srv.port, bytes, n, "duplex");
+    const oneway = await measureRawTcp(peer, srv.port, bytes, n, "oneway");
+    const allreduce = await acrossAgents(elems, iters, addr, netns);
+    duplex.push(...(await measureRawTcp(peer, srv.port, bytes, n, "duplex")));
+    oneway.push(...(await measureRawTcp(peer, srv.port, bytes, n, "oneway")));
+    return { allreduce, raw_duplex: mbStats(duplex), raw_oneway: mbStats(oneway) };
   } finally {
     srv.proc.kill();
   }
@@ -83,11 +84,11 @@ function inNamespaces(sizes: [number, number][]): Row[] | { skipped: string } {
 
 const ratio = (a: number, b: number) => Math.round((a / b) * 100) / 100;
 
-function rowFigures(prefix: string, r: Row): Record<string, number> {
+function rowFigures(prefix: string, r: Row): Record<string, number | Stats> {
   return {
-    [`${prefix}_MB_per_s`]: r.allreduce.mbPerS, [`${prefix}_median_ms`]: r.allreduce.medianMs,
-    [`${prefix}_raw_tcp_duplex_MB_per_s`]: r.raw_duplex_MB_per_s, [`${prefix}_raw_tcp_oneway_MB_per_s`]: r.raw_oneway_MB_per_s,
-    [`${prefix}_of_raw`]: ratio(r.allreduce.mbPerS, r.raw_duplex_MB_per_s),
+    [`${prefix}_MB_per_s`]: r.allreduce,
+    [`${prefix}_raw_tcp_duplex_MB_per_s`]: r.raw_duplex, [`${prefix}_raw_tcp_oneway_MB_per_s`]: r.raw_oneway,
+    [`${prefix}_of_raw`]: ratio(r.allreduce.median, r.raw_duplex.median),
   };
 }
 
@@ -107,11 +108,11 @@ async function main(): Promise<void> {
   const mibs = String(args.extra.get("mib") ?? "16,256").split(",").map(Number);
   const given = args.extra.get("iters") ?? (args.reps > 1 ? String(args.reps) : undefined);
   const sizes: [number, number][] = mibs.map((m) => [(m * 1024 * 1024) / 4, given !== undefined ? Number(given) : m >= 128 ? 3 : 8]);
-  const figures: Record<string, number | string> = {};
+  const figures: Record<string, number | string | Stats> = {};
   for (const [elems, iters] of sizes) {
     const mib = (elems * 4) / (1 << 20);
     const inProcess = await measure(new ResourcePool({ worldSize: 2 }), elems, iters);
-    Object.assign(figures, { [`in_process_${mib}MiB_MB_per_s`]: inProcess.mbPerS });
+    Object.assign(figures, { [`in_process_${mib}MiB_MB_per_s`]: inProcess });
     Object.assign(figures, rowFigures(`hosts_loopback_${mib}MiB`, await linkRow(elems, iters, "127.0.0.1", "127.0.0.1")));
   }
   const netns = inNamespaces(sizes);

@@ -13,6 +13,7 @@ import { loadLlama2c } from "../src/models/llama2c.js";
 import { DataProto } from "../src/protocol/index.js";
 import { readParamsForDecode } from "../src/rollout/decode_weights.js";
 import { generate } from "../src/rollout/generate.js";
+import { computeLogProb } from "../src/rollout/index.js";
 import { defaultSamplingParams } from "../src/rollout/sampling.js";
 import { leftPadPrompts } from "../src/rollout/prompts.js";
 import { WebGpuDecoder, type WebGpuDecodeOptions } from "../src/rollout/webgpu_decoder.js";
@@ -33,12 +34,14 @@ interface Args {
   budgetS: number; model?: string; layers: number; updates: string[]; submitBatches: number[];
   /** matrix-product precisions to run the update and decode parts at (f16/bf16: the tensor-core kernel) */
   precisions: MatmulPrecision[];
+  /** extra tensor-core tiles (sgMxsgNxtmxtn) for the decoder's 16-bit products, each one more decode run */
+  tiles: string[];
 }
 
 function parseArgs(argv: string[]): Args {
   const a: Args = {
     only: new Set(["adapter", "correct", "decode", "update", "untransposed", "device-step"]), vocab: [512, 32000], prompts: 64, n: 8, newTokens: 256,
-    budgetS: 240, layers: 24, updates: ["16x16", "16x16xhost", "16x4", "64x16", "64x64"], submitBatches: [15, 1000], precisions: ["f32"],
+    budgetS: 240, layers: 24, updates: ["16x16", "16x16xhost", "16x4", "64x16", "64x64"], submitBatches: [15, 1000], precisions: ["f32"], tiles: [],
   };
   const list = (v: string) => v.split(",").map(Number);
   for (let i = 0; i < argv.length; i += 2) {
@@ -54,6 +57,7 @@ function parseArgs(argv: string[]): Args {
     else if (k === "--layers") a.layers = Number(v);
     else if (k === "--updates") a.updates = v.split(",").filter(Boolean); // ROWSxMICRO[xhost]
     else if (k === "--submit") a.submitBatches = list(v).filter((x) => x > 0);
+    else if (k === "--tiles") a.tiles = v.split(",").filter(Boolean);
     else if (k === "--precision") a.precisions = v.split(",").map((x) => parsePrecision(x, "--precision"));
     else throw new Error(`bench/gpu_decode: unknown argument '${k}'`);
   }
@@ -164,6 +168,43 @@ async function correctness(modelPath: string): Promise<void> {
   m.dispose();
 }
 
+/**
+ * stories260K: greedy tokens of the 16-bit decoders (rollout.dtype=fp16/bf16) against the f32
+ * decoder's for `count` prompts, and the rollout log-probs of greedy and sampled (T = 1) rows
+ * against the float32 trainer's recomputation: rollout_corr/kl = mean(rollout - trainer).
+ */
+async function precisionCheck(modelPath: string, count: number): Promise<void> {
+  const m = loadLlama2c(modelPath), R = 64, rng = new Rng(4);
+  const batch = leftPadPrompts(Array.from({ length: count }, () => [1, ...Array.from({ length: 1 + rng.int(8) }, () => 3 + rng.int(509))]), 0);
+  const greedy = defaultSamplingParams({ temperature: 0, responseLength: R, eosTokenIds: [2], padTokenId: 0, calculateLogProbs: true });
+  const sampled = { ...greedy, temperature: 1 };
+  const ref = await new WebGpuDecoder().generate(m, batch, greedy, new Rng(0));
+  const corr = async (out: DataProto) => {
+    const lp = (await computeLogProb(m, out, { microBatchSize: 64, temperature: 1 })).logProbs.data;
+    const mask = out.batch["response_mask"]!.data, roll = out.batch["rollout_log_probs"]!.data;
+    let sum = 0, n = 0, max = 0;
+    for (let i = 0; i < mask.length; i++) if (mask[i]) { const d = roll[i]! - lp[i]!; sum += d; n++; max = Math.max(max, Math.abs(d)); }
+    return { kl: sum / n, max_abs_logprob_diff: max, tokens: n };
+  };
+  for (const precision of ["f32", "f16", "bf16"] as const) {
+    await part(`precision_${precision}`, async () => {
+      const dec = new WebGpuDecoder({ precision });
+      const out = precision === "f32" ? ref : await dec.generate(m, batch, greedy, new Rng(0));
+      const a = ref.batch["responses"]!.data, b = out.batch["responses"]!.data, firstDiff: number[] = [];
+      let same = 0;
+      for (let r = 0; r < count; r++) {
+        let d = -1;
+        for (let t = 0; t < R; t++) if (a[r * R + t] !== b[r * R + t]) { d = t; break; }
+        if (d < 0) same++; else firstDiff.push(d);
+      }
+      const samp = await dec.generate(m, batch, sampled, new Rng(1));
+      emit("decode_precision_stories260K", { precision, prompts: count, new_tokens: R },
+        { greedy_rows_identical_to_f32: same, first_divergence: firstDiff, greedy_vs_trainer_f32: await corr(out), sampled_vs_trainer_f32: await corr(samp) });
+    });
+  }
+  m.dispose();
+}
+
 /** Left-padded random prompts of 16..P tokens. */
 function randomPrompts(count: number, P: number, vocab: number, seed: number): DataProto {
   const rng = new Rng(seed);
@@ -189,7 +230,7 @@ async function decode(a: Args, vocab: number, opts: WebGpuDecodeOptions, newToke
     let finite = true;
     for (const x of lp) if (!Number.isFinite(x)) { finite = false; break; }
     emit(`webgpu_decode_${label}`, { params: numParams(cfg), vocab, rows, new_tokens: newTokens, layers: cfg.nLayers, matmul: matmulPrecision(), tensor_core_calls: tensorCoreStats().calls, ...opts }, {
-      tokens_per_s: (rows * newTokens) / (ms / 1e3), wall_ms: ms, warmup_ms: warmMs, prefill_ms: s.prefillMs, decode_ms: s.decodeMs,
+      tokens_per_s: (rows * newTokens) / (ms / 1e3), wall_ms: ms, warmup_ms: warmMs, prefill_ms: s.prefillMs, prefill_rows: s.prefillRows, decode_ms: s.decodeMs,
       ms_per_step: s.decodeMs / Math.max(1, s.steps + 1), record_ms_per_step: s.recordMs / Math.max(1, s.steps), steps: s.steps, read_backs: s.readBacks,
       dispatches_per_step: c.dispatches / Math.max(1, s.steps + 1), submits: c.submits, read_bytes: c.readBytes, logprobs_finite: finite,
       decode_tflops: (2 * numParams(cfg) * rows * (s.steps + 1)) / (s.decodeMs / 1e3) / 1e12, numTensors: tf.memory().numTensors,
@@ -281,13 +322,21 @@ async function main(): Promise<void> {
   if (a.only.has("adapter")) await part("adapter", adapterInfo);
   const modelPath = a.model ?? sharedPath("models", "stories260K", "stories260K.bin") ?? ".gpu/stories260K/stories260K.bin";
   if (a.only.has("correct")) await part("decode_correctness_stories260K", () => correctness(modelPath));
+  if (a.only.has("precision")) await part("decode_precision_stories260K", () => precisionCheck(modelPath, 64));
   const [first, ...rest] = a.vocab;
   for (const p of a.precisions) {
     if (a.only.has("update") && elapsedS() < a.budgetS) await withPrecision(p, () => part(`update_profile_${p}`, () => updateProfile(a)));
   }
   for (const p of a.precisions) {
     for (const v of [first, ...rest]) {
-      if (v && a.only.has("decode") && elapsedS() < a.budgetS) await withPrecision(p, () => part(`webgpu_decode_v${v}_${p}`, () => decode(a, v, {}, a.newTokens, `v${v}_${p}`)));
+      // the decoder's own 16-bit path (weights packed once), not the trainer's BatchMatMul override
+      if (v && a.only.has("decode") && elapsedS() < a.budgetS) await part(`webgpu_decode_v${v}_${p}`, () => decode(a, v, { precision: p }, a.newTokens, `v${v}_${p}`));
+      for (const tl of p === "f32" ? [] : a.tiles) {
+        const [sgM, sgN, tm, tn] = tl.split("x").map(Number) as [number, number, number, number];
+        if (v && a.only.has("decode") && elapsedS() < a.budgetS) await part(`webgpu_decode_v${v}_${p}_${tl}`, () => decode(a, v, { precision: p, tile: { sgM, sgN, tm, tn, unroll: 1 } }, a.newTokens, `v${v}_${p}_tile${tl}`));
+      }
+      if (v && p !== "f32" && a.only.has("kv32") && elapsedS() < a.budgetS) await part(`webgpu_decode_v${v}_${p}_kv32`, () => decode(a, v, { precision: p, kvCache: "f32" }, a.newTokens, `v${v}_${p}_kv_f32`));
+      if (v && a.only.has("noshare") && elapsedS() < a.budgetS) await part(`webgpu_decode_v${v}_${p}_noshare`, () => decode(a, v, { precision: p, sharePrefixes: false }, a.newTokens, `v${v}_${p}_noshare`));
     }
   }
   if (a.only.has("untransposed") && first && elapsedS() < a.budgetS) {

@@ -51,8 +51,8 @@ export function startRawServer(host: string, netns?: string): Promise<{ port: nu
   });
 }
 
-/** MB/s (bytes each way / median seconds) of `iters` transfers of `bytes`. */
-export async function measureRawTcp(host: string, port: number, bytes: number, iters: number, mode: "duplex" | "oneway"): Promise<number> {
+/** MB/s (bytes each way / seconds) of each of `iters` transfers of `bytes`. */
+export async function measureRawTcp(host: string, port: number, bytes: number, iters: number, mode: "duplex" | "oneway"): Promise<number[]> {
   const inbuf = new Uint8Array(SCRATCH);
   const out = Buffer.alloc(SCRATCH, 2);
   const times: number[] = [];
@@ -74,9 +74,7 @@ export async function measureRawTcp(host: string, port: number, bytes: number, i
     if (i > 0) times.push(performance.now() - t0);
   }
   sock.destroy();
-  times.sort((a, b) => a - b);
-  const ms = times[Math.floor(times.length / 2)]!;
-  return Math.round(bytes / 1e6 / (ms / 1000));
+  return times.map((ms) => bytes / 1e6 / (ms / 1000));
 }
 
 if (process.argv[2] === "--serve") serve(process.argv[3] ?? "127.0.0.1");

@@ -16,6 +16,8 @@ const ROLLOUT_TOKENS_PER_S = 20_000;
 const SCALING = 1.7;
 const VS_PYTORCH = 1.5;
 const RSS_GROWTH_PCT = 5;
+/** Cross-host all-reduce over raw duplex TCP on the same link, measured in the same run (issue 26). */
+const OF_RAW_TCP = 0.7;
 
 /** figures.<a>.<b>... of the named line, or undefined. */
 function figure(results: ResultLine[], name: string, ...path: string[]): unknown {
@@ -39,6 +41,15 @@ export function checkTargets(results: ResultLine[], pytorch?: ResultLine): Resul
     check("live tensor count identical after the memory steps", (figure(results, "memory", "live_tensors_identical") as boolean | undefined) ?? null, (v) => v === true),
     check(`process RSS growth over the memory steps < ${RSS_GROWTH_PCT}%`, num(figure(results, "memory", "rss_growth_pct")), (v) => (v as number) < RSS_GROWTH_PCT),
   ];
+  // Between two network namespaces (a real Linux network device); on loopback where namespaces cannot be made.
+  const netns = figure(results, "allreduce_hosts", "hosts_netns_16MiB_of_raw") !== undefined;
+  for (const mib of [16, 256]) {
+    const where = netns ? "netns" : "loopback";
+    checks.push(check(
+      `cross-host all-reduce ${mib} MiB >= ${OF_RAW_TCP} of raw TCP on the same link (${where})`,
+      num(figure(results, "allreduce_hosts", `hosts_${where}_${mib}MiB_of_raw`)), (v) => (v as number) >= OF_RAW_TCP,
+    ));
+  }
   for (const w of [1, 2]) {
     const ours = median(figure(results, "actor_update", `ranks_${w}`, "tokens_per_s"));
     const ref = pytorch ? median(figure([pytorch], pytorch.name, `threads_${w}`, "tokens_per_s")) : null;

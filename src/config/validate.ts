@@ -125,7 +125,21 @@ export function validatePpoConfig(cfg: Config): PpoBatchPlan {
     criticMicro = microPerRank(cfg, "critic", "ppo_", "use_dynamic_bsz", world, errors);
     criticMini = miniBatch(cfg, "critic", trainBatch, n, world, flag(cfg, "critic.use_dynamic_bsz") ? null : criticMicro, errors);
   }
-  if (flag(cfg, "reward_model.enable")) microPerRank(cfg, "reward_model", "", "use_dynamic_bsz", world, errors);
+  if (flag(cfg, "reward_model.enable")) {
+    microPerRank(cfg, "reward_model", "", "use_dynamic_bsz", world, errors);
+    const served = servedRewardModel(cfg);
+    if (served !== null && !(SERVED_RM_ENGINES as readonly string[]).includes(served)) {
+      errors.push(`reward_model.rollout.name is ${JSON.stringify(served)}; verl's reward loop serves a reward model with ${SERVED_RM_ENGINES.join(" or ")} (TensorRT-LLM does not support reward models)`);
+    }
+    const custom = getPath(cfg, "custom_reward_function.path");
+    if (served !== null && custom !== null && custom !== undefined && custom !== "") {
+      errors.push(
+        `reward_model.rollout.name=${served} with custom_reward_function.path: verl's reward loop then hands your reward function the served reward model's address ` +
+          "(reward_router_address) to query it, as generative reward models do; verl-ts serves no reward-model endpoint, so this is not built " +
+          "(drop reward_model.rollout.* to score with the reward model, or custom_reward_function.path to score with its rm_scores)",
+      );
+    }
+  }
 
   for (const key of [`${A}.loss_agg_mode`, ...(needCritic ? ["critic.loss_agg_mode"] : [])]) {
     const mode = getPath(cfg, key);
@@ -169,4 +183,17 @@ export function validateDevice(cfg: Config): void {
       `trainer.device is ${JSON.stringify(device)}; verl-ts runs on the tensor backends ${DEVICES.join(", ")} (for an NVIDIA GPU: tensorflow with @tensorflow/tfjs-node-gpu, or webgpu)`,
     );
   }
+}
+
+/** Engines verl's reward loop serves a discriminative reward model with (its classify / embeddings endpoints). */
+export const SERVED_RM_ENGINES = ["vllm", "sglang"] as const;
+
+/**
+ * reward_model.rollout.name when verl's reward loop would serve the reward model (use_reward_loop, its default),
+ * else null ('???', verl's unset mandatory value, counts as unset).
+ */
+export function servedRewardModel(cfg: Config): string | null {
+  const name = getPath(cfg, "reward_model.rollout.name");
+  if (name === undefined || name === null || name === "???" || getPath(cfg, "reward_model.use_reward_loop") === false) return null;
+  return String(name);
 }

@@ -11,8 +11,25 @@ export interface BatchSource<Row = Record<string, unknown>> {
   collate?(rows: Row[]): DataProto;
 }
 
+/**
+ * data.sampler: a user's sampler (verl's AbstractSampler): an iterable of row indices, read afresh
+ * each epoch and lazily, one batch at a time, so a curriculum sampler's update() after a step can
+ * change the batches that follow (verl requires dataloader_num_workers=0 for the same reason).
+ */
+export interface IndexSampler {
+  [Symbol.iterator](): Iterator<number>;
+  /** Samples per epoch (default: the dataset's length). */
+  readonly length?: number;
+  /** Curriculum samplers (verl's AbstractCurriculumSampler.update): called with each trained batch. */
+  update?(batch: DataProto): unknown;
+  stateDict?(): unknown;
+  loadStateDict?(state: unknown): void;
+}
+
 export interface DataLoaderOptions<Row> {
   batchSize: number;
+  /** Indices come from this sampler instead of the seeded shuffle; `label` names it in errors. */
+  sampler?: { sampler: IndexSampler; label: string };
   shuffle?: boolean;
   seed?: number;
   dropLast?: boolean;
@@ -27,6 +44,8 @@ export interface DataLoaderState {
   seed: number;
   shuffle: boolean;
   datasetLength: number;
+  /** The user's sampler's own stateDict(), when it has one. */
+  sampler?: unknown;
 }
 
 function rowsAsColumns<Row>(rows: Row[]): DataProto {
@@ -45,6 +64,7 @@ export class StatefulDataLoader<Row = Record<string, unknown>> implements Iterab
   private epoch = 0;
   private position = 0;
   private readonly collateFn: (rows: Row[]) => DataProto;
+  private readonly sampler: { sampler: IndexSampler; label: string } | undefined;
 
   constructor(readonly dataset: BatchSource<Row>, opts: DataLoaderOptions<Row>) {
     if (!Number.isInteger(opts.batchSize) || opts.batchSize < 1) throw new Error(`dataloader: batch size must be a positive integer, got ${opts.batchSize}`);
@@ -53,11 +73,21 @@ export class StatefulDataLoader<Row = Record<string, unknown>> implements Iterab
     this.seed = opts.seed ?? 1;
     this.dropLast = opts.dropLast ?? false;
     this.collateFn = opts.collate ?? (dataset.collate ? (rows) => dataset.collate!(rows) : rowsAsColumns);
+    this.sampler = opts.sampler;
+    if (this.sampler && typeof this.sampler.sampler[Symbol.iterator] !== "function") throw new Error(`${this.sampler.label}: a sampler must be iterable (yield row indices)`);
+  }
+
+  /** Samples per epoch: the sampler's length when it has one, else the dataset's. */
+  private get epochSamples(): number {
+    const n = this.sampler?.sampler.length;
+    if (n === undefined) return this.dataset.length;
+    if (!Number.isInteger(n) || n < 0) throw new Error(`${this.sampler!.label}: length must be a non-negative integer, got ${JSON.stringify(n)}`);
+    return n;
   }
 
   /** Batches per epoch. */
   get length(): number {
-    const n = this.dataset.length;
+    const n = this.epochSamples;
     return this.dropLast ? Math.floor(n / this.batchSize) : Math.ceil(n / this.batchSize);
   }
 
@@ -73,10 +103,56 @@ export class StatefulDataLoader<Row = Record<string, unknown>> implements Iterab
   }
 
   private epochEnd(): number {
-    return this.dropLast ? this.length * this.batchSize : this.dataset.length;
+    return this.dropLast ? this.length * this.batchSize : this.epochSamples;
+  }
+
+  /** One epoch from the user's sampler: indices pulled a batch at a time, checked, `position` skipped on resume. */
+  private *fromSampler(): Generator<DataProto> {
+    const { sampler, label } = this.sampler!;
+    const epoch = this.epoch, end = this.epochEnd(), n = this.dataset.length;
+    const it = sampler[Symbol.iterator]();
+    let pulled = 0;
+    const next = (): number | undefined => {
+      const r = it.next();
+      if (r.done) return undefined;
+      const i = r.value;
+      if (!Number.isInteger(i) || i < 0 || i >= n) throw new Error(`${label}: yielded ${JSON.stringify(i)}, not a row index of the dataset's ${n} rows`);
+      pulled++;
+      return i;
+    };
+    // resume: the epoch is replayed from a fresh iterator, the samples already trained on skipped
+    while (pulled < this.position && next() !== undefined);
+    while (this.epoch === epoch && this.position < end) {
+      const idx: number[] = [];
+      while (idx.length < this.batchSize && this.position + idx.length < end) {
+        const i = next();
+        if (i === undefined) break;
+        idx.push(i);
+      }
+      if (idx.length === 0 || (this.dropLast && idx.length < this.batchSize)) break;
+      this.position += idx.length;
+      yield this.collateFn(idx.map((i) => this.dataset.get(i)));
+    }
+    if (this.epoch === epoch) { this.epoch++; this.position = 0; }
+  }
+
+  /** Hands a trained batch to a curriculum sampler (verl calls sampler.update(batch) after each step). */
+  async updateSampler(batch: DataProto): Promise<void> {
+    const s = this.sampler;
+    if (!s || typeof s.sampler.update !== "function") return;
+    try {
+      await s.sampler.update(batch);
+    } catch (e) {
+      throw new Error(`${s.label}: update(batch) failed: ${(e as Error).message ?? String(e)}`);
+    }
   }
 
   *[Symbol.iterator](): Iterator<DataProto> {
+    if (this.sampler) {
+      if (this.position >= this.epochEnd() && this.position > 0) { this.epoch++; this.position = 0; }
+      yield* this.fromSampler();
+      return;
+    }
     // A state saved after an epoch's last batch resumes with the next epoch.
     if (this.position >= this.epochEnd() && this.position > 0) { this.epoch++; this.position = 0; }
     const epoch = this.epoch;
@@ -91,7 +167,10 @@ export class StatefulDataLoader<Row = Record<string, unknown>> implements Iterab
   }
 
   stateDict(): DataLoaderState {
-    return { epoch: this.epoch, position: this.position, seed: this.seed, shuffle: this.shuffle, datasetLength: this.dataset.length };
+    const st: DataLoaderState = { epoch: this.epoch, position: this.position, seed: this.seed, shuffle: this.shuffle, datasetLength: this.dataset.length };
+    const own = this.sampler?.sampler.stateDict?.();
+    if (own !== undefined) st.sampler = own;
+    return st;
   }
 
   loadStateDict(s: DataLoaderState): void {
@@ -106,7 +185,8 @@ export class StatefulDataLoader<Row = Record<string, unknown>> implements Iterab
     if (s.seed !== this.seed || s.shuffle !== this.shuffle) {
       throw bad(`saved with seed=${s.seed} shuffle=${s.shuffle}, but this loader has seed=${this.seed} shuffle=${this.shuffle}`);
     }
-    if (s.position > this.dataset.length) throw bad(`position ${s.position} is past the dataset's ${this.dataset.length} rows`);
+    if (s.position > Math.max(this.dataset.length, this.epochSamples)) throw bad(`position ${s.position} is past the epoch's ${this.epochSamples} samples`);
+    if (this.sampler && s.sampler !== undefined && typeof this.sampler.sampler.loadStateDict === "function") this.sampler.sampler.loadStateDict(s.sampler);
     this.epoch = s.epoch;
     this.position = s.position;
   }

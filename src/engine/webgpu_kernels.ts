@@ -140,7 +140,7 @@ function kernel(name: string): (a: object) => TensorInfo {
  * padded product, then the [m, n] corner sliced out when padding was needed.
  */
 export function directMatMul(backend: Backend, a: TensorInfo, b: TensorInfo, s: GemmShape, outShape: number[],
-  opts: { tile?: DirectTile; rounding?: Rounding } = {}): TensorInfo {
+  opts: { tile?: DirectTile; rounding?: Rounding; bPacked?: boolean } = {}): TensorInfo {
   const t = opts.tile ?? state.direct, rounding = opts.rounding ?? (state.precision === "bf16" ? "bf16" : "f16");
   const { mP, nP, kP } = directPadding(s, t);
   const packOne = (x: TensorInfo, batch: number, rows: number, cols: number, rowsP: number, colsP: number) => {
@@ -148,11 +148,12 @@ export function directMatMul(backend: Backend, a: TensorInfo, b: TensorInfo, s: 
     return backend.runWebGPUProgram(p, [x], "int32", p.uniformValues());
   };
   const pa = s.transposeA ? packOne(a, s.batchA, s.k, s.m, kP, mP) : packOne(a, s.batchA, s.m, s.k, mP, kP);
-  const pb = s.transposeB ? packOne(b, s.batchB, s.n, s.k, nP, kP) : packOne(b, s.batchB, s.k, s.n, kP, nP);
+  // bPacked: b is already this product's padded f16 operand (a PackedMatrix's words), kept by its owner
+  const pb = opts.bPacked ? b : s.transposeB ? packOne(b, s.batchB, s.n, s.k, nP, kP) : packOne(b, s.batchB, s.k, s.n, kP, nP);
   const prog = new DirectGemmProgram(s, t);
   const full = backend.runWebGPUProgram(prog, [pa, pb], "float32", prog.uniformValues());
   backend.disposeData(pa.dataId);
-  backend.disposeData(pb.dataId);
+  if (!opts.bPacked) backend.disposeData(pb.dataId);
   let out = full;
   if (mP !== s.m || nP !== s.n) {
     out = kernel("Slice")({ inputs: { x: full }, backend, attrs: { begin: [0, 0, 0], size: [s.batch, s.m, s.n] } });
@@ -160,6 +161,37 @@ export function directMatMul(backend: Backend, a: TensorInfo, b: TensorInfo, s: 
   }
   if (outShape.length === 3 && outShape.every((d, i) => d === out.shape[i])) return out;
   return { dataId: out.dataId, shape: outShape, dtype: "float32" };
+}
+
+/**
+ * A float32 weight kept as the direct kernel's right operand: zero-padded f16 words (bf16
+ * precision held in f16 for "bf16"), packed once so that products with it pack only their
+ * left operand. The WebGPU decoder holds its weights this way under rollout.dtype=bf16/fp16.
+ */
+export class PackedMatrix {
+  private constructor(readonly words: tf.Tensor, readonly k: number, readonly n: number, readonly transposed: boolean,
+    readonly rounding: Rounding, readonly tile: DirectTile) {}
+
+  /** w as [k, n] (transposed false) or [n, k] (true: the product multiplies by its transpose). */
+  static pack(w: tf.Tensor2D, transposed: boolean, rounding: Rounding, tile: DirectTile = DEFAULT_DIRECT_TILE): PackedMatrix {
+    if (tf.getBackend() !== "webgpu") throw new Error(`PackedMatrix: 16-bit weights need the WebGPU backend, this thread's is '${tf.getBackend()}'`);
+    const [r, c] = w.shape, k = transposed ? c : r, n = transposed ? r : c;
+    const { nP, kP } = directPadding({ batch: 1, m: 1, n, k, transposeA: false, transposeB: transposed, batchA: 1, batchB: 1 }, tile);
+    const p = transposed ? new PackPadProgram(1, n, k, nP, kP, rounding) : new PackPadProgram(1, k, n, kP, nP, rounding);
+    const info = (tf.backend() as unknown as Backend).runWebGPUProgram(p, [w], "int32", p.uniformValues());
+    return new PackedMatrix(tf.engine().makeTensorFromTensorInfo(info as tf.TensorInfo), k, n, transposed, rounding, tile);
+  }
+
+  /** x [m, k] times the weight: float32 [m, n], accumulated in f32 on the tensor cores. */
+  matMul(x: tf.Tensor2D): tf.Tensor2D {
+    const [m, k] = x.shape;
+    if (k !== this.k) throw new Error(`PackedMatrix: product of [${m}, ${k}] with a weight of ${this.k} rows`);
+    const s: GemmShape = { batch: 1, m, n: this.n, k, transposeA: false, transposeB: this.transposed, batchA: 1, batchB: 1 };
+    const info = directMatMul(tf.backend() as unknown as Backend, x, this.words, s, [m, this.n], { tile: this.tile, rounding: this.rounding, bPacked: true });
+    return tf.engine().makeTensorFromTensorInfo(info as tf.TensorInfo) as tf.Tensor2D;
+  }
+
+  dispose(): void { this.words.dispose(); }
 }
 
 function batchMatMul(args: KernelArgs): TensorInfo {

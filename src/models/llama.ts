@@ -219,7 +219,7 @@ export class LlamaModel {
     const names = mods.map((m) => `model.layers.${i}.${m}`);
     if (!names.some((n) => lora.has(n))) return frozenLinear(x, base);
     const blocks = names.map((n, j) => (lora.has(n)
-      ? { w: base[j]!, a: w(`${n}.lora_A.weight`) as tf.Tensor2D, b: w(`${n}.lora_B.weight`) as tf.Tensor2D }
+      ? { w: base[j]!, a: w(lora.paramName(n, "A")) as tf.Tensor2D, b: w(lora.paramName(n, "B")) as tf.Tensor2D }
       : { w: base[j]! }));
     return loraLinear(x as tf.Tensor2D, blocks, lora.scale);
   }

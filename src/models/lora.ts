@@ -16,6 +16,17 @@ export interface LoraSettings {
   targetModules: string | string[];
   /** Same forms as targetModules; null = none. */
   excludeModules?: string | string[] | null;
+  /**
+   * A's initialisation: kaiming (peft's kaiming-uniform, a = sqrt 5; the default), xavier
+   * (Megatron-Bridge's default: normal, std sqrt(2 / (in + r))) or normal (std 0.2).
+   */
+  initA?: "kaiming" | "xavier" | "normal";
+  /**
+   * Groups of modules sharing one A (Megatron's fused LoRA on linear_qkv / linear_fc1: one
+   * adapter on the fused projection is A shared by its parts and B split by rows). The first
+   * module of a group owns A; its name is the trainable one.
+   */
+  tiedA?: string[][];
 }
 
 export interface LoraModule {
@@ -97,9 +108,10 @@ export function checkRankFits(config: ModelConfig, rank: number, targets: string
   }
 }
 
-export function validateLoraSettings(s: LoraSettings, keyPrefix = "model"): void {
-  if (!Number.isInteger(s.rank) || s.rank < 1) throw new Error(`${keyPrefix}.lora_rank must be a positive integer to enable LoRA, got ${s.rank}`);
-  if (!Number.isFinite(s.alpha) || s.alpha <= 0) throw new Error(`${keyPrefix}.lora_alpha must be a positive number, got ${s.alpha}`);
+export function validateLoraSettings(s: LoraSettings, keyPrefix: string | KeyNamer = "model"): void {
+  const key = keyNamer(keyPrefix);
+  if (!Number.isInteger(s.rank) || s.rank < 1) throw new Error(`${key("lora_rank")} must be a positive integer to enable LoRA, got ${s.rank}`);
+  if (!Number.isFinite(s.alpha) || s.alpha <= 0) throw new Error(`${key("lora_alpha")} must be a positive number, got ${s.alpha}`);
 }
 
 let adapterSerial = 0;
@@ -109,11 +121,15 @@ export class LoraAdapter {
   readonly scale: number;
   readonly modules = new Map<string, LoraModule>();
 
+  /** Module -> the module whose A it uses (tied modules only). */
+  private readonly aOwner = new Map<string, string>();
+
   constructor(readonly settings: LoraSettings, readonly config: ModelConfig, tensors: Map<string, { a: tf.Tensor; b: tf.Tensor }>) {
     validateLoraSettings(settings);
     this.scale = settings.alpha / settings.rank;
     const shapes = linearModules(config);
     const serial = adapterSerial++;
+    for (const group of settings.tiedA ?? []) for (const m of group.slice(1)) if (tensors.has(m) && tensors.has(group[0]!)) this.aOwner.set(m, group[0]!);
     for (const [name, t] of tensors) {
       const shape = shapes.get(name);
       if (!shape) throw new Error(`LoRA: '${name}' is not a linear module of the model`);
@@ -121,21 +137,42 @@ export class LoraAdapter {
       if (t.a.shape.join(",") !== `${r},${inF}`) throw new Error(`LoRA: ${name}.lora_A has shape [${t.a.shape}], expected [${r}, ${inF}]`);
       if (t.b.shape.join(",") !== `${outF},${r}`) throw new Error(`LoRA: ${name}.lora_B has shape [${t.b.shape}], expected [${outF}, ${r}]`);
       const v = (x: tf.Tensor, part: string) => tf.variable(x.toFloat(), true, `lora${serial}/${name}.${part}`);
-      this.modules.set(name, { a: v(t.a, "lora_A"), b: v(t.b, "lora_B"), inFeatures: inF, outFeatures: outF });
+      const owner = this.aOwner.get(name);
+      // a tied module uses its owner's A variable (created first: owners precede their parts in model order)
+      const a = owner ? this.modules.get(owner)?.a : v(t.a, "lora_A");
+      if (!a) throw new Error(`LoRA: '${name}' shares the A of '${owner}', which comes after it`);
+      this.modules.set(name, { a, b: v(t.b, "lora_B"), inFeatures: inF, outFeatures: outF });
     }
   }
 
-  /** A fresh adapter: A kaiming-uniform (a = sqrt 5) from `rng`, B zero. */
-  static init(config: ModelConfig, settings: LoraSettings, rng: Rng, keyPrefix = "model"): LoraAdapter {
+  /** The trainable name of a module's A or B (a tied module's A is its owner's). */
+  paramName(module: string, part: "A" | "B"): string {
+    return `${part === "A" ? this.aOwner.get(module) ?? module : module}.lora_${part}.weight`;
+  }
+
+  /** A fresh adapter: A from `rng` by settings.initA (kaiming-uniform, a = sqrt 5, by default), B zero. */
+  static init(config: ModelConfig, settings: LoraSettings, rng: Rng, keyPrefix: string | KeyNamer = "model"): LoraAdapter {
     validateLoraSettings(settings, keyPrefix);
     const shapes = linearModules(config), r = settings.rank;
     const targets = selectTargets(config, settings, keyPrefix);
     checkRankFits(config, r, targets, keyPrefix);
     const tensors = new Map<string, { a: tf.Tensor; b: tf.Tensor }>();
+    const tied = new Set((settings.tiedA ?? []).flatMap((g) => g.slice(1)));
     for (const name of targets) {
       const [outF, inF] = shapes.get(name)!;
-      const bound = 1 / Math.sqrt(inF), a = new Float32Array(r * inF);
-      for (let i = 0; i < a.length; i++) a[i] = (2 * rng.random() - 1) * bound;
+      if (tied.has(name)) { // its A is its owner's: drawn once, so the seeded stream is the fused adapter's
+        tensors.set(name, { a: tf.zeros([r, inF]), b: tf.zeros([outF, r]) });
+        continue;
+      }
+      const a = new Float32Array(r * inF), init = settings.initA ?? "kaiming";
+      if (init === "kaiming") {
+        const bound = 1 / Math.sqrt(inF);
+        for (let i = 0; i < a.length; i++) a[i] = (2 * rng.random() - 1) * bound;
+      } else {
+        // torch's xavier_normal_ on A [r, in]: fan_in = in, fan_out = r
+        const std = init === "xavier" ? Math.sqrt(2 / (inF + r)) : 0.2;
+        for (let i = 0; i < a.length; i++) a[i] = rng.normal() * std;
+      }
       tensors.set(name, { a: tf.tensor2d(a, [r, inF]), b: tf.zeros([outF, r]) });
     }
     try {
@@ -155,11 +192,14 @@ export class LoraAdapter {
     return tf.tidy(() => tf.matMul(m.b, m.a).mul(this.scale) as tf.Tensor2D);
   }
 
-  /** The trainable tensors by internal name (`<module>.lora_A.weight` / `.lora_B.weight`), in a fixed order. */
+  /**
+   * The trainable tensors by internal name (`<module>.lora_A.weight` / `.lora_B.weight`), in a fixed
+   * order; a shared A appears once, under its owner's name (one optimizer state, one gradient).
+   */
   namedParams(): Map<string, tf.Variable> {
     if (this.named.size === 0) {
       for (const [name, m] of this.modules) {
-        this.named.set(`${name}.lora_A.weight`, m.a);
+        if (!this.aOwner.has(name)) this.named.set(`${name}.lora_A.weight`, m.a);
         this.named.set(`${name}.lora_B.weight`, m.b);
       }
     }
@@ -173,7 +213,7 @@ export class LoraAdapter {
   }
 
   dispose(): void {
-    for (const m of this.modules.values()) tf.dispose([m.a, m.b]);
+    for (const [name, m] of this.modules) tf.dispose(this.aOwner.has(name) ? [m.b] : [m.a, m.b]);
     this.modules.clear();
     this.named.clear();
   }

@@ -56,8 +56,11 @@ export async function saveLoraAdapter(adapter: LoraAdapter, dir: string, opts: {
     revision: null,
   };
   const arrays = new Map<string, NamedArray>();
-  for (const [name, v] of adapter.namedParams()) {
-    arrays.set(PREFIX + name, { data: Float32Array.from((await v.data()) as Float32Array), shape: [...v.shape] });
+  // every module's own A and B, a shared A written under each module that uses it (peft has no tying)
+  for (const [mod, m] of adapter.modules) {
+    for (const [name, v] of [[`${mod}.lora_A.weight`, m.a], [`${mod}.lora_B.weight`, m.b]] as const) {
+      arrays.set(PREFIX + name, { data: Float32Array.from((await v.data()) as Float32Array), shape: [...v.shape] });
+    }
   }
   await writeDirAtomic(dir, (tmp) => {
     writeFileSync(join(tmp, ADAPTER_CONFIG), JSON.stringify(config, null, 2) + "\n");

@@ -10,6 +10,7 @@ import { ScoringPool, type TaskOutcome } from "./scoring_pool.js";
 import { PythonScoringPool } from "./python_pool.js";
 import { isPythonModule } from "./python_reward.js";
 import type { RewardFnSource } from "./types.js";
+import type { RewardLoopSource } from "./reward_loop.js";
 import type { ContainmentOptions } from "./timeout.js";
 
 export { containmentOptions, DEFAULT_REWARD_TIMEOUT_S, type ContainmentOptions } from "./timeout.js";
@@ -21,8 +22,9 @@ export { containmentOptions, DEFAULT_REWARD_TIMEOUT_S, type ContainmentOptions }
 export class LazyScoringPool {
   private pool: ScoringPool | PythonScoringPool | null = null;
 
-  constructor(private readonly custom: RewardFnSource | null, readonly opts: ContainmentOptions) {
-    if (!custom) {
+  /** `rewardLoop`: each thread builds the user's reward loop class instead (reward_loop.ts). */
+  constructor(private readonly custom: RewardFnSource | null, readonly opts: ContainmentOptions, private readonly rewardLoop?: RewardLoopSource) {
+    if (!custom && !rewardLoop) {
       const { unreachable } = scorerModules();
       if (unreachable.length > 0) {
         logger().warn({ data_sources: unreachable }, "these scorers were registered without { module: import.meta.url } and are unknown to the scoring threads");
@@ -36,7 +38,7 @@ export class LazyScoringPool {
     this.pool ??= new ScoringPool({
       size,
       timeoutMs,
-      workerData: { scorerModules: scorerModules().modules, custom: this.custom },
+      workerData: { scorerModules: scorerModules().modules, custom: this.custom, ...(this.rewardLoop ? { rewardLoop: this.rewardLoop } : {}) },
     });
     try {
       await this.pool.ready();

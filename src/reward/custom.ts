@@ -19,9 +19,9 @@ const JS_EXT = new Set([".js", ".mjs", ".cjs"]);
 const TS_EXT = new Set([".ts", ".mts", ".cts"]);
 
 /** Import a module's namespace from a file path (TypeScript through tsx's tsImport). */
-export async function importUserModule(path: string): Promise<Record<string, unknown>> {
+export async function importUserModule(path: string, what = "reward module", key = "custom_reward_function.path"): Promise<Record<string, unknown>> {
   const abs = isAbsolute(path) ? path : resolve(process.cwd(), path);
-  if (!existsSync(abs)) throw new Error(`reward module ${abs} does not exist (custom_reward_function.path=${path})`);
+  if (!existsSync(abs)) throw new Error(`${what} ${abs} does not exist (${key}=${path})`);
   const ext = extname(abs).toLowerCase();
   const url = pathToFileURL(abs).href;
   try {
@@ -31,10 +31,10 @@ export async function importUserModule(path: string): Promise<Record<string, unk
       return (await tsImport(url, import.meta.url)) as Record<string, unknown>;
     }
   } catch (e) {
-    throw new Error(`cannot load reward module ${abs}: ${(e as Error).message}`);
+    throw new Error(`cannot load ${what} ${abs}: ${(e as Error).message}`);
   }
   if (ext === ".py") throw new Error(`module ${abs} is Python: verl-ts runs Python reward functions (custom_reward_function.path), but classes and other extensions must be .js or .ts`);
-  throw new Error(`reward module ${abs}: unsupported extension '${ext}' (use .js, .mjs, .cjs, .ts, .mts, .cts or, for a reward function, .py)`);
+  throw new Error(`${what} ${abs}: unsupported extension '${ext}' (use .js, .mjs, .cjs, .ts, .mts, .cts or, for a reward function, .py)`);
 }
 
 /** The named export (or a property of the default export, for CommonJS modules). */

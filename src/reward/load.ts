@@ -1,11 +1,16 @@
-// loadRewardManager: verl's load_reward_manager. Picks the manager class by
+// loadRewardManager: verl's load_reward_manager (or, with reward_model.reward_loop_source=importlib,
+// the user's reward loop class: reward_loop.ts). Picks the manager class by
 // reward_model.reward_manager (or reward_manager.{source: importlib, module.path, name}
 // for a class in the user's own module) and hands it the custom reward
-// function when custom_reward_function.path is set.
+// function when custom_reward_function.path is set (else, with reward_model.sandbox_fusion.url,
+// the built-in scorers with the code data sources sent to the sandbox: sandbox_fusion.ts).
 import { getPath, type Config } from "../config/index.js";
 import type { Tokenizer } from "../models/tokenizer.js";
 import { asRecord, loadCustomRewardFunction, loadExport } from "./custom.js";
 import { getRewardManager } from "./managers/index.js";
+import { sandboxDefaultComputeScore, sandboxSettings } from "./sandbox_fusion.js";
+import { RewardLoopRewardManager, rewardLoopSource } from "./reward_loop.js";
+import { containmentOptions } from "./timeout.js";
 import type { RewardManager, RewardManagerClass } from "./types.js";
 
 async function managerClass(config: Config): Promise<RewardManagerClass> {
@@ -35,15 +40,25 @@ export interface LoadRewardManagerOptions {
 }
 
 export async function loadRewardManager(config: Config, tokenizer: Tokenizer, opts: LoadRewardManagerOptions): Promise<RewardManager> {
+  // verl's reward loop (use_reward_loop, its default) builds the user's class in place of the manager.
+  const loop = rewardLoopSource(config);
+  if (loop) {
+    const kwargs = { ...asRecord(getPath(config, "reward_model.reward_kwargs"), "reward_model.reward_kwargs"), ...(opts.rewardKwargs ?? {}) };
+    return new RewardLoopRewardManager(loop, containmentOptions(kwargs));
+  }
   const custom = await loadCustomRewardFunction(config);
   const cls = await managerClass(config);
+  // verl binds the sandbox into its default scorer only when no custom reward function is set.
+  const sandbox = custom ? null : sandboxSettings(config);
+  const sandboxFns = sandbox ? sandboxDefaultComputeScore(sandbox) : null;
   const rewardFnKey = getPath(config, "data.reward_fn_key") ?? "data_source";
   if (typeof rewardFnKey !== "string") throw new Error(`data.reward_fn_key must be a string, got ${JSON.stringify(rewardFnKey)}`);
   return new cls({
     tokenizer,
     numExamine: opts.numExamine,
-    computeScore: custom?.computeScore,
-    computeBatch: custom?.computeBatch,
+    computeScore: custom?.computeScore ?? sandboxFns?.computeScore,
+    computeBatch: custom?.computeBatch ?? sandboxFns?.computeBatch,
+    ...(sandboxFns ? { computeScoreInDriver: true } : {}),
     computeScoreSource: custom?.source,
     rewardFnKey,
     rewardKwargs: { ...asRecord(getPath(config, "reward_model.reward_kwargs"), "reward_model.reward_kwargs"), ...(opts.rewardKwargs ?? {}) },

@@ -7,10 +7,20 @@ import { parentPort, workerData } from "node:worker_threads";
 import { defaultComputeScore, normalizeScore } from "./scorers/registry.js";
 import { loadRewardFunction } from "./custom.js";
 import type { BatchComputeScoreFn, ComputeScoreFn, RewardFnSource } from "./types.js";
+import type { DataProtoPayload } from "../protocol/index.js";
+import type { RewardLoopInstance, RewardLoopSource } from "./reward_loop.js";
 
 export interface PrimeWorkerData {
   scorerModules: string[];
   custom: RewardFnSource | null;
+  /** A user's reward loop class (reward_model.reward_loop_source=importlib): this thread builds one instance. */
+  rewardLoop?: RewardLoopSource;
+}
+
+/** One row (a one-row DataProto as toTransfer packs it) for the reward loop's run_single. */
+export interface LoopTask {
+  id: number;
+  row: DataProtoPayload;
 }
 
 export interface ScoreTask {
@@ -42,14 +52,26 @@ export type WorkerReply =
 const port = parentPort;
 if (!port) throw new Error("prime_worker.js must run in a worker thread");
 
-async function init(): Promise<{ computeScore: ComputeScoreFn; computeBatch: BatchComputeScoreFn | null }> {
+interface Loaded {
+  computeScore: ComputeScoreFn;
+  computeBatch: BatchComputeScoreFn | null;
+  loop?: RewardLoopInstance;
+}
+
+async function init(): Promise<Loaded> {
   const data = workerData as PrimeWorkerData;
   for (const m of data.scorerModules) await import(m);
+  // loaded only here, so plain scoring threads do not pay for the tokenizer and DataProto modules
+  if (data.rewardLoop) return { computeScore: defaultComputeScore, computeBatch: null, loop: await (await import("./reward_loop.js")).buildRewardLoop(data.rewardLoop) };
   if (data.custom) return loadRewardFunction(data.custom);
   return { computeScore: defaultComputeScore, computeBatch: null };
 }
 
-async function run(task: ScoreTask | BatchScoreTask, fns: Awaited<ReturnType<typeof init>>): Promise<unknown> {
+async function run(task: ScoreTask | BatchScoreTask | LoopTask, fns: Loaded): Promise<unknown> {
+  if ("row" in task) {
+    if (!fns.loop) throw new Error("a reward loop task needs a reward loop class");
+    return (await import("./reward_loop.js")).runRewardLoopRow(fns.loop, task.row);
+  }
   if ("batch" in task) {
     if (!fns.computeBatch) throw new Error("a batch scoring task needs a custom reward module");
     const b = task.batch;
@@ -61,7 +83,7 @@ async function run(task: ScoreTask | BatchScoreTask, fns: Awaited<ReturnType<typ
 
 init().then(
   (fns) => {
-    port.on("message", async (task: ScoreTask | BatchScoreTask) => {
+    port.on("message", async (task: ScoreTask | BatchScoreTask | LoopTask) => {
       let reply: WorkerReply;
       try {
         reply = { id: task.id, ok: true, value: await run(task, fns) };

@@ -6,7 +6,7 @@
 // process alive.
 import { Worker } from "node:worker_threads";
 import { fileURLToPath } from "node:url";
-import type { BatchScoreTask, PrimeWorkerData, ScoreTask, WorkerReply } from "./prime_worker.js";
+import type { BatchScoreTask, LoopTask, PrimeWorkerData, ScoreTask, WorkerReply } from "./prime_worker.js";
 
 /** How a task ended: its value, a timeout, or an error (a throw, a crashed or exited thread). */
 export type TaskOutcome<T = unknown> =
@@ -17,7 +17,7 @@ export type TaskOutcome<T = unknown> =
 export type ScoreOutcome = TaskOutcome<number | { score: number; [k: string]: unknown }>;
 
 interface Pending {
-  task: ScoreTask | BatchScoreTask;
+  task: ScoreTask | BatchScoreTask | LoopTask;
   resolve: (o: TaskOutcome) => void;
 }
 
@@ -167,7 +167,12 @@ export class ScoringPool {
     return this.submit({ batch, id: this.nextId++ });
   }
 
-  private submit(task: ScoreTask | BatchScoreTask): Promise<TaskOutcome> {
+  /** Runs the reward loop class's run_single on one row (a one-row DataProto payload). */
+  runLoopRow(row: LoopTask["row"]): Promise<TaskOutcome> {
+    return this.submit({ row, id: this.nextId++ });
+  }
+
+  private submit(task: ScoreTask | BatchScoreTask | LoopTask): Promise<TaskOutcome> {
     if (this.closed) return Promise.reject(new Error("scoring pool is closed"));
     return new Promise((resolve) => {
       this.queue.push({ task, resolve });

@@ -62,6 +62,11 @@ export interface RewardManagerOptions {
   computeScore?: (...args: never[]) => unknown;
   /** The same function in batch form, where it differs (a Python function is called with keywords); the batch manager prefers it. */
   computeBatch?: BatchComputeScoreFn;
+  /**
+   * computeScore waits on a service rather than computing (Sandbox Fusion): the prime manager then calls it in
+   * this thread, all rows at once under its timeout, instead of refusing a function its threads cannot receive.
+   */
+  computeScoreInDriver?: boolean;
   /** Where computeScore came from (set by loadRewardManager); the prime manager needs it to load the function in its workers. */
   computeScoreSource?: RewardFnSource;
   /** Non-tensor key holding the data source (data.reward_fn_key). */

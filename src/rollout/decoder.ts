@@ -12,6 +12,7 @@ import { layerWindow } from "../models/config.js";
 import { ropeInvFreq, type LlamaModel } from "../models/llama.js";
 import type { RopeScaling } from "../models/rope.js";
 import { KvCache } from "./kv_cache.js";
+import { samePromptSource } from "./prompts.js";
 import { cachedDecodeWeights, prepareDecodeWeights, type DecodeWeights, type LayerWeights } from "./decode_weights.js";
 import { SimdArena } from "../engine/simd/arena.js";
 import { buildSwiGluKernel, type SwiGluKernel } from "../engine/simd/swiglu_kernel.js";
@@ -129,25 +130,34 @@ export class KvCacheDecoder implements StepDecoder, SlotDecoder {
     const B = this.batch;
     if (P < 1 || P > this.maxLen) throw new Error(`KvCacheDecoder: prompt length ${P} must be in [1, ${this.maxLen}]`);
     this.resetRows(Int32Array.from({ length: B }, (_, b) => b));
+    // rows repeating an earlier row's prompt (verl's rollout.n) copy its cache instead of running it
+    const source = samePromptSource(ids, Int32Array.from(mask), positions, B, P);
+    const rows = Int32Array.from(source.keys()).filter((b) => source[b] === b), k = rows.length;
     let start = P - 1; // columns that are padding in every row need no work
-    for (let b = 0; b < B; b++) {
+    for (const b of rows) {
       for (let s = 0; s < start; s++) if (mask[b * P + s] !== 0) { start = s; break; }
     }
-    const rows = Int32Array.from({ length: B }, (_, b) => b);
-    const chunk = Math.max(1, Math.floor(this.maxRows / B));
+    const chunk = Math.max(1, Math.floor(this.maxRows / k));
     let out: Float32Array = new Float32Array(0);
     for (let c0 = start; c0 < P; c0 += chunk) {
       const T = Math.min(chunk, P - c0);
-      const tok = new Int32Array(B * T), pos = new Int32Array(B * T), valid = new Uint8Array(B * T);
-      for (let b = 0; b < B; b++) {
+      const tok = new Int32Array(k * T), pos = new Int32Array(k * T), valid = new Uint8Array(k * T);
+      rows.forEach((b, r) => {
         for (let t = 0; t < T; t++) {
           const i = b * P + c0 + t;
-          tok[b * T + t] = ids[i]!; pos[b * T + t] = positions[i]!; valid[b * T + t] = mask[i] !== 0 ? 1 : 0;
+          tok[r * T + t] = ids[i]!; pos[r * T + t] = positions[i]!; valid[r * T + t] = mask[i] !== 0 ? 1 : 0;
         }
-      }
-      out = this.forwardRows(rows, tok, pos, new Int32Array(B).fill(c0), T, valid);
+      });
+      out = this.forwardRows(rows, tok, pos, new Int32Array(k).fill(c0), T, valid);
     }
-    return out;
+    if (k === B) return out;
+    const V = this.c.vocabSize, logits = new Float32Array(B * V), at = new Int32Array(B);
+    rows.forEach((b, r) => { at[b] = r; });
+    for (let b = 0; b < B; b++) {
+      if (source[b] !== b) this.cache.copyRow(b, source[b]!);
+      logits.set(out.subarray(at[source[b]!]! * V, (at[source[b]!]! + 1) * V), b * V);
+    }
+    return logits;
   }
 
   step(rows: Int32Array, tokens: Int32Array, positions: Int32Array, slot: number | Int32Array): Float32Array {

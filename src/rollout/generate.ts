@@ -104,6 +104,7 @@ export function promptRows(batch: DataProto, params: SamplingParams, vocabSize: 
   return { data, ids, mask, pos, B, P };
 }
 
+
 /** verl's positions for a left-padded prompt: cumsum(mask) - 1, clipped at 0. */
 function positionsOf(mask: Int32Array, B: number, P: number): Int32Array {
   const pos = new Int32Array(B * P);

@@ -68,6 +68,14 @@ export class KvCache {
     if (this.firstValid[b]! >= len) this.firstValid[b] = this.maxLen;
   }
 
+  /** Row dst becomes a copy of row src (every layer's k and v, the validity flags): prefix sharing. */
+  copyRow(dst: number, src: number): void {
+    const row = this.perLayer / this.batch;
+    for (const a of [...this.k, ...this.v]) a.copyWithin(dst * row, src * row, (src + 1) * row);
+    this.valid.copyWithin(dst * this.maxLen, src * this.maxLen, (src + 1) * this.maxLen);
+    this.firstValid[dst] = this.firstValid[src]!;
+  }
+
   mark(b: number, slot: number, valid: boolean): void {
     this.valid[b * this.maxLen + slot] = valid ? 1 : 0;
     if (valid && slot < this.firstValid[b]!) this.firstValid[b] = slot;

@@ -22,3 +22,27 @@ export function leftPadPrompts(prompts: number[][], padTokenId: number, length?:
     position_ids: tensor(pos, [B, P], "int32"),
   });
 }
+
+/**
+ * For each of nb rows of P prompt columns, the first row with the same ids, mask and
+ * positions (itself when none before it has them): verl repeats each prompt rollout.n times.
+ */
+export function samePromptSource(ids: Int32Array, mask: Int32Array, pos: Int32Array, nb: number, P: number): Int32Array {
+  const source = new Int32Array(nb), byHash = new Map<number, number[]>();
+  const same = (a: number, b: number) => {
+    for (let s = 0; s < P; s++) {
+      const x = a * P + s, y = b * P + s;
+      if (ids[x] !== ids[y] || mask[x] !== mask[y] || pos[x] !== pos[y]) return false;
+    }
+    return true;
+  };
+  for (let b = 0; b < nb; b++) {
+    let h = 0x811c9dc5; // FNV-1a over the row's three columns
+    for (let s = b * P; s < (b + 1) * P; s++) h = Math.imul(h ^ ids[s]! ^ (mask[s]! << 30) ^ Math.imul(pos[s]!, 0x9e3779b1), 16777619);
+    const seen = byHash.get(h);
+    const first = seen?.find((a) => same(a, b));
+    source[b] = first ?? b;
+    if (first === undefined) (seen ?? byHash.set(h, []).get(h)!).push(b);
+  }
+  return source;
+}

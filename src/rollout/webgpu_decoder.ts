@@ -19,10 +19,13 @@ import { paramIds, sameIds } from "./decode_weights.js";
 import type { DataProto } from "../protocol/data_proto.js";
 import type { Rng } from "../utils/rng.js";
 import { assembleRollout, promptRows } from "./generate.js";
+import { samePromptSource } from "./prompts.js";
 import type { SlotDecoder, SlotDecoderFactory } from "./decoder.js";
 import { isGreedy, type SamplingParams } from "./sampling.js";
+import { PackedMatrix, tensorCoreSupport, type MatmulPrecision } from "../engine/webgpu_kernels.js";
+import type { DirectTile } from "../engine/webgpu_gemm.js";
 import {
-  AttentionProgram, CacheWriteProgram, EmbedProgram, RmsNormProgram, SamplerProgram, SwiGluProgram,
+  AttentionProgram, CacheCopyProgram, CacheWriteProgram, EmbedProgram, RmsNormProgram, SamplerProgram, SwiGluProgram,
   placementUniforms, type DecodeShape, type GpuProgram, type Placement, type UniformValue,
 } from "./webgpu_programs.js";
 
@@ -39,29 +42,75 @@ export interface WebGpuDecodeOptions {
   maxPrefillTokens?: number;
   /** Weights stored [in, out] for tfjs matMul (default); false keeps [out, in] and multiplies by the transpose. */
   transposedWeights?: boolean;
+  /**
+   * Prefill each distinct prompt once (default true): rows whose prompt (ids, mask and
+   * positions) equals an earlier row's in the same sub-batch, as verl's rollout.n repeats
+   * give, get a device copy of that row's KV cache instead of their own prefill.
+   */
+  sharePrefixes?: boolean;
+  /**
+   * The products' precision (default f32). bf16/f16 (rollout.dtype): the weights are kept as
+   * packed f16 copies made once per weight change and multiplied on the tensor cores (inputs
+   * rounded to f16, or to bf16 precision held in f16; f32 accumulation). Needs an adapter with
+   * the tensor-core features (tensorCoreSupport).
+   */
+  precision?: MatmulPrecision;
+  /**
+   * The KV cache's element type (default: f16 when `precision` is 16-bit, else f32). f16 halves
+   * the cache's memory and what attention reads each step; values are rounded when written.
+   */
+  kvCache?: "f32" | "f16";
+  /** The tensor-core kernel's tile for the 16-bit products (default DECODE_TILE; the weights are padded to it). */
+  tile?: DirectTile;
 }
 
 /** What the last `generate` did, for benchmarks. */
 export interface WebGpuDecodeStats {
   rows: number; steps: number; readBacks: number; tokens: number; prefillMs: number; decodeMs: number;
+  /** rows whose prompt was prefilled (the others copied a sibling's cache) */
+  prefillRows: number;
   /** host time spent recording the decode steps' dispatches (the rest of decodeMs is waiting for the GPU) */
   recordMs: number;
 }
 
-interface LayerWeights { wqkv: tf.Tensor2D; bqkv: tf.Tensor1D; wo: tf.Tensor2D; wgu: tf.Tensor2D; wd: tf.Tensor2D }
-interface GpuWeights { ids: object[]; transposed: boolean; layers: LayerWeights[]; lmHead: tf.Tensor2D }
+/** A product's weight: float32 for tfjs matMul, or a packed f16 copy for the tensor cores. */
+type Weight = tf.Tensor2D | PackedMatrix;
+interface LayerWeights { wqkv: Weight; bqkv: tf.Tensor1D; wo: Weight; wgu: Weight; wd: Weight }
+interface GpuWeights { ids: object[]; transposed: boolean; precision: MatmulPrecision; tile: DirectTile; layers: LayerWeights[]; lmHead: Weight }
 
 const weightCache = new WeakMap<LlamaModel, GpuWeights>();
 
+/**
+ * The decoder's tensor-core tile: one subgroup of 2 x 4 fragments, 32 x 64 a workgroup. A decode
+ * product has few rows (512 at the 0.5B bench), so the trainer's 128 x 128 tile leaves most of the
+ * GPU idle. On the H200 (vocab 151,936, f16 KV cache, 2026-12-04): 27.8 ms a step with 32 x 64,
+ * 30.4 with 64 x 64; an earlier call (f32 cache) gave 32.8 with 64 x 64 against 37.9 with 128 x 128.
+ */
+export const DECODE_TILE: DirectTile = { sgM: 1, sgN: 1, tm: 2, tn: 4, unroll: 1 };
+
 function disposeWeights(w: GpuWeights, model: LlamaModel): void {
-  for (const l of w.layers) tf.dispose([l.wqkv, l.bqkv, l.wo, l.wgu, l.wd]);
-  if (w.transposed) w.lmHead.dispose(); // otherwise it is the model's own variable
+  for (const l of w.layers) [l.wqkv, l.bqkv, l.wo, l.wgu, l.wd].forEach((t) => t.dispose());
+  if (w.transposed || w.precision !== "f32") w.lmHead.dispose(); // otherwise it is the model's own variable
+}
+
+/** The float32 weights as packed f16 copies (the float32 layouts are freed; the bias stays float32). */
+function packWeights(layers: LayerWeights[], lmHead: tf.Tensor2D, transposed: boolean, precision: "f16" | "bf16", tile: DirectTile, headIsModels: boolean): { layers: LayerWeights[]; lmHead: PackedMatrix } {
+  // the layouts are [in, out] (transposed) or the model's [out, in], which the kernel reads column-major
+  const pack = (t: Weight): PackedMatrix => {
+    const p = PackedMatrix.pack(t as tf.Tensor2D, !transposed, precision, tile);
+    t.dispose();
+    return p;
+  };
+  const packed = layers.map((l) => ({ wqkv: pack(l.wqkv), bqkv: l.bqkv, wo: pack(l.wo), wgu: pack(l.wgu), wd: pack(l.wd) }));
+  const head = PackedMatrix.pack(lmHead, !transposed, precision, tile);
+  if (!headIsModels) lmHead.dispose();
+  return { layers: packed, lmHead: head };
 }
 
 /** The model's weights in the decoder's layout, rebuilt on the device when a parameter changed. */
-function gpuWeights(model: LlamaModel, transposed: boolean): GpuWeights {
+function gpuWeights(model: LlamaModel, transposed: boolean, precision: MatmulPrecision = "f32", tile: DirectTile = DECODE_TILE): GpuWeights {
   const ids = paramIds(model), hit = weightCache.get(model);
-  if (hit && hit.transposed === transposed && sameIds(hit.ids, ids)) return hit;
+  if (hit && hit.transposed === transposed && hit.precision === precision && hit.tile === tile && sameIds(hit.ids, ids)) return hit;
   if (hit) disposeWeights(hit, model);
   else model.onDispose(() => { const w = weightCache.get(model); if (w) disposeWeights(w, model); weightCache.delete(model); });
   const c = model.config, W = (c.nHeads + 2 * c.nKvHeads) * c.headDim;
@@ -80,7 +129,9 @@ function gpuWeights(model: LlamaModel, transposed: boolean): GpuWeights {
   }));
   const head = model.lmHeadWeight() as tf.Tensor2D;
   const lmHead = transposed ? tf.tidy(() => head.transpose() as tf.Tensor2D) : head;
-  const w = { ids, transposed, layers, lmHead };
+  const w: GpuWeights = precision === "f32"
+    ? { ids, transposed, precision, tile, layers, lmHead }
+    : { ids, transposed, precision, tile, ...packWeights(layers, lmHead, transposed, precision, tile, !transposed) };
   weightCache.set(model, w);
   return w;
 }
@@ -98,14 +149,31 @@ function ropeTable(headDim: number, theta: number, scaling: RopeScaling | null, 
   return t;
 }
 
-/** State of one sub-batch on the device: caches, mask, rotary table. */
+/**
+ * A float32 zero tensor made by a fill program on the device. tf.zeros builds the zeros in a
+ * host array and uploads them: for the 0.5B shape's caches (24 x 75 MB at 512 rows x 288
+ * columns) that upload was most of the 2.2-3.0 s prefill on the H200.
+ */
+function deviceZeros(n: number, dtype: "float32" | "int32" = "float32"): tf.Tensor1D {
+  return tf.fill([n], 0, dtype);
+}
+
+/**
+ * State of one sub-batch on the device: caches, mask, rotary table. With `half` each cache holds
+ * f16 pairs in 32-bit words (an int32 tensor of half the elements).
+ */
 interface Session {
-  rows: number; maxLen: number; caches: tf.Tensor1D[]; mask: tf.Tensor; rope: tf.Tensor; ropeRows: number;
+  rows: number; maxLen: number; caches: tf.Tensor1D[]; mask: tf.Tensor; rope: tf.Tensor; ropeRows: number; half: boolean;
+}
+
+/** One layer's KV cache of `elements` values: float32, or f16 pairs in int32 words. */
+function cacheTensor(elements: number, half: boolean): tf.Tensor1D {
+  return half ? deviceZeros(elements / 2, "int32") : deviceZeros(elements);
 }
 
 export class WebGpuDecoder {
   readonly name = "webgpu";
-  lastStats: WebGpuDecodeStats = { rows: 0, steps: 0, readBacks: 0, tokens: 0, prefillMs: 0, decodeMs: 0, recordMs: 0 };
+  lastStats: WebGpuDecodeStats = { rows: 0, steps: 0, readBacks: 0, tokens: 0, prefillMs: 0, decodeMs: 0, recordMs: 0, prefillRows: 0 };
 
   constructor(private readonly opts: WebGpuDecodeOptions = {}) {}
 
@@ -122,18 +190,25 @@ export class WebGpuDecoder {
       throw new Error(`rollout engine 'webgpu': prompt ${P} + response ${R} passes max_position_embeddings ${c.maxSeqLen}, where dynamic rope scaling changes the frequencies (not built on the GPU); use rollout.name=tfjs`);
     }
     const backend = tf.backend() as unknown as WebGpuBackendLike;
-    const w = gpuWeights(model, this.opts.transposedWeights ?? true);
-    const maxLen = P + R, layerBytesPerRow = 2 * c.nKvHeads * c.headDim * maxLen * 4;
+    const precision = this.opts.precision ?? "f32";
+    if (precision !== "f32" && !tensorCoreSupport.available) {
+      throw new Error(`rollout engine 'webgpu': ${precision} products need the tensor-core kernel, which this adapter cannot run (${tensorCoreSupport.reason})`);
+    }
+    const w = gpuWeights(model, this.opts.transposedWeights ?? true, precision, this.opts.tile);
+    const half = (this.opts.kvCache ?? (precision === "f32" ? "f32" : "f16")) === "f16";
+    const maxLen = P + R, layerBytesPerRow = 2 * c.nKvHeads * c.headDim * maxLen * (half ? 2 : 4);
     const sub = Math.max(1, Math.min(B,
       Math.floor((this.opts.maxCacheBytes ?? 16 * 2 ** 30) / (layerBytesPerRow * c.nLayers)),
       Math.floor(backend.device.limits.maxStorageBufferBindingSize / layerBytesPerRow)));
     const out = { responses: new Int32Array(B * R).fill(params.padTokenId), responseMask: new Int32Array(B * R), logProbs: new Float32Array(B * R) };
-    const stats: WebGpuDecodeStats = { rows: B, steps: 0, readBacks: 0, tokens: 0, prefillMs: 0, decodeMs: 0, recordMs: 0 };
-    const step = new DecodeStep(model, w, backend);
+    const stats: WebGpuDecodeStats = { rows: B, steps: 0, readBacks: 0, tokens: 0, prefillMs: 0, decodeMs: 0, recordMs: 0, prefillRows: 0 };
+    const step = new DecodeStep(model, w, backend, half);
     for (let b0 = 0; b0 < B; b0 += sub) {
       const nb = Math.min(sub, B - b0), rowsOf = (a: Int32Array) => a.subarray(b0 * P, (b0 + nb) * P);
       const seed = Math.floor(rng.random() * 2 ** 32) >>> 0;
-      await step.run(rowsOf(ids), rowsOf(mask), rowsOf(pos), nb, P, params, seed, out, b0, stats, this.opts.maxPrefillTokens ?? 8192);
+      const [i, m, p] = [rowsOf(ids), rowsOf(mask), rowsOf(pos)];
+      const source = (this.opts.sharePrefixes ?? true) ? samePromptSource(i, m, p, nb, P) : Int32Array.from({ length: nb }, (_, b) => b);
+      await step.run(i, m, p, source, nb, P, params, seed, out, b0, stats, this.opts.maxPrefillTokens ?? 8192);
     }
     this.lastStats = stats;
     return assembleRollout(data, { ids, mask, pos, B, P, R, ...out, logProbs: params.calculateLogProbs ? out.logProbs : undefined });
@@ -142,10 +217,11 @@ export class WebGpuDecoder {
 
 type Outputs = { responses: Int32Array; responseMask: Int32Array; logProbs: Float32Array };
 
+
 /** The forward pass and the decode loop of one sub-batch. */
 class DecodeStep {
   private readonly s: DecodeShape;
-  constructor(private readonly model: LlamaModel, private readonly w: GpuWeights, private readonly backend: WebGpuBackendLike) {
+  constructor(private readonly model: LlamaModel, private readonly w: GpuWeights, private readonly backend: WebGpuBackendLike, private readonly kvHalf = false) {
     const c = model.config;
     this.s = { dim: c.dim, hiddenDim: c.hiddenDim, nHeads: c.nHeads, nKvHeads: c.nKvHeads, headDim: c.headDim, vocabSize: c.vocabSize, normEps: c.normEps };
   }
@@ -155,7 +231,8 @@ class DecodeStep {
     return tf.engine().makeTensorFromTensorInfo(info as tf.TensorInfo);
   }
 
-  private mm(x: tf.Tensor, w: tf.Tensor2D): tf.Tensor2D {
+  private mm(x: tf.Tensor, w: Weight): tf.Tensor2D {
+    if (w instanceof PackedMatrix) return w.matMul(x as tf.Tensor2D);
     return tf.matMul(x as tf.Tensor2D, w, false, !this.w.transposed);
   }
 
@@ -190,8 +267,8 @@ class DecodeStep {
       const next = tf.tidy(() => {
         let qkv: tf.Tensor = this.mm(this.rmsNorm(x, p("input_layernorm.weight"), N), L.wqkv);
         if (model.config.qkNorm) qkv = this.headNorms(qkv, l, N);
-        this.backend.runWebGPUProgram(placed(new CacheWriteProgram(s, N, cache.size)), [qkv, L.bqkv, sess.rope, posT, ...extra], "float32", uni, cache);
-        const att = this.program(placed(new AttentionProgram(s, N)), [qkv, L.bqkv, sess.rope, posT, sess.mask, cache, ...extra], "float32", uni);
+        this.backend.runWebGPUProgram(placed(new CacheWriteProgram(s, N, cache.size, sess.half)), [qkv, L.bqkv, sess.rope, posT, ...extra], cache.dtype, uni, cache);
+        const att = this.program(placed(new AttentionProgram(s, N, sess.half)), [qkv, L.bqkv, sess.rope, posT, sess.mask, cache, ...extra], "float32", uni);
         const h = tf.add(x, this.mm(att, L.wo));
         const gu = this.mm(this.rmsNorm(h, p("post_attention_layernorm.weight"), N), L.wgu);
         const act = this.program(new SwiGluProgram(s.hiddenDim, N), [gu], "float32", count);
@@ -210,7 +287,7 @@ class DecodeStep {
     });
   }
 
-  async run(ids: Int32Array, mask: Int32Array, pos: Int32Array, nb: number, P: number, params: SamplingParams, seed: number, out: Outputs, b0: number, stats: WebGpuDecodeStats, maxPrefill: number): Promise<void> {
+  async run(ids: Int32Array, mask: Int32Array, pos: Int32Array, source: Int32Array, nb: number, P: number, params: SamplingParams, seed: number, out: Outputs, b0: number, stats: WebGpuDecodeStats, maxPrefill: number): Promise<void> {
     const c = this.model.config, R = params.responseLength, maxLen = P + R, V = c.vocabSize;
     let maxPos = 0;
     for (const p of pos) maxPos = Math.max(maxPos, p);
@@ -218,8 +295,8 @@ class DecodeStep {
     const fullMask = new Int32Array(nb * maxLen).fill(1);
     for (let b = 0; b < nb; b++) fullMask.set(mask.subarray(b * P, b * P + P), b * maxLen);
     const sess: Session = {
-      rows: nb, maxLen, ropeRows,
-      caches: Array.from({ length: c.nLayers }, () => tf.zeros([2 * nb * c.nKvHeads * maxLen * c.headDim]) as tf.Tensor1D),
+      rows: nb, maxLen, ropeRows, half: this.kvHalf,
+      caches: Array.from({ length: c.nLayers }, () => cacheTensor(2 * nb * c.nKvHeads * maxLen * c.headDim, this.kvHalf)),
       mask: tf.tensor1d(fullMask, "int32"),
       rope: tf.tensor1d(ropeTable(c.headDim, c.ropeTheta, c.ropeScaling ?? null, ropeRows)),
     };
@@ -234,7 +311,7 @@ class DecodeStep {
     let live = nb;
     try {
       const t0 = performance.now();
-      let samp = this.prefill(sess, ids, mask, pos, nb, P, maxPrefill, place, sampler);
+      let samp = this.prefill(sess, ids, mask, pos, source, nb, P, maxPrefill, place, sampler, stats);
       let pending = samp.data() as Promise<Int32Array>;
       await pending;
       const t1 = performance.now();
@@ -276,26 +353,50 @@ class DecodeStep {
     }
   }
 
-  /** The prompt columns in chunks of at most maxPrefill tokens; returns the first sampled ids. */
-  private prefill(sess: Session, ids: Int32Array, mask: Int32Array, pos: Int32Array, nb: number, P: number, maxPrefill: number,
-    place: (nTok: number, tPer: number, slot0: number, posAdd: number) => Placement, sampler: (l: tf.Tensor, t: number) => tf.Tensor): tf.Tensor {
+  /**
+   * The prompt columns in chunks of at most maxPrefill tokens; returns the first sampled ids.
+   * Only the rows that are their own source are run (each at its own cache row); the others
+   * then get their source's cache columns by a device copy and its last logits by a gather,
+   * so every row samples its first token as if it had been prefilled itself.
+   */
+  private prefill(sess: Session, ids: Int32Array, mask: Int32Array, pos: Int32Array, source: Int32Array, nb: number, P: number, maxPrefill: number,
+    place: (nTok: number, tPer: number, slot0: number, posAdd: number) => Placement, sampler: (l: tf.Tensor, t: number) => tf.Tensor,
+    stats: WebGpuDecodeStats): tf.Tensor {
+    const run = Array.from(source.keys()).filter((b) => source[b] === b), k = run.length, shared = k < nb;
+    stats.prefillRows += k;
     let start = P - 1; // columns that are padding in every row need no work
-    for (let b = 0; b < nb; b++) for (let s = 0; s < start; s++) if (mask[b * P + s] !== 0) { start = s; break; }
-    const chunk = Math.max(1, Math.floor(maxPrefill / nb));
+    for (const b of run) for (let s = 0; s < start; s++) if (mask[b * P + s] !== 0) { start = s; break; }
+    const chunk = Math.max(1, Math.floor(maxPrefill / k));
     let samp: tf.Tensor | undefined;
     for (let c0 = start; c0 < P; c0 += chunk) {
-      const T = Math.min(chunk, P - c0), tok = new Int32Array(nb * T), ps = new Int32Array(nb * T);
-      for (let b = 0; b < nb; b++) {
-        tok.set(ids.subarray(b * P + c0, b * P + c0 + T), b * T);
-        ps.set(pos.subarray(b * P + c0, b * P + c0 + T), b * T);
-      }
+      const T = Math.min(chunk, P - c0), tok = new Int32Array(k * T), ps = new Int32Array(k * T);
+      run.forEach((b, r) => {
+        tok.set(ids.subarray(b * P + c0, b * P + c0 + T), r * T);
+        ps.set(pos.subarray(b * P + c0, b * P + c0 + T), r * T);
+      });
       const lastChunk = c0 + T >= P;
       samp = tf.tidy(() => {
-        const logits = this.forward(sess, tf.tensor1d(tok, "int32"), tf.tensor1d(ps, "int32"), place(nb * T, T, c0, 0), lastChunk);
-        return logits ? sampler(logits, 0) : undefined;
+        // with sharing the prefilled rows are not contiguous: each token names its cache row and column
+        const placeT = shared ? tf.tensor1d(Int32Array.from({ length: 2 * k * T }, (_, i) => (i < k * T ? run[Math.floor(i / T)]! : c0 + (i % T))), "int32") : undefined;
+        let logits = this.forward(sess, tf.tensor1d(tok, "int32"), tf.tensor1d(ps, "int32"), place(k * T, T, c0, 0), lastChunk, placeT);
+        if (!logits) return undefined;
+        if (shared) logits = tf.gather(logits, tf.tensor1d(Int32Array.from(source, (s) => run.indexOf(s)), "int32"));
+        return sampler(logits, 0);
       });
     }
+    if (shared) this.copyPrefixes(sess, source, P);
     return samp!;
+  }
+
+  /** Each row's prompt columns from its source row's, in every layer's cache. */
+  private copyPrefixes(sess: Session, source: Int32Array, P: number): void {
+    const pairs: number[] = [];
+    source.forEach((s, b) => { if (s !== b) pairs.push(b, s); });
+    const c = this.model.config, n = pairs.length / 2, pairsT = tf.tensor1d(Int32Array.from(pairs), "int32");
+    const vOff = (sess.rows * c.nKvHeads * sess.maxLen * c.headDim) / (sess.half ? 2 : 1); // in the cache tensor's units
+    const uni = CacheCopyProgram.uniforms(n, P, sess.maxLen, vOff);
+    for (const cache of sess.caches) this.backend.runWebGPUProgram(new CacheCopyProgram(this.s, n, P, cache.size, sess.half), [pairsT], cache.dtype, uni, cache);
+    pairsT.dispose();
   }
 }
 
@@ -336,8 +437,8 @@ export class WebGpuSlotDecoder implements SlotDecoder {
     }
     this.step = new DecodeStep(model, gpuWeights(model, true), backend);
     this.sess = {
-      rows: slots, maxLen, ropeRows: maxLen,
-      caches: Array.from({ length: c.nLayers }, () => tf.zeros([2 * slots * c.nKvHeads * maxLen * c.headDim]) as tf.Tensor1D),
+      rows: slots, maxLen, ropeRows: maxLen, half: false,
+      caches: Array.from({ length: c.nLayers }, () => deviceZeros(2 * slots * c.nKvHeads * maxLen * c.headDim)),
       // each row's columns up to its token are its own sequence's: nothing to mask
       mask: tf.ones([slots * maxLen], "int32"),
       rope: tf.tensor1d(ropeTable(c.headDim, c.ropeTheta, c.ropeScaling ?? null, maxLen)),

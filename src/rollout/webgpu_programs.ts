@@ -165,12 +165,37 @@ export class CacheWriteProgram extends FlatProgram {
   variableNames = ["qkv", "bias", "rope", "pos"];
   uniforms = PLACE_UNIFORMS;
   shaderKey: string;
-  constructor(private readonly s: DecodeShape, N: number, cacheSize: number) {
-    super([cacheSize], N * s.nKvHeads * s.headDim);
-    this.shaderKey = `verlCacheWrite_${s.nHeads}_${s.nKvHeads}_${s.headDim}`;
+  /** half: the cache holds f16 pairs in 32-bit words (an int32 tensor of half the elements; vOff still counts elements) */
+  constructor(private readonly s: DecodeShape, N: number, cacheSize: number, private readonly half = false) {
+    super([cacheSize], (N * s.nKvHeads * s.headDim) / (half ? 2 : 1));
+    this.shaderKey = `verlCacheWrite_${s.nHeads}_${s.nKvHeads}_${s.headDim}${half ? "_f16" : ""}`;
   }
   getUserCode(): string {
     const { nHeads: NH, nKvHeads: KVH, headDim: HD } = this.s, W = (NH + 2 * KVH) * HD;
+    if (this.half) {
+      // one invocation per pair of elements (2e, 2e + 1), written as one word
+      const H2 = HD / 2;
+      return `${ropeSnippet(HD / 2)}
+      fn main(index : i32) {
+        if (index < uniforms.nTok * ${KVH * H2}) {
+          let e = index % ${H2};
+          let j = (index / ${H2}) % ${KVH};
+          let n = index / ${KVH * H2};
+          let b = n / uniforms.tPer;
+          let slot = uniforms.slot0 + n % uniforms.tPer;
+          let p = pos[n] + uniforms.posAdd;
+          let dst = ((b * ${KVH} + j) * uniforms.maxLen + slot) * ${H2} + e;
+          let kLo = n * ${W} + ${NH * HD} + j * ${HD};
+          let kb = ${NH * HD} + j * ${HD};
+          let k2 = vec2<f32>(verlRope(kLo, kb, 2 * e, p), verlRope(kLo, kb, 2 * e + 1, p));
+          let vi = n * ${W} + ${(NH + KVH) * HD} + j * ${HD} + 2 * e;
+          let vb = ${(NH + KVH) * HD} + j * ${HD} + 2 * e;
+          let v2 = vec2<f32>(qkv[vi] + bias[vb], qkv[vi + 1] + bias[vb + 1]);
+          result[dst] = bitcast<i32>(pack2x16float(k2));
+          result[uniforms.vOff / 2 + dst] = bitcast<i32>(pack2x16float(v2));
+        }
+      }`;
+    }
     return `${ropeSnippet(HD / 2)}
       fn main(index : i32) {
         if (index < uniforms.nTok * ${KVH * HD}) {
@@ -183,6 +208,43 @@ export class CacheWriteProgram extends FlatProgram {
           let dst = ((b * ${KVH} + j) * uniforms.maxLen + slot) * ${HD} + d;
           result[dst] = verlRope(n * ${W} + ${NH * HD} + j * ${HD}, ${NH * HD} + j * ${HD}, d, p);
           result[uniforms.vOff + dst] = qkv[n * ${W} + ${(NH + KVH) * HD} + j * ${HD} + d] + bias[${(NH + KVH) * HD} + j * ${HD} + d];
+        }
+      }`;
+  }
+}
+
+/**
+ * Copies the first `cols` columns of whole cache rows in place (the cache tensor is the output
+ * and is read through `result`): row pairs[2i] gets row pairs[2i + 1]'s k and v. Prefix sharing
+ * (rollout.n): the siblings of a prompt get the cache of the one row that was prefilled. No
+ * source row is a destination, so the order of the copies does not matter.
+ * Invocations: pairs x kvHeads x cols x headDim.
+ */
+export class CacheCopyProgram extends FlatProgram {
+  variableNames = ["pairs"];
+  uniforms = "nPairs : i32, cols : i32, maxLen : i32, vOff : i32,";
+  shaderKey: string;
+  /** half: an f16 cache (words of two halves); the copy moves words, and vOff is given in words */
+  constructor(private readonly s: DecodeShape, nPairs: number, cols: number, cacheSize: number, private readonly half = false) {
+    super([cacheSize], (nPairs * s.nKvHeads * cols * s.headDim) / (half ? 2 : 1));
+    this.shaderKey = `verlCacheCopy_${s.nKvHeads}_${s.headDim}${half ? "_f16" : ""}`;
+  }
+  static uniforms(nPairs: number, cols: number, maxLen: number, vOff: number): UniformValue[] {
+    return [nPairs, cols, maxLen, vOff].map((v) => ({ type: "int32", data: [v] }));
+  }
+  getUserCode(): string {
+    const KVH = this.s.nKvHeads, HD = this.s.headDim / (this.half ? 2 : 1);
+    return `
+      fn main(index : i32) {
+        if (index < uniforms.nPairs * uniforms.cols * ${KVH * HD}) {
+          let d = index % ${HD};
+          let c = (index / ${HD}) % uniforms.cols;
+          let j = (index / (${HD} * uniforms.cols)) % ${KVH};
+          let i = index / (${HD * KVH} * uniforms.cols);
+          let dst = ((pairs[2 * i] * ${KVH} + j) * uniforms.maxLen + c) * ${HD} + d;
+          let src = ((pairs[2 * i + 1] * ${KVH} + j) * uniforms.maxLen + c) * ${HD} + d;
+          result[dst] = result[src];
+          result[uniforms.vOff + dst] = result[uniforms.vOff + src];
         }
       }`;
   }
@@ -202,15 +264,22 @@ export class AttentionProgram implements GpuProgram {
   dispatch: [number, number, number];
   outputShape: number[];
   shaderKey: string;
-  constructor(private readonly s: DecodeShape, N: number) {
+  /** half: the cache holds f16 pairs in 32-bit words (see CacheWriteProgram) */
+  constructor(private readonly s: DecodeShape, N: number, private readonly half = false) {
     this.outputShape = [N, s.nHeads * s.headDim];
     this.dispatch = grid(N * s.nHeads);
-    this.shaderKey = `verlAttention_${s.nHeads}_${s.nKvHeads}_${s.headDim}`;
+    this.shaderKey = `verlAttention_${s.nHeads}_${s.nKvHeads}_${s.headDim}${half ? "_f16" : ""}`;
   }
   getUserCode(): string {
     const { nHeads: NH, nKvHeads: KVH, headDim: HD } = this.s, W = (NH + 2 * KVH) * HD, G = NH / KVH;
     const WG = 64, TILE = 256, ACC = Math.ceil(HD / WG);
-    return `${ropeSnippet(HD / 2)}
+    // element i of an f16 cache: half i % 2 of word i / 2
+    const half = this.half ? `
+      fn verlHalf(i : i32) -> f32 {
+        let w = unpack2x16float(bitcast<u32>(kv[i / 2]));
+        return select(w.x, w.y, (i & 1) == 1);
+      }` : "";
+    return `${ropeSnippet(HD / 2)}${half}
       var<workgroup> qs : array<f32, ${HD}>;
       var<workgroup> sc : array<f32, ${TILE}>;
       var<workgroup> red : array<f32, ${WG}>;
@@ -244,7 +313,9 @@ export class AttentionProgram implements GpuProgram {
             if (mask[mBase + t0 + c] != 0) {
               let kr = kBase + (t0 + c) * ${HD};
               var kd = 0.0;
-              for (var d = 0; d < ${HD}; d = d + 1) { kd = kd + qs[d] * kv[kr + d]; }
+              ${this.half
+                ? `for (var d = 0; d < ${HD}; d = d + 2) { let k2 = unpack2x16float(bitcast<u32>(kv[(kr + d) / 2])); kd = kd + qs[d] * k2.x + qs[d + 1] * k2.y; }`
+                : `for (var d = 0; d < ${HD}; d = d + 1) { kd = kd + qs[d] * kv[kr + d]; }`}
               sv = kd;
             }
             sc[c] = sv;
@@ -279,7 +350,7 @@ export class AttentionProgram implements GpuProgram {
               var v = acc[a] * corr;
               for (var c = 0; c < cnt; c = c + 1) {
                 let pc = sc[c];
-                if (pc > 0.0) { v = v + pc * kv[vBase + (t0 + c) * ${HD} + d]; }
+                if (pc > 0.0) { v = v + pc * ${this.half ? `verlHalf(vBase + (t0 + c) * ${HD} + d)` : `kv[vBase + (t0 + c) * ${HD} + d]`}; }
               }
               acc[a] = v;
             }

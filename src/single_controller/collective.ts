@@ -75,6 +75,12 @@ export interface RankCollective {
   broadcast(buf: ArrayBufferView, root?: number): void;
   setCall(call: CallInfo | undefined): void;
   abort(reason: string): void;
+  /**
+   * Several allReduce calls over consecutive pieces of one float32 buffer give the bits of one
+   * call over all of it when every piece but the last starts and ends at a multiple of this
+   * many elements (undefined: any split does, the sum of each element being in rank order).
+   */
+  readonly bucketAlignElems?: number;
 }
 
 export class Collective implements RankCollective {

@@ -1,7 +1,7 @@
 // `verl train`: build everything a PPO run needs from the composed config (verl's
 // main_ppo TaskRunner), run the fit loop, and always tear the worker threads down.
 import { validatePpoConfig, type Config } from "../config/index.js";
-import { createRLDataloaders } from "../data/index.js";
+import { createRLDataloaders, loadCustomDatasetClass, loadSamplerClass } from "../data/index.js";
 import { initBackend } from "../engine/backend.js";
 import { loadRewardManager } from "../reward/index.js";
 import { loadToolsFromConfig } from "../tools/index.js";
@@ -43,7 +43,9 @@ export async function runPpo(config: Config): Promise<FitResult> {
   // data.tool_config_path: tool schemas rendered into the prompts' chat template.
   const toolPath = cfg.optStr("data.tool_config_path");
   const tools = toolPath ? (await loadToolsFromConfig(toolPath)).map((t) => t.toolSchema) : undefined;
-  const loaders = createRLDataloaders(cfg.section("data"), tokenizer, tools ? { tools } : {});
+  const datasetClass = await loadCustomDatasetClass(cfg.section("data"));
+  const samplerClass = await loadSamplerClass(cfg.section("data"));
+  const loaders = createRLDataloaders(cfg.section("data"), tokenizer, { ...(tools ? { tools } : {}), datasetClass, samplerClass });
   const total = totalTrainingSteps(cfg, loaders.train.length);
   logger().info({ steps: total, batchesPerEpoch: loaders.train.length, prompts: loaders.trainDataset.length }, "training plan");
   const rewardFn = await loadRewardManager(config, tokenizer, { numExamine: 0 });

@@ -7,11 +7,12 @@ import { loadLoraAdapter, readAdapterSettings } from "../models/peft.js";
 import { logger } from "../utils/logger.js";
 import { Rng } from "../utils/rng.js";
 import type { ConfigView } from "./config_view.js";
+import { megatronLoraTargets, readMegatronLora, type MegatronLora } from "./megatron_lora.js";
 import { expandHome } from "./model_source.js";
 
 export interface ModelMemoryOptions {
-  /** null = full fine-tuning. */
-  lora: LoraSettings | null;
+  /** null = full fine-tuning; `megatron` when set through model.lora.* (Megatron's keys). */
+  lora: (LoraSettings & { megatron?: MegatronLora }) | null;
   /** A peft folder to continue training from (its adapter_config.json wins over lora_rank / lora_alpha / target_modules). */
   loraAdapterPath: string | null;
   gradientCheckpointing: boolean;
@@ -31,8 +32,15 @@ export function readModelMemoryOptions(model: ConfigView, defaults: { removePadd
   if (rank < 0) throw new Error(`${model.key("lora_rank")} must be 0 (off) or a positive integer, got ${rank}`);
   const adapterPath = model.optStr("lora_adapter_path");
   const on = rank > 0 || adapterPath !== null;
+  const megatron = readMegatronLora(model);
+  if (megatron && on) {
+    throw new Error(`${model.key("lora.rank")} and ${model.key(rank > 0 ? "lora_rank" : "lora_adapter_path")} are both set: use one LoRA spelling (lora.* is Megatron's, lora_rank FSDP's)`);
+  }
   return {
-    lora: on ? {
+    lora: megatron ? {
+      // targets resolved against the model's modules in applyModelMemoryOptions
+      rank: megatron.rank, alpha: megatron.alpha, targetModules: [], initA: megatron.initA, megatron,
+    } : on ? {
       rank, alpha: model.num("lora_alpha", 16),
       targetModules: moduleSpec(model, "target_modules") ?? "all-linear",
       excludeModules: moduleSpec(model, "exclude_modules"),
@@ -56,5 +64,12 @@ export function applyModelMemoryOptions(llama: LlamaModel, opts: ModelMemoryOpti
     llama.lora = loadLoraAdapter(opts.loraAdapterPath, llama.config);
     return;
   }
-  llama.lora = LoraAdapter.init(llama.config, opts.lora, new Rng((seed ^ 0x10ca) >>> 0), model.prefix);
+  const rng = new Rng((seed ^ 0x10ca) >>> 0);
+  const { megatron, ...settings } = opts.lora;
+  if (megatron) {
+    const { targets, tiedA } = megatronLoraTargets(llama.config, megatron);
+    llama.lora = LoraAdapter.init(llama.config, { ...settings, targetModules: targets, tiedA }, rng, megatron.key);
+    return;
+  }
+  llama.lora = LoraAdapter.init(llama.config, settings, rng, model.prefix);
 }

@@ -69,10 +69,26 @@ test("inert keys set away from default are listed in one warning; at their defau
 
 test("not-built features set away from default fail in one error naming each feature", () => {
   assert.throws(
-    () => check(["actor_rollout_ref.model.mtp.enable=true", "actor_rollout_ref.rollout.multi_turn.num_repeat_rollouts=2"]),
+    () => check(["actor_rollout_ref.model.mtp.enable=true", "actor_rollout_ref.rollout.quantization=fp8"]),
     (e: unknown) =>
-      e instanceof ConfigError && e.exitCode === 2 && /mtp\.enable=true: multi-token prediction \(MTP; only for models with MTP layers, .*families verl-ts does not have\) is not built/.test(e.message) && /repeated rollouts/.test(e.message),
+      e instanceof ConfigError && e.exitCode === 2 && /mtp\.enable=true: multi-token prediction \(MTP; only for models with MTP layers, .*families verl-ts does not have\) is not built/.test(e.message) && /quantized rollout/.test(e.message),
   );
+  // rollout skipping is built; verl's agent loop reads neither multi-turn key, so both are inert here
+  const r = check([
+    "actor_rollout_ref.rollout.skip_rollout=true", "actor_rollout_ref.rollout.skip_dump_dir=/tmp/x",
+    "actor_rollout_ref.rollout.multi_turn.use_inference_chat_template=true", "actor_rollout_ref.rollout.multi_turn.num_repeat_rollouts=2",
+  ]);
+  assert.deepEqual(r.inert.map((i) => i.key).sort(), [
+    "actor_rollout_ref.rollout.multi_turn.num_repeat_rollouts", "actor_rollout_ref.rollout.multi_turn.use_inference_chat_template",
+  ]);
+  assert.match(keyReportWarning(r)!, /use_inference_chat_template=true \(nothing: verl's agent loop never reads it/);
+  // Megatron's LoRA keys: the adapter's are honoured, Megatron-Bridge plumbing inert, its checkpoints refused
+  const meg = (o: string[]) => check(o, "ppo_megatron_trainer");
+  assert.deepEqual(meg(["actor_rollout_ref.model.lora.rank=8", "actor_rollout_ref.model.lora.type=canonical_lora", "critic.model.lora.alpha=4"]), { inert: [], unread: [] });
+  assert.deepEqual(meg(["actor_rollout_ref.model.lora.merge=true"]).inert.map((i) => i.key), ["actor_rollout_ref.model.lora.merge"]);
+  assert.throws(() => meg(["actor_rollout_ref.model.lora.adapter_path=/a"]), /lora\.adapter_path="\/a": Megatron-Bridge adapter checkpoints/);
+  assert.throws(() => meg(["critic.model.lora.freeze_vision_model=false"]), /vision-language models is not built/);
+  assert.throws(() => meg(["actor_rollout_ref.model.lora.dropout=0.1"]), /lora\.dropout=0\.1: LoRA dropout/);
   // LoRA and the memory switches are honoured on the actor and the critic
   assert.deepEqual(check(["actor_rollout_ref.model.lora_rank=8", "critic.model.lora_rank=4", "actor_rollout_ref.model.use_remove_padding=false"]), { inert: [], unread: [] });
   // multi-turn SFT and LoRA for SFT are honoured too
@@ -107,4 +123,15 @@ test("every unknown key comes back in one error, each with suggestions from its 
       return true;
     },
   );
+});
+
+test("the reward model's input_tokenizer, override_config, sandbox_fusion, reward loop and served reward-model keys are honoured keys, not refused", () => {
+  assert.deepEqual(check(["reward_model.model.input_tokenizer=null", "+reward_model.model.override_config.hidden_size=8"]), { inert: [], unread: [] });
+  assert.deepEqual(check(["reward_model.model.input_tokenizer=/models/rm-tokenizer"]), { inert: [], unread: [] });
+  // verl's Skywork reward-model example: the engine settings are plumbing, the name and max_model_len are read
+  const served = check(["reward_model.enable=True", "reward_model.use_reward_loop=True", "reward_model.rollout.name=vllm", "reward_model.rollout.gpu_memory_utilization=0.8",
+    "reward_model.rollout.tensor_model_parallel_size=1", "reward_model.rollout.prompt_length=8192", "reward_model.rollout.response_length=4096", "reward_model.rollout.max_model_len=12288"]);
+  assert.deepEqual(served.inert.map((i) => i.key).sort(), ["reward_model.rollout.gpu_memory_utilization", "reward_model.rollout.prompt_length", "reward_model.rollout.response_length", "reward_model.rollout.tensor_model_parallel_size"]);
+  assert.deepEqual(check(["reward_model.reward_loop_source=importlib", "reward_model.reward_loop_module_path=loop.ts", "reward_model.reward_loop_class_name=MyLoop"]), { inert: [], unread: [] });
+  assert.deepEqual(check(["reward_model.sandbox_fusion.url=http://127.0.0.1:8080/run_code", "reward_model.sandbox_fusion.max_concurrent=8", "reward_model.sandbox_fusion.memory_limit_mb=512"]), { inert: [], unread: [] });
 });

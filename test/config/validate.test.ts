@@ -105,3 +105,13 @@ test("trainer.device must name a tensor backend", () => {
   validateDevice(loadConfig({ configName: "evaluation" }));
   assert.throws(() => validateDevice(ppo("trainer.device=cuda")), (e: unknown) => e instanceof ConfigError && /trainer\.device is "cuda"; verl-ts runs on the tensor backends auto, wasm, cpu, tensorflow, webgpu/.test(e.message));
 });
+
+test("a served reward model (reward_model.rollout.name): vllm/sglang only, and not with a custom reward function (verl hands that function the server's address)", () => {
+  const base = ["reward_model.enable=true", "reward_model.micro_batch_size_per_gpu=4"];
+  const plan = (o: string[]) => validatePpoConfig(ppo(...base, ...o));
+  assert.doesNotThrow(() => plan(["reward_model.rollout.name=vllm"]));
+  assert.throws(() => plan(["reward_model.rollout.name=trtllm"]), /reward_model\.rollout\.name is "trtllm"; verl's reward loop serves a reward model with vllm or sglang/);
+  assert.throws(() => plan(["reward_model.rollout.name=sglang", "custom_reward_function.path=r.mjs"]), /reward_model\.rollout\.name=sglang with custom_reward_function\.path: .*reward_router_address.* not built/);
+  // verl's legacy reward path (use_reward_loop=false) never reads reward_model.rollout
+  assert.doesNotThrow(() => plan(["reward_model.rollout.name=sglang", "custom_reward_function.path=r.mjs", "reward_model.use_reward_loop=false"]));
+});

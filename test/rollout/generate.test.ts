@@ -176,3 +176,30 @@ test("generation leaves no tensors behind", async () => {
   assert.equal(tf.memory().numTensors, before);
   m.dispose();
 });
+
+test("prefix sharing on the host decoder: rollout.n siblings are prefilled once and decode as the no-cache engine", async (t) => {
+  const bin = storiesBin();
+  if (!bin) return t.skip(STORIES_MISSING);
+  await initBackend("wasm");
+  const m = loadLlama2c(bin);
+  try {
+    const batch = leftPadPrompts([ONCE_UPON_A_TIME, [1, 403], ONCE_UPON_A_TIME], 0);
+    for (const temperature of [0, 1]) {
+      const params = defaultSamplingParams({ temperature, responseLength: 16, eosTokenIds: [2], padTokenId: 0, calculateLogProbs: true, n: 2 });
+      const a = generate(m, batch, params, new Rng(3)), b = generate(m, batch, params, new Rng(3), { engine: "no-cache" });
+      assert.deepEqual(Array.from(a.batch["responses"]!.data), Array.from(b.batch["responses"]!.data), `temperature ${temperature}`);
+    }
+    // the prefill runs the 2 distinct prompts of 6 rows; every row gets its source's last logits
+    const P = 5, ids = Int32Array.from(batch.repeat(2, true).batch["input_ids"]!.data), mask = Int32Array.from(batch.repeat(2, true).batch["attention_mask"]!.data);
+    const pos = Int32Array.from(mask, (_, i) => Math.max(0, mask.slice(i - (i % P), i + 1).reduce((s, x) => s + x, 0) - 1));
+    const dec = new KvCacheDecoder(m, 6, P + 4), ran: number[] = [], run = dec.forwardRows.bind(dec);
+    dec.forwardRows = (rows, ...rest) => { ran.push(rows.length); return run(rows, ...rest); };
+    const logits = dec.prefill(ids, pos, mask, P).slice(), V = m.config.vocabSize;
+    assert.deepEqual(ran, [2]);
+    for (const [x, y] of [[0, 1], [0, 4], [2, 3]] as const) assert.deepEqual(logits.slice(x * V, x * V + V), logits.slice(y * V, y * V + V));
+    assert.notDeepEqual(logits.slice(0, V), logits.slice(2 * V, 3 * V));
+    dec.dispose();
+  } finally {
+    m.dispose();
+  }
+});

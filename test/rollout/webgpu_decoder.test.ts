@@ -13,6 +13,7 @@ import type { LlamaModel } from "../../src/models/llama.js";
 import { generate, defaultSamplingParams, computeLogProb, leftPadPrompts } from "../../src/rollout/index.js";
 import { readParamsForDecode } from "../../src/rollout/decode_weights.js";
 import { WebGpuDecoder } from "../../src/rollout/webgpu_decoder.js";
+import { samePromptSource } from "../../src/rollout/prompts.js";
 import type { DataProto } from "../../src/protocol/data_proto.js";
 import { Rng } from "../../src/utils/rng.js";
 import { storiesBin, STORIES_MISSING, ONCE_UPON_A_TIME } from "../models/stories.js";
@@ -147,6 +148,66 @@ test("the first sampled token follows softmax(logits / T) restricted to the top-
     let tv = 0;
     top.forEach(([, i], j) => { tv += Math.abs((counts.get(i) ?? 0) / rows - w[j]! / sum); });
     assert.ok(tv / 2 < 0.05, `total variation from softmax(z / T) over the top-${K}: ${tv / 2}`);
+  } finally {
+    m.dispose();
+  }
+});
+
+test("prefix sharing finds each row's first equal prompt (ids, mask and positions)", () => {
+  const P = 3;
+  const ids = Int32Array.from([0, 5, 6, 0, 5, 6, 7, 5, 6, 0, 5, 6, 0, 5, 6]);
+  const mask = Int32Array.from([0, 1, 1, 0, 1, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1]);
+  const pos = Int32Array.from([0, 0, 1, 0, 0, 1, 0, 1, 2, 0, 0, 1, 0, 1, 2]);
+  // row 4 has row 0's ids but not its mask: a prompt of its own
+  assert.deepEqual(Array.from(samePromptSource(ids, mask, pos, 5, P)), [0, 0, 2, 0, 4]);
+});
+
+test("prefix sharing: rollout.n siblings prefilled once decode as if each row had been prefilled", async (t) => {
+  const bin = storiesBin();
+  if (!bin) return t.skip(STORIES_MISSING);
+  if (!(await webgpu())) return t.skip(skipReason);
+  const m = loadLlama2c(bin);
+  try {
+    // verl's layout: each prompt repeated n times, interleaved; two prompts equal across the batch too
+    const batch = leftPadPrompts([ONCE_UPON_A_TIME, [1, 403], ONCE_UPON_A_TIME], 0);
+    const sampled = defaultSamplingParams({ temperature: 1, responseLength: 16, eosTokenIds: [2], padTokenId: 0, calculateLogProbs: true, n: 3 });
+    for (const params of [{ ...greedy(16), n: 3 }, sampled]) {
+      const shared = new WebGpuDecoder(), own = new WebGpuDecoder({ sharePrefixes: false });
+      const a = await shared.generate(m, batch, params, new Rng(5)), b = await own.generate(m, batch, params, new Rng(5));
+      assert.equal(shared.lastStats.prefillRows, 2);
+      assert.equal(own.lastStats.prefillRows, 9);
+      assert.deepEqual(ints(a, "responses"), ints(b, "responses"));
+      assert.deepEqual(ints(a, "response_mask"), ints(b, "response_mask"));
+      const d = maxDiff(a, b, "rollout_log_probs");
+      assert.ok(d < 1e-5, `log-prob disagreement ${d}`);
+    }
+  } finally {
+    m.dispose();
+  }
+});
+
+test("f16 KV cache: greedy tokens as the f32 cache's, rollout log-probs near the trainer's (prefix sharing, chunked prefill, sub-batches)", async (t) => {
+  const bin = storiesBin();
+  if (!bin) return t.skip(STORIES_MISSING);
+  if (!(await webgpu())) return t.skip(skipReason);
+  const m = loadLlama2c(bin);
+  try {
+    const prompts = [ONCE_UPON_A_TIME, [1, 403], [1, 378, 261, 407], [1, 261, 403, 407, 378, 261], [1, 500, 301, 280], [1, 410], [1, 333, 444], [1, 45, 67, 89]];
+    const batch = leftPadPrompts(prompts, 0), params = { ...greedy(32), n: 2 };
+    const opts = { maxPrefillTokens: 12, maxCacheBytes: 6 * 2 * 5 * 8 * 40 * 2 }; // a few rows a sub-batch at the f16 size
+    const f32 = await new WebGpuDecoder(opts).generate(m, batch, params, new Rng(0));
+    const dec = new WebGpuDecoder({ ...opts, kvCache: "f16" });
+    const f16 = await dec.generate(m, batch, params, new Rng(0));
+    const R = 32, a = ints(f32, "responses"), b = ints(f16, "responses");
+    let same = 0;
+    for (let r = 0; r < prompts.length * 2; r++) if (a.slice(r * R, r * R + R).every((x, i) => x === b[r * R + i])) same++;
+    assert.ok(same >= 12, `only ${same} of 16 rows decode as with the f32 cache`);
+    // the f16 cache's log-probs against the float32 trainer's recomputation of the same tokens
+    const lp = await computeLogProb(m, f16, { microBatchSize: 16, temperature: 1 });
+    const mask = f16.batch["response_mask"]!.data, roll = f16.batch["rollout_log_probs"]!.data;
+    let kl = 0, n = 0;
+    for (let i = 0; i < mask.length; i++) if (mask[i]) { kl += roll[i]! - lp.logProbs.data[i]!; n++; }
+    assert.ok(Math.abs(kl / n) < 1e-3, `rollout_corr/kl ${kl / n}`);
   } finally {
     m.dispose();
   }

@@ -41,6 +41,34 @@ export class FlatGradAccumulator {
     }
   }
 
+  /**
+   * The accumulated gradient as host arrays of `bucket` elements each (the last shorter), every
+   * read-back started at once so later buckets come back while earlier ones are reduced (on WebGPU
+   * the reads are asynchronous copies the device makes on its own); resets the accumulator. The
+   * arrays may be the backend's own: copy them, never change them.
+   */
+  takeBuckets(bucket: number): Promise<Float32Array>[] {
+    if (!(Number.isInteger(bucket) && bucket >= 1)) throw new Error(`takeBuckets: bucket must be a positive integer, got ${bucket}`);
+    const acc = this.acc;
+    this.acc = undefined;
+    const parts: Promise<Float32Array>[] = [];
+    let handedOver = false;
+    for (let o = 0; o < this.numel; o += bucket) {
+      const len = Math.min(bucket, this.numel - o);
+      if (!acc) {
+        parts.push(Promise.resolve(new Float32Array(len)));
+        continue;
+      }
+      handedOver = len === this.numel;
+      const t = handedOver ? acc : acc.slice(o, len);
+      parts.push(t.data<"float32">().finally(() => t.dispose()) as Promise<Float32Array>);
+    }
+    if (!handedOver) acc?.dispose();
+    // A caller that fails half-way leaves the rest unread: not an unhandled rejection.
+    for (const p of parts) p.catch(() => undefined);
+    return parts;
+  }
+
   /** The accumulated gradient as a tensor the caller owns (zeros if nothing was added); resets the accumulator. */
   takeTensor(): tf.Tensor1D {
     const acc = this.acc ?? tf.zeros([this.numel]) as tf.Tensor1D;

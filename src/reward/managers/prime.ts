@@ -6,8 +6,32 @@
 import type { DataProto } from "../../protocol/data_proto.js";
 import { logger } from "../../utils/logger.js";
 import { containmentOptions, LazyScoringPool } from "../contained.js";
-import type { RewardManager, RewardManagerOptions, RewardResult } from "../types.js";
+import { normalizeScore } from "../scorers/registry.js";
+import type { ComputeScoreFn, RewardManager, RewardManagerOptions, RewardResult, ScoreDict } from "../types.js";
 import { SampleExaminer, float32Column, placeScore, readDecodedRows, rewardFromRmScores, zeroRewards } from "./common.js";
+
+type Outcome = { kind: "ok"; value: number | ScoreDict } | { kind: "timeout" } | { kind: "error"; message: string };
+
+/** One sample scored in this thread by a function that waits on a service, bounded by timeout_s as the threads are. */
+async function scoreInDriver(fn: ComputeScoreFn, s: { dataSource: string; solutionStr: string; groundTruth: unknown; extraInfo: Record<string, unknown> | null }, timeoutS: number): Promise<Outcome> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<Outcome>((resolve) => {
+    timer = setTimeout(() => resolve({ kind: "timeout" }), timeoutS * 1000);
+  });
+  const scored = (async (): Promise<Outcome> => {
+    try {
+      const v = normalizeScore(await fn(s.dataSource, s.solutionStr, s.groundTruth, s.extraInfo), `compute_score (data_source "${s.dataSource}")`);
+      return { kind: "ok", value: v };
+    } catch (e) {
+      return { kind: "error", message: (e as Error).message };
+    }
+  })();
+  try {
+    return await Promise.race([scored, timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
 
 /** Dict fields per row, kept aligned with the batch: a failed row gets score 0 and null elsewhere. */
 function alignedExtraInfo(dicts: (Record<string, unknown> | null)[]): Record<string, unknown[]> {
@@ -21,19 +45,20 @@ function alignedExtraInfo(dicts: (Record<string, unknown> | null)[]): Record<str
 export class PrimeRewardManager implements RewardManager {
   readonly numWorkers: number;
   readonly timeoutS: number;
-  private readonly threads: LazyScoringPool;
+  /** null when computeScore runs in this thread (a service call): no threads, and no warning about what they cannot reach. */
+  private readonly threads: LazyScoringPool | null;
 
   constructor(private readonly opts: RewardManagerOptions) {
     const contain = containmentOptions(opts.rewardKwargs, "prime");
     this.numWorkers = contain.numWorkers;
     this.timeoutS = contain.timeoutS;
-    if (opts.computeScore && !opts.computeScoreSource) {
+    if (opts.computeScore && !opts.computeScoreSource && !opts.computeScoreInDriver) {
       throw new Error(
         "the prime reward manager scores in worker threads, which cannot receive a function object: " +
           "give the reward function as a module (custom_reward_function.path / .name), or register scorers with registerScorer(name, fn, { module: import.meta.url })",
       );
     }
-    this.threads = new LazyScoringPool(opts.computeScoreSource ?? null, contain);
+    this.threads = opts.computeScoreInDriver ? null : new LazyScoringPool(opts.computeScoreSource ?? null, contain);
   }
 
   async compute(data: DataProto): Promise<RewardResult> {
@@ -41,10 +66,12 @@ export class PrimeRewardManager implements RewardManager {
     if (fromRm) return fromRm;
     const tok = this.opts.tokenizer;
     const { rows, responses } = readDecodedRows(data, tok, this.opts.rewardFnKey);
-    const pool = await this.threads.get();
-    const outcomes = await Promise.all(rows.map((r, i) => pool.score({
-      dataSource: r.dataSource, solutionStr: responses[i]!, groundTruth: r.groundTruth ?? null, extraInfo: r.extraInfo,
-    })));
+    const inDriver = this.opts.computeScoreInDriver ? (this.opts.computeScore as ComputeScoreFn | undefined) : undefined;
+    const pool = inDriver ? null : await this.threads!.get();
+    const outcomes = await Promise.all(rows.map((r, i) => {
+      const sample = { dataSource: r.dataSource, solutionStr: responses[i]!, groundTruth: r.groundTruth ?? null, extraInfo: r.extraInfo };
+      return inDriver ? scoreInDriver(inDriver, sample, this.timeoutS) : pool!.score(sample);
+    }));
     const rewards = zeroRewards(data);
     const dicts: (Record<string, unknown> | null)[] = [];
     const examiner = new SampleExaminer(this.opts.numExamine);
@@ -74,6 +101,6 @@ export class PrimeRewardManager implements RewardManager {
   }
 
   close(): Promise<void> {
-    return this.threads.close();
+    return this.threads ? this.threads.close() : Promise.resolve();
   }
 }

@@ -10,14 +10,43 @@ import { llamaGraphGap } from "../../models/families.js";
 import type { AsyncRolloutServer } from "../../agent_loop/server.js";
 import { WebGpuDecoder, webGpuSlotDecoder } from "../webgpu_decoder.js";
 import { HostRolloutEngine, slotServer } from "./host.js";
-import { generateSeeded, registerRolloutEngine, type RequestServerContext, type RolloutEngine, type RolloutRequest } from "./registry.js";
+import { generateSeeded, registerRolloutEngine, type RequestServerContext, type RolloutEngine, type RolloutEngineContext, type RolloutRequest } from "./registry.js";
+import { parsePrecision, tensorCoreSupport, type MatmulPrecision } from "../../engine/webgpu_kernels.js";
+
+/**
+ * actor_rollout_ref.rollout.dtype as the WebGPU decoder's precision (conf/ defaults to float32;
+ * verl's own default, bfloat16, is what a script gets by setting it).
+ */
+export function rolloutPrecision(ctx: RolloutEngineContext | undefined): { precision: MatmulPrecision; key: string } {
+  const key = ctx ? ctx.rollout.key("dtype") : "actor_rollout_ref.rollout.dtype";
+  return { precision: ctx ? parsePrecision(ctx.rollout.str("dtype", "float32"), key) : "f32", key };
+}
 
 export class WebGpuRolloutEngine implements RolloutEngine {
   readonly name = "webgpu";
-  private readonly decoder = new WebGpuDecoder();
+  private decoder: WebGpuDecoder | undefined;
+  private readonly asked: { precision: MatmulPrecision; key: string };
+
+  constructor(ctx?: RolloutEngineContext) {
+    this.asked = rolloutPrecision(ctx);
+  }
+
+  /** The decoder, made on the first call (the adapter is known by then); 16-bit falls back to float32 with one line where the adapter lacks the tensor cores. */
+  private get dec(): WebGpuDecoder {
+    if (this.decoder) return this.decoder;
+    let precision = this.asked.precision;
+    if (precision !== "f32") {
+      const ok = tensorCoreSupport.available;
+      console.error(ok
+        ? `[verl-ts] ${this.asked.key}=${precision}: WebGPU decoder weights packed to f16 once per weight change, products on the tensor cores (f32 accumulation)`
+        : `[verl-ts] ${this.asked.key}=${precision}: no tensor-core kernel here (${tensorCoreSupport.reason}); the WebGPU decoder stays float32`);
+      if (!ok) precision = "f32";
+    }
+    return (this.decoder = new WebGpuDecoder({ precision }));
+  }
 
   async generate(req: RolloutRequest): Promise<DataProto> {
-    return generateSeeded(req, (prompts, rng) => this.decoder.generate(req.model, prompts, req.params, rng));
+    return generateSeeded(req, (prompts, rng) => this.dec.generate(req.model, prompts, req.params, rng));
   }
 
   /** Agent loops: the WebGPU decoder's cache slots, one per live request, behind the batching server. */
@@ -35,21 +64,22 @@ export class BestAvailableRolloutEngine implements RolloutEngine {
   readonly recordsRouting = true;
   private gpu: WebGpuRolloutEngine | undefined;
   private host: HostRolloutEngine | undefined;
+  constructor(private readonly ctx?: RolloutEngineContext) {}
 
   generate(req: RolloutRequest): Promise<DataProto> {
     if (req.recordRouting) return (this.host ??= new HostRolloutEngine()).generate(req);
     // a family the WebGPU decoder does not serve yet (llamaGraphGap) decodes on the host decoder
-    if (tf.getBackend() === "webgpu" && llamaGraphGap(req.model.config, { qkNorm: true }) === null) return (this.gpu ??= new WebGpuRolloutEngine()).generate(req);
+    if (tf.getBackend() === "webgpu" && llamaGraphGap(req.model.config, { qkNorm: true }) === null) return (this.gpu ??= new WebGpuRolloutEngine(this.ctx)).generate(req);
     return (this.host ??= new HostRolloutEngine()).generate(req);
   }
 
   requestServer(ctx: RequestServerContext): AsyncRolloutServer {
-    if (tf.getBackend() === "webgpu" && !ctx.recordRouting) return (this.gpu ??= new WebGpuRolloutEngine()).requestServer(ctx);
+    if (tf.getBackend() === "webgpu" && !ctx.recordRouting) return (this.gpu ??= new WebGpuRolloutEngine(this.ctx)).requestServer(ctx);
     return (this.host ??= new HostRolloutEngine()).requestServer(ctx);
   }
 
   async dispose(): Promise<void> {}
 }
 
-registerRolloutEngine("webgpu", () => new WebGpuRolloutEngine());
-registerRolloutEngine(["vllm", "sglang"], () => new BestAvailableRolloutEngine());
+registerRolloutEngine("webgpu", (ctx) => new WebGpuRolloutEngine(ctx));
+registerRolloutEngine(["vllm", "sglang"], (ctx) => new BestAvailableRolloutEngine(ctx));

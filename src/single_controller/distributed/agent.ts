@@ -132,7 +132,7 @@ export async function runAgent(opts: AgentOptions): Promise<{ code: number; why:
 
   const start = async (w: WelcomeHead) => {
     welcome = w;
-    const buffers = createBridgeBuffers();
+    const buffers = createBridgeBuffers(w.bridgeBytes);
     pool = new ResourcePool({
       worldSize: w.perNode, name: `${w.poolName}@node${w.nodeRank}`, env: w.env, timeoutMs: w.timeoutMs,
       ...(w.chunkElems !== undefined ? { chunkElems: w.chunkElems } : {}),

@@ -1,26 +1,33 @@
 // The hand-off between a host's leader rank thread (local rank 0, blocked in a
 // collective) and the host's main thread, which owns the sockets. The leader
-// writes a chunk into the shared data region and posts a request; the main thread
-// runs the ring (ring.ts): it sends straight out of the data region and has the
-// kernel read the neighbour's bytes straight into the shared receive region; the
-// leader thread, waiting anyway, combines each received piece into the data region
-// as it lands (so the main thread, which also serves the gRPC control link and its
-// keepalives, does no arithmetic), and the main thread forwards combined pieces on.
+// posts a request and then, waiting anyway, does every pass over the bytes while
+// the main thread moves them (ring.ts): it copies its own segment into the shared
+// data region first, in pieces the main thread sends as they are copied; it
+// combines each received piece as it lands (so the main thread, which also serves
+// the gRPC control link and its keepalives, does no arithmetic; for "mean" the last
+// combine also divides by the world size, so every host receives quotients and no
+// rank makes a pass of its own for it); and it copies each finished piece out to the
+// caller's buffer as it becomes final. The main
+// thread sends straight out of the data region and has the kernel read the
+// neighbour's bytes straight into the shared regions.
 // Control words: request/response seq, op, dtype, length, root host, status, reason
-// length, then two signal words and, per reduce-scatter step, bytes received (main
-// thread) and bytes combined (leader).
+// length, two signal words, the bytes copied in, then per ring step bytes received
+// (main thread) and per reduce-scatter step bytes combined (leader).
 import { CollectiveError } from "../errors.js";
+import { sharedMemory, simdKernels, type SimdKernels, type WasmMemory } from "./simd.js";
 
 const REQ = 0, RESP = 1, OP = 2, DTYPE = 3, LEN = 4, ROOT = 5, STATUS = 6, MSGLEN = 7;
 /** Bumped by the main thread whenever bytes arrive / by the leader whenever it combined some. */
 export const RECV_SIG = 8, COMB_SIG = 9;
-/** A ring of H hosts has H-1 reduce-scatter steps; this many hosts at most. */
+/** Bytes of this host's own segment the leader has copied into the data region (what step 0 sends). */
+export const COPIED = 10;
+/** A ring of H hosts has H-1 reduce-scatter and H-1 all-gather steps; this many hosts at most. */
 export const MAX_HOSTS = 1024;
-export const RECV0 = 16, COMB0 = RECV0 + MAX_HOSTS;
+export const RECV0 = 16, COMB0 = RECV0 + 2 * MAX_HOSTS;
 const INTS = COMB0 + MAX_HOSTS;
 const MSG_BYTES = 2048;
 const ST_OK = 0, ST_ABORTED = 1, ST_TIMEOUT = 2;
-/** Granularity of the leader's progress signals to the main thread. */
+/** Granularity of the leader's progress signals to the main thread (and of its copy-in pieces). */
 const WAKE_BYTES = 1 << 20;
 
 export const BRIDGE_OPS = { barrier: 1, broadcast: 2, sum: 10, max: 12, min: 13 } as const;
@@ -31,18 +38,26 @@ export type BridgeDtype = (typeof DTYPES)[number];
 
 export interface BridgeBuffers {
   control: SharedArrayBuffer;
-  /** The chunk being reduced, in place. */
-  data: SharedArrayBuffer;
-  /** Where the predecessor's reduce-scatter bytes land (two halves, by step parity). */
-  recv: SharedArrayBuffer;
+  /**
+   * One shared WebAssembly memory, so the SIMD kernels (simd.ts) reach every region: the data
+   * region (the chunk being reduced, in place; `dataBytes`), then the receive region (where the
+   * predecessor's reduce-scatter bytes land, two halves by step parity).
+   */
+  memory: WasmMemory;
+  dataBytes: number;
 }
+
+const recvBytes = (b: BridgeBuffers) => b.dataBytes + 1024;
+export const dataRegion = (b: BridgeBuffers): Uint8Array => new Uint8Array(b.memory.buffer, 0, b.dataBytes);
+export const recvRegion = (b: BridgeBuffers): Uint8Array => new Uint8Array(b.memory.buffer, b.dataBytes, recvBytes(b));
 
 /** Default data capacity: 64 MiB a request (larger buffers cross in several requests). */
 export const DEFAULT_BRIDGE_BYTES = 64 << 20;
 
 export function createBridgeBuffers(dataBytes = DEFAULT_BRIDGE_BYTES): BridgeBuffers {
   if (!Number.isInteger(dataBytes) || dataBytes < 64 || dataBytes % 8 !== 0) throw new Error(`bridge: data bytes must be a multiple of 8 >= 64, got ${dataBytes}`);
-  return { control: new SharedArrayBuffer(INTS * 4 + MSG_BYTES), data: new SharedArrayBuffer(dataBytes), recv: new SharedArrayBuffer(dataBytes + 1024) };
+  const all = 2 * dataBytes + 1024;
+  return { control: new SharedArrayBuffer(INTS * 4 + MSG_BYTES), memory: sharedMemory(all), dataBytes };
 }
 
 /** Segment i of n elements split over H hosts: [start, end). */
@@ -52,9 +67,9 @@ export function segment(i: number, n: number, H: number): [number, number] {
 
 export const mod = (i: number, H: number): number => ((i % H) + H) % H;
 
-/** Byte offset of the receive half for reduce-scatter step s. */
+/** Byte offset in the receive region of the half for reduce-scatter step s. */
 export function recvHalf(buffers: BridgeBuffers, s: number): number {
-  return s % 2 === 0 ? 0 : (buffers.recv.byteLength / 2) & ~7;
+  return s % 2 === 0 ? 0 : (recvBytes(buffers) / 2) & ~7;
 }
 
 type Numeric = Float32Array | Float64Array;
@@ -64,26 +79,37 @@ export class BridgeClient {
   private readonly ctrl: Int32Array;
   private readonly msg: Uint8Array;
   private readonly bytes: Uint8Array;
+  private readonly simd: SimdKernels;
   constructor(private readonly buffers: BridgeBuffers, private readonly timeoutMs: number, private readonly host: { me: number; hosts: number }) {
     this.ctrl = new Int32Array(buffers.control, 0, INTS);
     this.msg = new Uint8Array(buffers.control, INTS * 4, MSG_BYTES);
-    this.bytes = new Uint8Array(buffers.data);
+    this.bytes = dataRegion(buffers);
+    this.simd = simdKernels(buffers.memory);
   }
 
   get capacityBytes(): number {
     return this.bytes.length;
   }
 
-  /** Runs one cross-host op on `chunk` (at most capacityBytes) in place. */
-  request(op: BridgeOp, dtype: BridgeDtype, chunk: Uint8Array, length: number, rootHost = 0): void {
+  /**
+   * Runs one cross-host op on `chunk` (at most capacityBytes) in place; a reduce's result
+   * is divided by `divideBy` (1: as is; every host passes the same: each segment's owner divides
+   * it before the all-gather sends it on).
+   */
+  request(op: BridgeOp, dtype: BridgeDtype, chunk: Uint8Array, length: number, rootHost = 0, divideBy = 1): void {
     if (chunk.length > this.bytes.length) throw new Error(`bridge: chunk of ${chunk.length} bytes exceeds ${this.bytes.length}`);
     const { me, hosts: H } = this.host;
-    // A host that only receives a broadcast has nothing to hand over.
-    if (op !== "broadcast" || rootHost === me) this.bytes.set(chunk, 0);
     const c = this.ctrl;
     const reduce = op === "sum" || op === "max" || op === "min";
+    const piped = reduce && H > 1 && length > 0;
+    // A host that only receives a broadcast has nothing to hand over; a ring reduce copies in while it runs.
+    if (!piped && (op !== "broadcast" || rootHost === me)) this.bytes.set(chunk, 0);
     // Progress words belong to this request from here on (the main thread writes RECV only while serving it).
-    if (reduce) for (let s = 0; s < H - 1; s++) Atomics.store(c, COMB0 + s, 0), Atomics.store(c, RECV0 + s, 0);
+    if (reduce) {
+      for (let s = 0; s < H - 1; s++) Atomics.store(c, COMB0 + s, 0);
+      for (let k = 0; k < 2 * (H - 1); k++) Atomics.store(c, RECV0 + k, 0);
+    }
+    Atomics.store(c, COPIED, 0);
     Atomics.store(c, OP, BRIDGE_OPS[op]);
     Atomics.store(c, DTYPE, DTYPES.indexOf(dtype));
     Atomics.store(c, LEN, length);
@@ -92,7 +118,7 @@ export class BridgeClient {
     Atomics.notify(c, REQ);
     const deadline = Date.now() + this.timeoutMs;
     const timedOut = () => new CollectiveError(`collective ${op} across hosts: this host's network side gave no answer within ${this.timeoutMs / 1000} s`, "timeout");
-    if (reduce && H > 1 && length > 0) this.combineSteps(op, dtype, length, seq, deadline, timedOut);
+    if (piped) this.pipelined(op, dtype, chunk, length, seq, deadline, timedOut, divideBy);
     for (;;) {
       const resp = Atomics.load(c, RESP);
       if (resp === seq) break;
@@ -105,49 +131,127 @@ export class BridgeClient {
       const reason = new TextDecoder().decode(this.msg.slice(0, Atomics.load(c, MSGLEN)));
       throw new CollectiveError(reason, status === ST_TIMEOUT ? "timeout" : "aborted");
     }
-    if (op !== "barrier") chunk.set(this.bytes.subarray(0, chunk.length));
+    if (!piped && op !== "barrier") {
+      chunk.set(this.bytes.subarray(0, chunk.length));
+      if (reduce && divideBy !== 1) {
+        const out = dtype === "float64" ? new Float64Array(chunk.buffer, chunk.byteOffset, length) : new Float32Array(chunk.buffer, chunk.byteOffset, length);
+        for (let i = 0; i < length; i++) out[i] = out[i]! / divideBy;
+      }
+    }
   }
 
-  /** The reduce-scatter's arithmetic: combines each piece of the predecessor's segment as it lands. */
-  private combineSteps(op: BridgeOp, dtype: BridgeDtype, n: number, seq: number, deadline: number, timedOut: () => Error): void {
+  private signal(): void {
+    Atomics.add(this.ctrl, COMB_SIG, 1);
+    Atomics.notify(this.ctrl, COMB_SIG);
+  }
+
+  /**
+   * Waits until ring step k has received more than `done` bytes; the bytes received, or -1 when
+   * the network side answered with a failure (its status says which).
+   */
+  private received(k: number, done: number, seq: number, deadline: number, timedOut: () => Error): number {
+    const c = this.ctrl;
+    for (;;) {
+      const sig = Atomics.load(c, RECV_SIG);
+      const r = Atomics.load(c, RECV0 + k);
+      if (r > done) return r;
+      if (Atomics.load(c, RESP) === seq) {
+        if (Atomics.load(c, STATUS) !== ST_OK) return -1;
+        // Answered OK: every step's count was stored before the answer.
+        const last = Atomics.load(c, RECV0 + k);
+        if (last > done) return last;
+        throw new CollectiveError(`bridge: ring step ${k} finished with ${last} bytes where more were expected`, "aborted");
+      }
+      const left = deadline - Date.now();
+      if (left <= 0) throw timedOut();
+      Atomics.wait(c, RECV_SIG, sig, Math.min(left, 1000));
+    }
+  }
+
+  /**
+   * A ring reduce's passes over the bytes, each overlapping the network: copy in (own segment
+   * first, which step 0 sends as it lands), combine each reduce-scatter piece as it arrives,
+   * copy out each final piece as it is combined (and divided) or arrives in the all-gather.
+   */
+  private pipelined(op: BridgeOp, dtype: BridgeDtype, chunk: Uint8Array, n: number, seq: number, deadline: number, timedOut: () => Error, divideBy: number): void {
     const { me, hosts: H } = this.host;
     const c = this.ctrl;
     const is64 = dtype === "float64", bpe = is64 ? 8 : 4;
-    const data: Numeric = is64 ? new Float64Array(this.buffers.data, 0, n) : new Float32Array(this.buffers.data, 0, n);
+    const bytes = this.bytes;
+    const [m0, m1] = segment(me, n, H);
+    for (let p = m0 * bpe; p < m1 * bpe; p += WAKE_BYTES) {
+      const e = Math.min(m1 * bpe, p + WAKE_BYTES);
+      bytes.set(chunk.subarray(p, e), p);
+      Atomics.store(c, COPIED, e - m0 * bpe);
+      this.signal();
+    }
+    // The rest before any combine: the predecessor's pieces are combined into it.
+    bytes.set(chunk.subarray(0, m0 * bpe), 0);
+    bytes.set(chunk.subarray(m1 * bpe, n * bpe), m1 * bpe);
+    const heap = this.buffers.memory.buffer, D = this.buffers.dataBytes;
+    const data: Numeric = is64 ? new Float64Array(heap, 0, n) : new Float32Array(heap, 0, n);
+    const out: Numeric = is64 ? new Float64Array(chunk.buffer, chunk.byteOffset, n) : new Float32Array(chunk.buffer, chunk.byteOffset, n);
+    const add = is64 ? this.simd.add64 : this.simd.add32, addDiv = is64 ? this.simd.addDiv64 : this.simd.addDiv32;
+    const jsCombine = op === "sum" ? undefined : COMBINE[op === "max" ? 0 : 1]![is64 ? 1 : 0]!;
+    const emit = (i0: number, i1: number) => out.set(data.subarray(i0, i1), i0);
     for (let s = 0; s < H - 1; s++) {
       const [a, b] = segment(mod(me - s - 1, H), n, H);
       const total = (b - a) * bpe;
       const half = recvHalf(this.buffers, s);
-      const got: Numeric = is64 ? new Float64Array(this.buffers.recv, half, b - a) : new Float32Array(this.buffers.recv, half, b - a);
+      const got: Numeric = is64 ? new Float64Array(heap, D + half, b - a) : new Float32Array(heap, D + half, b - a);
       const into = data.subarray(a, b);
       let done = 0;
       while (done < total) {
-        const sig = Atomics.load(c, RECV_SIG);
-        const r = Atomics.load(c, RECV0 + s);
+        const r = this.received(s, done, seq, deadline, timedOut);
+        if (r < 0) return;
         const avail = r - (r % bpe);
-        if (avail > done) {
-          const i0 = done / bpe, i1 = avail / bpe;
-          if (op === "sum") for (let i = i0; i < i1; i++) into[i] = into[i]! + got[i]!;
-          else if (op === "max") for (let i = i0; i < i1; i++) into[i] = Math.max(into[i]!, got[i]!);
-          else for (let i = i0; i < i1; i++) into[i] = Math.min(into[i]!, got[i]!);
-          // The main thread sends pieces of a MiB or more: wake it when one may have completed, not per read.
-          const crossed = Math.floor(avail / WAKE_BYTES) > Math.floor(done / WAKE_BYTES) || avail === total;
-          done = avail;
-          Atomics.store(c, COMB0 + s, done);
-          if (crossed) {
-            Atomics.add(c, COMB_SIG, 1);
-            Atomics.notify(c, COMB_SIG);
-          }
-          continue;
-        }
-        if (Atomics.load(c, RESP) === seq) return; // the network side failed (or finished): its status says which
-        const left = deadline - Date.now();
-        if (left <= 0) throw timedOut();
-        Atomics.wait(c, RECV_SIG, sig, Math.min(left, 1000));
+        if (avail <= done) continue;
+        const last = s === H - 2;
+        if (jsCombine) {
+          jsCombine(into, got, done / bpe, avail / bpe);
+          if (last && divideBy !== 1) for (let i = done / bpe; i < avail / bpe; i++) into[i] = into[i]! / divideBy;
+        } else if (last && divideBy !== 1) addDiv(a * bpe + done, D + half + done, (avail - done) / bpe, divideBy);
+        else add(a * bpe + done, D + half + done, (avail - done) / bpe);
+        // The main thread sends pieces of a MiB or more: wake it when one may have completed, not per read.
+        const crossed = Math.floor(avail / WAKE_BYTES) > Math.floor(done / WAKE_BYTES) || avail === total;
+        Atomics.store(c, COMB0 + s, avail);
+        if (crossed) this.signal();
+        // The last reduce-scatter step leaves this host's segment final (the all-gather sends it on as is).
+        if (last) emit(a + done / bpe, a + avail / bpe);
+        done = avail;
+      }
+    }
+    for (let s = 0; s < H - 1; s++) {
+      const [a, b] = segment(mod(me - s, H), n, H);
+      const total = (b - a) * bpe;
+      let done = 0;
+      while (done < total) {
+        const r = this.received(H - 1 + s, done, seq, deadline, timedOut);
+        if (r < 0) return;
+        const avail = r - (r % bpe);
+        if (avail <= done) continue;
+        emit(a + done / bpe, a + avail / bpe);
+        done = avail;
       }
     }
   }
 }
+
+// Max and min stay in JS (rare: no SIMD kernel); one function per op and type keeps each loop on one array type.
+function max32(into: Float32Array, got: Float32Array, i0: number, i1: number): void {
+  for (let i = i0; i < i1; i++) into[i] = Math.max(into[i]!, got[i]!);
+}
+function max64(into: Float64Array, got: Float64Array, i0: number, i1: number): void {
+  for (let i = i0; i < i1; i++) into[i] = Math.max(into[i]!, got[i]!);
+}
+function min32(into: Float32Array, got: Float32Array, i0: number, i1: number): void {
+  for (let i = i0; i < i1; i++) into[i] = Math.min(into[i]!, got[i]!);
+}
+function min64(into: Float64Array, got: Float64Array, i0: number, i1: number): void {
+  for (let i = i0; i < i1; i++) into[i] = Math.min(into[i]!, got[i]!);
+}
+type Combine = (into: Numeric, got: Numeric, i0: number, i1: number) => void;
+const COMBINE = [[max32, max64], [min32, min64]] as unknown as Combine[][];
 
 export interface BridgeRequest {
   op: BridgeOp;

@@ -66,6 +66,7 @@ export interface WelcomeHead {
   keepaliveMs: number;
   maxMessageBytes: number;
   chunkBytes?: number;
+  bridgeBytes?: number;
 }
 
 /** How the run ended, sent with the shutdown: an agent exits 0 only when ok. */
@@ -92,6 +93,8 @@ export interface JoinOptions {
   link?: Partial<LinkSettings>;
   /** The ring's pipeline piece in bytes (ring.ts). */
   chunkBytes?: number;
+  /** Bytes a host's leader hands the ring per request (bridge.ts; default 64 MiB): tests make it small. */
+  bridgeBytes?: number;
 }
 
 /** The largest control-link frame (VERL_MAX_MESSAGE_MB), bytes. */
@@ -371,6 +374,7 @@ export async function joinCluster(opts: JoinOptions): Promise<RemoteRanks> {
         t: "welcome", nodeRank: h.peer.nodeRank, perNode, poolName: opts.name, peers, timeoutMs,
         ...(opts.chunkElems !== undefined ? { chunkElems: opts.chunkElems } : {}), env: opts.env ?? {}, driverRoot: pathToFileURL(packageRoot).href,
         runId, keepaliveMs: link_.keepaliveMs, maxMessageBytes: link_.maxMessageBytes, ...(opts.chunkBytes !== undefined ? { chunkBytes: opts.chunkBytes } : {}),
+        ...(opts.bridgeBytes !== undefined ? { bridgeBytes: opts.bridgeBytes } : {}),
       };
       h.send(welcome);
     }

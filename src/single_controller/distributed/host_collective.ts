@@ -29,6 +29,11 @@ export class HierarchicalCollective implements RankCollective {
     this.bridge = local.rank === 0 ? new BridgeClient(layout.bridge, local.timeoutMs + 5000, { me: layout.hostIndex, hosts: layout.nnodes }) : undefined;
   }
 
+  /** A float32 buffer crosses in requests of the bridge's size, each with its own ring segments. */
+  get bucketAlignElems(): number | undefined {
+    return this.layout.nnodes > 1 ? this.layout.bridge.dataBytes / 4 : undefined;
+  }
+
   get timeoutMs(): number {
     return this.local.timeoutMs;
   }
@@ -56,10 +61,16 @@ export class HierarchicalCollective implements RankCollective {
     if (!["sum", "mean", "max", "min"].includes(op)) throw new Error(`allReduce: op must be one of sum, mean, max, min, got '${String(op)}'`);
     this.enter("allReduce");
     const partial: BridgeOp = op === "mean" ? "sum" : op;
+    // Across hosts the leader divides as it copies the result out (the same x / world, so the same
+    // bits), and its host's ranks take the quotient from the broadcast: no extra pass on any rank.
+    const fused = op === "mean" && this.layout.nnodes > 1;
     this.local.allReduce(buf, partial);
-    this.acrossHosts("allReduce", () => this.chunked(buf, (chunk, n) => this.bridge!.request(partial, is64 ? "float64" : "float32", chunk, n)));
+    this.acrossHosts("allReduce", () => this.chunked(buf, (chunk, n) => this.bridge!.request(partial, is64 ? "float64" : "float32", chunk, n, 0, fused ? this.worldSize : 1)));
     this.local.broadcast(buf, 0);
-    if (op === "mean") for (let i = 0; i < buf.length; i++) buf[i] = buf[i]! / this.worldSize;
+    if (op === "mean" && !fused) {
+      const w = this.worldSize;
+      for (let i = 0; i < buf.length; i++) buf[i] = buf[i]! / w;
+    }
   }
 
   broadcast(buf: ArrayBufferView, root = 0): void {

@@ -13,7 +13,7 @@
 // fails every waiting op at once.
 import type { Socket } from "node:net";
 import {
-  BridgeFailure, COMB0, COMB_SIG, RECV0, RECV_SIG, mod, recvHalf, segment, waitAsync,
+  BridgeFailure, COMB0, COMB_SIG, COPIED, RECV0, RECV_SIG, dataRegion, mod, recvHalf, recvRegion, segment, waitAsync,
   type BridgeBuffers, type BridgeDtype, type BridgeOp, type BridgeRequest,
 } from "./bridge.js";
 import { DataClient, encodeHead, type FrameHead } from "./data_link.js";
@@ -49,6 +49,15 @@ function splitHostPort(addr: string): [string, number] {
   const m = /^\[?([^\]]+?)\]?:(\d+)$/.exec(addr);
   if (!m) throw new Error(`ring address '${addr}' is not HOST:PORT`);
   return [m[1]!, Number(m[2])];
+}
+
+/** The least frame sent while more of a step is still to come (the leader signals progress per MiB). */
+const MIN_PIECE = 1 << 20;
+
+interface Send {
+  off: number;
+  len: number;
+  avail: () => number;
 }
 
 /** One collective in progress on this host. */
@@ -94,8 +103,8 @@ export class Ring {
     private readonly timeoutMs: number, private readonly buffers: BridgeBuffers, private readonly chunkBytes = DEFAULT_CHUNK_BYTES,
   ) {
     this.succConnected = new Promise((resolve) => (this.succReady = resolve));
-    this.data = new Uint8Array(buffers.data);
-    this.recv = new Uint8Array(buffers.recv);
+    this.data = dataRegion(buffers);
+    this.recv = recvRegion(buffers);
     this.ctrl = new Int32Array(buffers.control);
     if (!(chunkBytes >= 64 && chunkBytes % 8 === 0)) throw new Error(`ring: chunk bytes must be a multiple of 8 >= 64, got ${chunkBytes}`);
   }
@@ -206,7 +215,8 @@ export class Ring {
     a.seen[h.k] = true;
     a.timer.refresh();
     const H = this.size;
-    if ((a.code & 15) >= 2 && h.k < H - 1 && (total === h.len || a.got[h.k]! - (a.woke[h.k] ?? 0) >= WAKE_BYTES)) {
+    // Reduces: the leader combines reduce-scatter pieces and copies out all-gather pieces as they land.
+    if ((a.code & 15) >= 2 && h.k < 2 * (H - 1) && (total === h.len || a.got[h.k]! - (a.woke[h.k] ?? 0) >= WAKE_BYTES)) {
       a.woke[h.k] = a.got[h.k]!;
       Atomics.store(this.ctrl, RECV0 + h.k, a.got[h.k]!);
       Atomics.add(this.ctrl, RECV_SIG, 1);
@@ -237,34 +247,37 @@ export class Ring {
     const seg = (i: number) => segment(mod(i, H), n, H);
     const bytes = (i: number) => (seg(i)[1] - seg(i)[0]) * bpe;
     const at = (i: number) => seg(i)[0] * bpe;
-    // Per step k: [what this host sends (offset in data, bytes), when a piece of it is ready].
-    const sends: { off: number; len: number; ready: (end: number) => boolean }[] = [];
+    // Per step k: what this host sends (offset in data, bytes) and how many of those bytes are ready (-1: none yet).
+    const sends: Send[] = [];
     const expect: number[] = [], dest: ((h: FrameHead) => Uint8Array)[] = [];
-    const combined = (s: number) => (end: number) => Atomics.load(this.ctrl, COMB0 + s) >= end;
+    const combined = (s: number) => () => Atomics.load(this.ctrl, COMB0 + s);
+    // Step 0 sends this host's own segment as the leader copies it in.
+    const copied = () => Atomics.load(this.ctrl, COPIED);
     let a!: Active;
-    const received = (k: number) => (end: number) => a.got[k]! >= end && a.seen[k]!;
+    const received = (k: number) => () => (a.seen[k]! ? a.got[k]! : -1);
+    const all = () => Infinity;
     if (isBcast) {
       const root = req.rootHost;
       if (me !== root) {
         expect.push(n);
         dest.push((h) => this.data.subarray(h.off, h.off + h.len));
       }
-      if (me === root) sends.push({ off: 0, len: n, ready: () => true });
-      else if (mod(me + 1, H) !== root) sends.push({ off: 0, len: n, ready: received(0) });
+      if (me === root) sends.push({ off: 0, len: n, avail: all });
+      else if (mod(me + 1, H) !== root) sends.push({ off: 0, len: n, avail: received(0) });
     } else {
       for (let s = 0; s < H - 1; s++) {
         const half = recvHalf(this.buffers, s);
         expect.push(bytes(me - s - 1));
         dest.push((h) => this.recv.subarray(half + h.off, half + h.off + h.len));
-        sends.push({ off: at(me - s), len: bytes(me - s), ready: s === 0 ? () => true : combined(s - 1) });
+        sends.push({ off: at(me - s), len: bytes(me - s), avail: s === 0 ? copied : combined(s - 1) });
       }
       for (let s = 0; s < H - 1; s++) {
         const base = at(me - s);
         expect.push(bytes(me - s));
         dest.push((h) => this.data.subarray(base + h.off, base + h.off + h.len));
-        sends.push({ off: at(me + 1 - s), len: bytes(me + 1 - s), ready: s === 0 ? combined(H - 2) : received(H - 1 + s - 1) });
+        sends.push({ off: at(me + 1 - s), len: bytes(me + 1 - s), avail: s === 0 ? combined(H - 2) : received(H - 1 + s - 1) });
       }
-      if (isBarrier) for (let k = 0; k < sends.length; k++) sends[k]!.ready = k === 0 ? () => true : received(k - 1);
+      if (isBarrier) for (let k = 0; k < sends.length; k++) sends[k]!.avail = k === 0 ? all : received(k - 1);
     }
     const code = opCode(req.op, req.dtype, isBcast ? req.rootHost : 0);
     const what = describeOp(code, n);
@@ -310,8 +323,12 @@ export class Ring {
     }
   }
 
-  /** Writes every step's pieces once ready; resolves when the kernel has taken the last byte. */
-  private async sendAll(a: Active, sends: { off: number; len: number; ready: (end: number) => boolean }[], failed: Promise<boolean>): Promise<void> {
+  /**
+   * Writes every step's bytes as they become ready, in frames of up to chunkBytes and (but for a
+   * step's tail) at least MIN_PIECE, so the first bytes leave as soon as a MiB is copied or combined;
+   * resolves when the kernel has taken the last byte.
+   */
+  private async sendAll(a: Active, sends: Send[], failed: Promise<boolean>): Promise<void> {
     let outstanding = 0, allQueued = false;
     let drained: () => void = () => undefined;
     const flushed = new Promise<void>((resolve) => (drained = resolve));
@@ -321,20 +338,26 @@ export class Ring {
     };
     let isFailed = false;
     void failed.then((f) => (isFailed = f));
+    const least = Math.min(this.chunkBytes, MIN_PIECE);
     for (let k = 0; k < sends.length; k++) {
-      const { off, len, ready } = sends[k]!;
-      for (let p = 0; p === 0 || p < len; p += this.chunkBytes) {
-        const end = Math.min(len, p + this.chunkBytes);
-        while (!ready(end)) {
+      const { off, len, avail } = sends[k]!;
+      let p = 0;
+      do {
+        let end: number;
+        for (;;) {
           if (isFailed) return;
+          const have = Math.min(len, avail());
+          if (have >= Math.min(len, p + least) && (have > p || len === 0)) {
+            end = Math.min(have, p + this.chunkBytes);
+            break;
+          }
           await this.waitProgress(failed);
         }
-        if (isFailed) return;
         outstanding += 2;
         sock.write(encodeHead({ e: a.e, s: a.s, k, off: p, len: end - p, code: a.code, n: a.n }), wrote);
         sock.write(Buffer.from(this.data.buffer, this.data.byteOffset + off + p, end - p), wrote);
-        if (len === 0) break;
-      }
+        p = end;
+      } while (p < len);
     }
     allQueued = true;
     if (outstanding === 0) return;

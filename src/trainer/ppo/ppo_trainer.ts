@@ -19,6 +19,7 @@ import {
   aggLoss, applyKlPenalty, computeAdvantage, getKlController, type AlgoConfig, type KlController, type KlCtrlConfig,
 } from "./core_algos/index.js";
 import { nonFiniteRewardMetrics, perOptimizerStep, SkippedStepGuard } from "./fault_guards.js";
+import { RolloutSkip } from "./rollout_skip.js";
 import { applyBypassMode, applyRolloutCorrection, isBypassMode } from "./rollout_corr.js";
 import { computeDataMetrics, computeThroughputMetrics, computeTimingMetrics, computeVarianceProxyMetrics, reduceMetrics } from "./metric_utils.js";
 import { callProto, type PpoWorkers } from "./resources.js";
@@ -33,6 +34,8 @@ export interface TrainLoader extends Iterable<DataProto> {
   readonly currentEpoch: number;
   stateDict(): DataLoaderState;
   loadStateDict(s: DataLoaderState): void;
+  /** data.sampler's update(batch) after each step (a curriculum sampler), when there is one. */
+  updateSampler?(batch: DataProto): Promise<void>;
 }
 
 export interface PpoTrainerDeps {
@@ -62,14 +65,18 @@ export class PPOTrainer {
   readonly klCtrl: KlController | null;
   private readonly history: FitResult["history"] = [];
   private readonly skipGuard: SkippedStepGuard;
+  private readonly rolloutSkip: RolloutSkip | null;
   /** Grad norms per optimizer step of the last training step, per role (for skipGuard). */
   private stepGradNorms: Record<string, number[]> = {};
+  /** The last step's batch with its rewards and advantages (for data.sampler's update). */
+  private trainedBatch: DataProto | null = null;
 
   constructor(readonly d: PpoTrainerDeps) {
     this.rng = new Rng(d.cfg.int("trainer.seed", 42) ^ 0x7a11);
     const useKlInReward = d.cfg.bool("algorithm.use_kl_in_reward", false);
     this.klCtrl = useKlInReward ? getKlController(d.cfg.section("algorithm.kl_ctrl") as KlCtrlConfig) : null;
     this.skipGuard = new SkippedStepGuard(d.cfg.optInt("trainer.max_consecutive_skipped_steps"));
+    this.rolloutSkip = RolloutSkip.fromConfig(d.cfg);
   }
 
   private get seedPerSample(): boolean {
@@ -114,6 +121,8 @@ export class PPOTrainer {
         if (epoch >= totalEpochs) break;
         const isLastStep = this.globalSteps >= total;
         const metrics = await this.step(batch, epoch, isLastStep, resumable);
+        // as verl: the curriculum sampler sees the trained batch before the step is logged
+        if (this.trainedBatch) await trainLoader.updateSampler?.(this.trainedBatch);
         this.log(metrics, this.globalSteps);
         for (const [role, norms] of Object.entries(this.stepGradNorms)) this.skipGuard.observe(role, norms, this.globalSteps);
         if (isLastStep) return { globalStep: this.globalSteps, history: this.history };
@@ -138,9 +147,16 @@ export class PPOTrainer {
     await timed(timing, "step", async () => {
       batch.metaInfo.temperature = cfg.num("actor_rollout_ref.rollout.temperature", 1.0);
       assignUids(batch, this.rng);
-      const gen = popGenBatch(batch, n, this.seedPerSample ? this.rng : null, agentRowKeys(cfg, batch));
+      let gen = popGenBatch(batch, n, this.seedPerSample ? this.rng : null, agentRowKeys(cfg, batch));
       gen.metaInfo = { ...batch.metaInfo, global_steps: step };
-      const genOut = await timed(timing, "gen", () => callProto(workers.actorRollout, "generateSequences", gen));
+      const generate = () => callProto(workers.actorRollout, "generateSequences", gen);
+      let genOut: DataProto;
+      if (this.rolloutSkip) {
+        // a loaded rollout replaces the step's prompts too, so rewards see their own ground truth
+        const r = await timed(timing, "gen", () => this.rolloutSkip!.rollout({ prompts: batch, gen, out: new DataProto() }, generate));
+        ({ prompts: batch, gen, out: genOut } = r);
+        if (r.loaded) logger().info({ step, file: this.rolloutSkip.file }, "rollout.skip_rollout: the step's rollout was loaded, not generated");
+      } else genOut = await timed(timing, "gen", generate);
       const baselines = cfg.str("algorithm.adv_estimator") === "remax"
         ? await timed(timing, "gen_max", () => this.greedyBaselines(batch, gen, n)) : undefined;
       batch = batch.repeat(n, true).union(new DataProto(genOut.batch, genOut.nonTensorBatch, {}));
@@ -220,6 +236,7 @@ export class PPOTrainer {
         await timed(timing, "save_checkpoint", () => saveTrainerCheckpoint(this.d.checkpoints, step, resumable, soFar));
       }
     });
+    this.trainedBatch = batch;
     return collect(timing);
   }
 

@@ -6,7 +6,9 @@ import { rolloutEngineNames } from "../../rollout/engines/index.js";
 import { knownRewardManagers } from "../../reward/managers/index.js";
 import { KL_PENALTY_KINDS } from "./core_algos/kl.js";
 import { listAdvEstimators, listPolicyLosses } from "./core_algos/registry.js";
+import { ConfigView } from "../../workers/config_view.js";
 import { isAdamW } from "../../workers/dp_optimizer.js";
+import { readMegatronLora } from "../../workers/megatron_lora.js";
 
 const KL_CTRL_TYPES = ["fixed", "adaptive"];
 const KL_NAMES = [...KL_PENALTY_KINDS, ...KL_PENALTY_KINDS.map((k) => `${k}+`)];
@@ -71,5 +73,13 @@ export function validatePpoNames(cfg: Config): void {
   samplingRanges(cfg, R, errors);
   samplingRanges(cfg, `${R}.val_kwargs`, errors);
   algorithmInputs(cfg, errors);
+  // Megatron's LoRA keys: what has no PEFT equivalent fails here rather than in a worker
+  for (const m of ["actor_rollout_ref.model", "critic.model"]) {
+    try {
+      readMegatronLora(new ConfigView(cfg, m));
+    } catch (e) {
+      errors.push((e as Error).message);
+    }
+  }
   if (errors.length > 0) throw new ConfigError(`invalid names or ranges in the config:\n  - ${errors.join("\n  - ")}`);
 }

@@ -1,0 +1,137 @@
+// verl's Megatron LoRA keys (model.lora.*, read by verl's Megatron workers through Megatron-Bridge)
+// mapped onto verl-ts's PEFT-layout adapters (src/models/lora.ts). Megatron-Bridge's adapter on a
+// linear module is peft's: W x + (alpha / rank) B A x, B zero at start; only the module names and
+// A's initialisation differ, so those are translated here:
+//   linear_q / linear_k / linear_v   -> self_attn.q_proj / k_proj / v_proj   (canonical_lora)
+//   linear_proj                      -> self_attn.o_proj
+//   linear_fc1_gate / linear_fc1_up  -> mlp.gate_proj / up_proj (experts too) (canonical_lora)
+//   linear_fc2                       -> mlp.down_proj
+// A name with `*` is matched (fnmatch) against the module's Megatron name,
+// decoder.layers.{i}.self_attention.{leaf}, decoder.layers.{i}.mlp.{leaf} or
+// decoder.layers.{i}.mlp.experts.local_experts.{e}.{leaf}; a plain name against the leaf.
+// type=lora adapts the fused linear_qkv / linear_fc1 as one module: one A [r, in] shared by q, k
+// and v (or gate and up) and one B split by rows, trained here as tied adapters (src/models/lora.ts
+// tiedA) and saved for peft with the shared A written under each part. What has no equivalent is
+// refused naming the key: dora, vlm_lora, dropout, a non-zero B at start, and Megatron-Bridge
+// adapter checkpoints (lora.adapter_path).
+import type { ModelConfig } from "../models/config.js";
+import { linearModules, type KeyNamer } from "../models/lora.js";
+import type { ConfigView } from "./config_view.js";
+
+export type LoraAInit = "kaiming" | "xavier" | "normal";
+
+export interface MegatronLora {
+  type: "lora" | "canonical_lora";
+  rank: number;
+  alpha: number;
+  targets: string[];
+  excludes: string[];
+  initA: LoraAInit;
+  /** Names the lora.* key in errors (`actor_rollout_ref.model.lora.target_modules`). */
+  key: KeyNamer;
+}
+
+const HF_TO_MEGATRON: Record<string, string> = {
+  q_proj: "linear_q", k_proj: "linear_k", v_proj: "linear_v", o_proj: "linear_proj",
+  gate_proj: "linear_fc1_gate", up_proj: "linear_fc1_up", down_proj: "linear_fc2",
+};
+const CANONICAL = Object.values(HF_TO_MEGATRON);
+const A_INITS: readonly LoraAInit[] = ["xavier", "kaiming", "normal"];
+
+function list(view: ConfigView, k: string): string[] {
+  const v = view.raw(k);
+  if (v === undefined || v === null) return [];
+  if (typeof v === "string") return [v];
+  return view.strList(k);
+}
+
+/**
+ * model.lora.* as adapter settings, or null when lora.rank is 0. Throws, naming the key, for what
+ * has no equivalent here.
+ */
+export function readMegatronLora(model: ConfigView): MegatronLora | null {
+  const lora = model.at("lora");
+  if (lora.raw("rank") === undefined) return null;
+  const rank = lora.int("rank", 0);
+  if (rank < 0) throw new Error(`${lora.key("rank")} must be 0 (off) or a positive integer, got ${rank}`);
+  if (rank === 0) return null;
+  const key: KeyNamer = (k) => lora.key(k === "lora_rank" ? "rank" : k === "lora_alpha" ? "alpha" : k);
+  const type = lora.str("type", "lora");
+  if (type === "dora") throw new Error(`${lora.key("type")}=dora: DoRA (a learned magnitude per output row) has no PEFT LoRA equivalent here; use lora or canonical_lora`);
+  if (type === "vlm_lora") throw new Error(`${lora.key("type")}=vlm_lora: vision-language models are not built; use lora or canonical_lora`);
+  if (type !== "lora" && type !== "canonical_lora") throw new Error(`${lora.key("type")} is ${JSON.stringify(type)}; choose one of lora, canonical_lora (dora, vlm_lora are not built)`);
+  const alpha = lora.num("alpha", 32);
+  if (!(alpha > 0)) throw new Error(`${lora.key("alpha")} must be a positive number, got ${alpha}`);
+  const dropout = lora.num("dropout", 0);
+  if (dropout !== 0) throw new Error(`${lora.key("dropout")}=${dropout}: LoRA dropout is not built (verl-ts's adapters, like model.lora_rank's, have none); set it to 0.0`);
+  const initA = lora.str("lora_A_init_method", "xavier");
+  if (!A_INITS.includes(initA as LoraAInit)) throw new Error(`${lora.key("lora_A_init_method")} is ${JSON.stringify(initA)}; choose one of ${A_INITS.join(", ")}`);
+  const initB = lora.str("lora_B_init_method", "zero");
+  if (initB !== "zero") throw new Error(`${lora.key("lora_B_init_method")}=${initB}: only zero is built (a fresh adapter then leaves the model unchanged, as the reference policy assumes)`);
+  if (lora.optStr("adapter_path") !== null) {
+    throw new Error(`${lora.key("adapter_path")}: Megatron-Bridge adapter checkpoints cannot be read here; give a peft folder (adapter_config.json + adapter_model.safetensors) as ${model.key("lora_adapter_path")}`);
+  }
+  const targets = list(lora, "target_modules"), excludes = list(lora, "exclude_modules");
+  if (targets.length > 0 && excludes.length > 0) throw new Error(`${lora.key("exclude_modules")} needs ${lora.key("target_modules")} empty (as Megatron-Bridge asserts): it selects every linear module but those`);
+  if (targets.length === 0 && excludes.length === 0) throw new Error(`${lora.key("target_modules")} is empty and so is ${lora.key("exclude_modules")}: name the modules to adapt`);
+  const allowed = type === "canonical_lora" ? CANONICAL : ["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"];
+  for (const [k, names] of [["target_modules", targets], ["exclude_modules", excludes]] as const) {
+    for (const n of names) {
+      const leaf = n.split(".").pop()!;
+      if (!leaf.includes("*") && !allowed.includes(leaf)) {
+        throw new Error(`${lora.key(k)} names '${n}', not a module of lora.type=${type} (its modules: ${allowed.join(", ")})`);
+      }
+    }
+  }
+  return { type, rank, alpha, targets, excludes, initA: initA as LoraAInit, key };
+}
+
+/** fnmatch: `*` any run of characters (dots included), `?` one; the rest literal. */
+function fnmatch(pattern: string, name: string): boolean {
+  const re = pattern.replace(/[.+^${}()|[\]\\]/g, "\\$&").replace(/\*/g, ".*").replace(/\?/g, ".");
+  return new RegExp(`^${re}$`).test(name);
+}
+
+/** The Megatron name and fused parent of an HF linear module (null for the output layer). */
+function megatronName(hf: string): { full: string; leaf: string; fused: string | null } | null {
+  const m = /^model\.layers\.(\d+)\.(self_attn|mlp)\.(?:experts\.(\d+)\.)?([a-z]+_proj)$/.exec(hf);
+  const leaf = m ? HF_TO_MEGATRON[m[4]!] : undefined;
+  if (!m || !leaf) return null;
+  const where = m[2] === "self_attn" ? "self_attention" : m[3] !== undefined ? `mlp.experts.local_experts.${m[3]}` : "mlp";
+  const fused = leaf === "linear_q" || leaf === "linear_k" || leaf === "linear_v" ? "linear_qkv" : leaf.startsWith("linear_fc1_") ? "linear_fc1" : null;
+  return { full: `decoder.layers.${m[1]}.${where}.${leaf}`, leaf, fused };
+}
+
+/**
+ * The HF module names the settings adapt in this model, in model order, and (type=lora) the groups
+ * of them that are one fused Megatron module sharing A: a name matches the fused module
+ * (linear_qkv: q, k and v together).
+ */
+export function megatronLoraTargets(config: ModelConfig, s: MegatronLora): { targets: string[]; tiedA: string[][] } {
+  const matchOne = (pattern: string, meg: { full: string; leaf: string; fused: string | null }): boolean => {
+    const forms = s.type === "lora" && meg.fused ? [meg.full.replace(/[^.]+$/, meg.fused), meg.fused] : [meg.full, meg.leaf];
+    return pattern.includes("*") || pattern.includes(".") ? fnmatch(pattern, forms[0]!) : pattern === forms[1];
+  };
+  const picked: string[] = [];
+  const groups = new Map<string, string[]>();
+  const used = new Set<string>();
+  for (const hf of linearModules(config).keys()) {
+    const meg = megatronName(hf);
+    if (!meg) continue;
+    let on: boolean;
+    if (s.targets.length > 0) {
+      const hit = s.targets.filter((p) => matchOne(p, meg));
+      hit.forEach((p) => used.add(p));
+      on = hit.length > 0;
+    } else on = !s.excludes.some((p) => matchOne(p, meg));
+    if (!on) continue;
+    picked.push(hf);
+    if (s.type === "lora" && meg.fused) {
+      const fusedName = meg.full.replace(/[^.]+$/, meg.fused);
+      groups.set(fusedName, [...(groups.get(fusedName) ?? []), hf]);
+    }
+  }
+  for (const p of s.targets) if (!used.has(p)) throw new Error(`${s.key("target_modules")} names '${p}', which matches no linear module of the model`);
+  if (picked.length === 0) throw new Error(`${s.key("target_modules")} / ${s.key("exclude_modules")} leave no linear module of the model to adapt`);
+  return { targets: picked, tiedA: [...groups.values()].filter((g) => g.length > 1) };
+}
