@@ -1,6 +1,7 @@
 // The state of one trajectory as the tool agent loop moves it through its
 // states. Tools receive it (ToolCallContext.agentData) and may keep their own
 // session data in `extraFields`.
+import type { TensorData } from "../protocol/tensor.js";
 import type { ChatMessage } from "../models/tokenizer.js";
 import type { BaseInteraction } from "../interactions/base.js";
 import type { BaseTool } from "../tools/base_tool.js";
@@ -16,6 +17,8 @@ export class AgentData {
   /** One entry per id after the prompt: 1 = the model wrote it, 0 = a tool or the user did. */
   responseMask: number[] = [];
   responseLogprobs: number[] = [];
+  /** The last generation's routing record (prompt + its output), when the server records it. */
+  routedExperts: TensorData | null = null;
   turnScores: number[] = [];
   toolRewards: number[] = [];
   userTurns = 0;

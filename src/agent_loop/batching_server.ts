@@ -12,6 +12,7 @@ import { KvCacheDecoder, type SlotDecoder, type SlotDecoderFactory } from "../ro
 import { readParamsForDecode } from "../rollout/decode_weights.js";
 import { TokenSampler } from "../rollout/sampling.js";
 import { Rng } from "../utils/rng.js";
+import { tensor, type TensorData } from "../protocol/tensor.js";
 import { checkGenerationParams, RequestAbortedError, type AsyncRolloutServer, type GenerationParams, type TokenOutput } from "./server.js";
 
 export interface ContinuousBatchingServerOptions {
@@ -29,6 +30,8 @@ export interface ContinuousBatchingServerOptions {
   kernels?: "auto" | "js";
   /** The decoder of the cache slots (a rollout engine's); default: the host KvCacheDecoder. */
   decoder?: SlotDecoderFactory;
+  /** MoE (rollout.enable_rollout_routing_replay): every output carries routedExperts (the decoder must record). */
+  recordRouting?: boolean;
 }
 
 export interface BatchingServerStats {
@@ -65,6 +68,8 @@ const yieldToEventLoop = () => new Promise<void>((resolve) => setImmediate(resol
 
 export class ContinuousBatchingServer implements AsyncRolloutServer {
   private engine: SlotDecoder | undefined;
+  /** The engine's routing record [slots, maxLen, S*K] when recording. */
+  private routing: Int32Array | undefined;
   private readonly waiting: Request[] = [];
   private readonly active: Request[] = [];
   /** Token ids whose K/V each slot holds (its length is the slot's next cache column and position). */
@@ -94,6 +99,7 @@ export class ContinuousBatchingServer implements AsyncRolloutServer {
     for (const id of promptIds) if (!Number.isInteger(id) || id < 0 || id >= V) throw new Error(`generate: token id ${id} outside the vocabulary [0, ${V})`);
     const maxTokens = Math.min(params.maxTokens ?? L - promptIds.length, L - promptIds.length);
     this.counters.requests++;
+    // nothing is forwarded, so nothing is recorded (a loop keeps its earlier turn's routing)
     if (maxTokens === 0) return { tokenIds: [], logProbs: params.logprobs ? [] : undefined, numPreempted: 0, finishReason: "length" };
     return new Promise<TokenOutput>((resolve, reject) => {
       this.waiting.push({
@@ -133,6 +139,7 @@ export class ContinuousBatchingServer implements AsyncRolloutServer {
     if (this.running) await new Promise<void>((resolve) => this.idleWaiters.push(resolve));
     this.engine?.dispose();
     this.engine = undefined;
+    this.routing = undefined;
     this.cached.length = 0;
     this.parked = [];
     this.free.length = 0;
@@ -169,6 +176,10 @@ export class ContinuousBatchingServer implements AsyncRolloutServer {
           maxRowsPerCall: this.prefillChunk(),
         });
       this.counters.enginesBuilt++;
+      if (this.opts.recordRouting) {
+        if (!this.engine.recordRouting) throw new Error("ContinuousBatchingServer: this rollout engine's decoder cannot record the routing (rollout.enable_rollout_routing_replay)");
+        this.routing = this.engine.recordRouting();
+      }
       this.free.length = 0;
       for (let s = this.opts.maxNumSeqs - 1; s >= 0; s--) this.free.push(s);
       this.cached.length = 0;
@@ -261,7 +272,20 @@ export class ContinuousBatchingServer implements AsyncRolloutServer {
   private finish(req: Request, reason: "stop" | "length"): void {
     this.active.splice(this.active.indexOf(req), 1);
     this.parked.push(req.slot);
-    req.resolve({ tokenIds: req.out, logProbs: req.logprobs ? req.logps : undefined, numPreempted: 0, finishReason: reason });
+    req.resolve({ tokenIds: req.out, logProbs: req.logprobs ? req.logps : undefined, numPreempted: 0, finishReason: reason, ...this.routedOf(req) });
+  }
+
+  /**
+   * The recorded experts of the slot's columns (prompt, then output but its last token, which was never
+   * fed): a reused prefix was recorded when an earlier request fed the same tokens with the same weights.
+   */
+  private routedOf(req: Request): { routedExperts?: TensorData } {
+    const moe = this.model.config.moe;
+    if (!this.routing || !moe) return {};
+    const { maxNumSeqs, maxModelLen } = this.opts, SK = this.routing.length / (maxNumSeqs * maxModelLen), n = req.prompt.length + req.out.length;
+    const out = new Int32Array(n * SK), fed = this.cached[req.slot]!.length;
+    out.set(this.routing.subarray(req.slot * maxModelLen * SK, (req.slot * maxModelLen + fed) * SK));
+    return { routedExperts: tensor(out, [n, SK / moe.topK, moe.topK], "int32") };
   }
 
   private failAll(err: Error): void {

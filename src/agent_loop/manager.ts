@@ -7,7 +7,7 @@ import type { Tokenizer } from "../models/tokenizer.js";
 import type { Rng } from "../utils/rng.js";
 import { ContinuousBatchingServer } from "./batching_server.js";
 import { DataProto } from "../protocol/data_proto.js";
-import type { TensorData } from "../protocol/tensor.js";
+import { tensor, type TensorData } from "../protocol/tensor.js";
 import type { AgentLoopClass } from "./base.js";
 import { agentLoopCounters, agentLoopTiming, buildRolloutTensors, extraFieldColumns } from "./postprocess.js";
 import { getAgentLoopClass, loadAgentLoopConfig, type AgentLoopSpec } from "./registry.js";
@@ -170,6 +170,7 @@ export class AgentLoopManager {
       promptIds: row.promptIds ?? [],
       responseIds: [], responseMask: [],
       responseLogprobs: done.length > 0 && done.every((o) => o.responseLogprobs) ? [] : null,
+      routedExperts: done.length > 0 && done.every((o) => o.routedExperts) ? tensor(new Int32Array(0), [0, ...done[0]!.routedExperts!.shape.slice(1)], "int32") : null,
       rewardScore: done.length > 0 && done.every((o) => typeof o.rewardScore === "number") ? 0 : null,
       numTurns: 1,
       metrics: emptyMetrics(),

@@ -64,8 +64,27 @@ export function buildRolloutTensors(outputs: AgentLoopOutput[], opts: Postproces
     position_ids: tensor(positions, [B, T]),
   };
   if (logprobs) out.rollout_log_probs = tensor(logprobs, [B, R]);
+  const routed = routedExperts(outputs, P, R);
+  if (routed) out.routed_experts = routed;
   if (scores) out.rm_scores = tensor(scores, [B, R]);
   return out;
+}
+
+/**
+ * routed_experts [B, P+R, S, K] when every row has a routing record: each row's tokens from its
+ * first prompt column (left padding and the cut-off tail read 0), as verl's agent loop places them.
+ */
+function routedExperts(outputs: AgentLoopOutput[], P: number, R: number): TensorData | undefined {
+  if (outputs.length === 0 || !outputs.every((o) => o.routedExperts)) return undefined;
+  const [, S, K] = outputs[0]!.routedExperts!.shape as [number, number, number], SK = S * K, T = P + R;
+  const out = new Int32Array(outputs.length * T * SK);
+  outputs.forEach((o, b) => {
+    const r = o.routedExperts!;
+    if (r.shape[1] !== S || r.shape[2] !== K) throw new Error(`row ${b}: routed experts [${r.shape}] do not match row 0's [*, ${S}, ${K}]`);
+    const start = P - o.promptIds.length, n = Math.min(r.shape[0]!, o.promptIds.length + o.responseIds.length);
+    out.set(r.data.subarray(0, n * SK), (b * T + start) * SK);
+  });
+  return tensor(out, [outputs.length, T, S, K], "int32");
 }
 
 /** Per-row extra fields as non-tensor columns (a row without a key gets null). */

@@ -1,6 +1,7 @@
 // The rollout server the agent loops talk to: token ids in, token ids out,
 // one request per assistant turn. Many loops await it at once; a batching
 // implementation (ContinuousBatchingServer) decodes their requests together.
+import type { TensorData } from "../protocol/tensor.js";
 
 /** Sampling for one request (verl's sampling_params dict, camel-cased). */
 export interface GenerationParams {
@@ -40,6 +41,12 @@ export interface TokenOutput {
   numPreempted?: number;
   /** "stop" when a stop id ended it, "length" when maxTokens or the context did. */
   finishReason?: "stop" | "length";
+  /**
+   * MoE, from a server that records routing (rollout.enable_rollout_routing_replay): the experts each
+   * token of prompt + output was routed to, [prompt + output, sparseLayers, topK]; the last output
+   * token is never fed back and reads 0.
+   */
+  routedExperts?: TensorData;
 }
 
 export interface AsyncRolloutServer {

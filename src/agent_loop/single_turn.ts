@@ -20,6 +20,7 @@ export class SingleTurnAgentLoop extends AgentLoopBase {
       responseIds,
       responseMask: responseIds.map(() => 1),
       responseLogprobs: out.logProbs ? out.logProbs.slice(0, responseLength) : null,
+      routedExperts: out.routedExperts ?? null,
       numTurns: 2,
       metrics,
       extraFields: { turn_scores: [], tool_rewards: [] },

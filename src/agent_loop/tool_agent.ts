@@ -109,6 +109,8 @@ export class ToolAgentLoop extends AgentLoopBase {
     else data.metrics.num_preempted += out.numPreempted ?? 0;
     data.assistantTurns += 1;
     data.responseIds = out.tokenIds;
+    // the last generation's record covers the whole conversation so far (its prompt holds every earlier turn)
+    if (out.routedExperts) data.routedExperts = out.routedExperts;
     data.promptIds.push(...out.tokenIds);
     for (let i = 0; i < out.tokenIds.length; i++) data.responseMask.push(1);
     if (params.logprobs) {
@@ -257,6 +259,7 @@ export class ToolAgentLoop extends AgentLoopBase {
       responseIds: data.promptIds.slice(split).slice(0, R),
       responseMask: data.responseMask.slice(0, R),
       responseLogprobs: params.logprobs ? data.responseLogprobs.slice(0, R) : null,
+      routedExperts: data.routedExperts,
       numTurns: data.userTurns + data.assistantTurns + 1,
       metrics: data.metrics,
       extraFields: { turn_scores: data.turnScores, tool_rewards: data.toolRewards },

@@ -1,4 +1,5 @@
 // What an agent loop receives and returns (verl's AgentLoopOutput).
+import type { TensorData } from "../protocol/tensor.js";
 
 export interface AgentLoopMetrics {
   /** Seconds spent awaiting the rollout server (all turns). */
@@ -28,6 +29,11 @@ export interface AgentLoopOutput {
   responseMask: number[];
   /** Log-probs aligned with responseIds (0 for tool/user tokens), when asked for. */
   responseLogprobs?: number[] | null;
+  /**
+   * MoE (rollout.enable_rollout_routing_replay): the experts of prompt + response tokens,
+   * [tokens, sparseLayers, topK] (the last generation's record); becomes routed_experts.
+   */
+  routedExperts?: TensorData | null;
   /** A trajectory reward the loop computed itself; becomes rm_scores when every row has one. */
   rewardScore?: number | null;
   /** user turns + assistant turns + 1 (the prompt). */

@@ -34,7 +34,18 @@ export interface ForwardOptions {
   segments?: ArrayLike<number>;
   /** MoE: receives each sparse layer's router logits [N, numExperts], in layer order (kept: the caller disposes them). */
   routerLogits?: tf.Tensor[];
+  /**
+   * MoE routing replay (verl's router_replay): the experts each token must use, [N, sparseLayers, topK]
+   * (N = B*T tokens in row order, or the packed N), instead of the router's own top-k. The gate weights
+   * stay the router's softmax at those experts (renormalised with norm_topk_prob), so the router trains.
+   */
+  replayExperts?: ArrayLike<number>;
+  /** MoE: receives each sparse layer's chosen experts [N, topK] int32, in layer order (kept: the caller disposes them). */
+  routedExperts?: tf.Tensor[];
 }
+
+/** What a sparse layer reads and writes besides its input: collected router logits and chosen experts, forced experts [N*topK]. */
+interface MoeIo { logits?: tf.Tensor[]; chosen?: tf.Tensor[]; replay?: Int32Array }
 
 function hostInts(x: tf.Tensor2D | ArrayLike<number> | undefined, B: number, T: number, what: string): ArrayLike<number> | undefined {
   if (x === undefined) return undefined;
@@ -225,7 +236,7 @@ export class LlamaModel {
   }
 
   /** One decoder layer on token rows x [N, dim]. */
-  private decoderLayer(i: number, x: tf.Tensor, ctx: LayerContext, view: AttentionView, w: (n: string) => tf.Tensor, router?: tf.Tensor[]): tf.Tensor {
+  private decoderLayer(i: number, x: tf.Tensor, ctx: LayerContext, view: AttentionView, w: (n: string) => tf.Tensor, io: MoeIo = {}): tf.Tensor {
     const c = this.config, hd = c.headDim, g = c.nHeads / c.nKvHeads, N = x.shape[0]!;
     const { batch: B, seqLen: T } = view, L = `model.layers.${i}.`;
     const sliding = layerWindow(c, i) !== null;
@@ -263,7 +274,7 @@ export class LlamaModel {
     if (c.gemma) ao = this.norm(ao, w(L + "post_attention_layernorm.weight"));
     const h = x.add(ao);
     const n2 = this.norm(h, w(L + (c.gemma ? "pre_feedforward_layernorm.weight" : "post_attention_layernorm.weight")));
-    let f = isSparseLayer(c, i) ? this.experts(n2, i, w, router) : this.mlp(n2, i, "mlp.", w);
+    let f = isSparseLayer(c, i) ? this.experts(n2, i, w, io) : this.mlp(n2, i, "mlp.", w);
     if (c.gemma) f = this.norm(f, w(L + "post_feedforward_layernorm.weight"));
     return h.add(f);
   }
@@ -283,13 +294,18 @@ export class LlamaModel {
    * (their weights renormalised to 1 with norm_topk_prob), out = sum_k weight_k * expert_k(x).
    * Correct first: every expert runs on every token and unselected ones are weighted 0 (no
    * gather/scatter kernel yet), so the cost is numExperts / topK times a routed one.
+   * Routing replay (io.replay) swaps the top-k for given experts; the weights stay the softmax's.
    */
-  private experts(x: tf.Tensor, i: number, w: (n: string) => tf.Tensor, router?: tf.Tensor[]): tf.Tensor {
-    const moe = this.config.moe!;
+  private experts(x: tf.Tensor, i: number, w: (n: string) => tf.Tensor, io: MoeIo): tf.Tensor {
+    const moe = this.config.moe!, N = x.shape[0]!;
     const logits = this.project(x, i, ["mlp.gate"], w); // [N, E]
-    if (router) router.push(tf.keep(logits));
+    if (io.logits) io.logits.push(tf.keep(logits));
     const probs = tf.softmax(logits);
-    let weights = probs.mul(topKMask(probs, moe.topK));
+    // replay: the forced experts' one-hot sum is the mask (a constant, as the router's own top-k mask is)
+    const forced = io.replay ? tf.tensor2d(io.replay, [N, moe.topK], "int32") : undefined;
+    if (io.chosen) io.chosen.push(tf.keep(forced ?? tf.topk(probs, moe.topK).indices));
+    const mask = forced ? tf.minimum(tf.oneHot(forced, moe.numExperts).sum(-2), 1).toFloat() : topKMask(probs, moe.topK);
+    let weights = probs.mul(mask);
     if (moe.normTopkProb) weights = weights.div(weights.sum(-1, true));
     let out: tf.Tensor | undefined;
     for (let e = 0; e < moe.numExperts; e++) {
@@ -297,6 +313,25 @@ export class LlamaModel {
       out = out ? out.add(y) : y;
     }
     return out!;
+  }
+
+  /** Per layer, the forced experts [N*topK] of `replay` [N, sparseLayers, topK] (undefined for dense layers), checked. */
+  private replayByLayer(replay: ArrayLike<number>, N: number): (Int32Array | undefined)[] {
+    const c = this.config, moe = c.moe;
+    if (!moe) throw new Error("LlamaModel: replayExperts given to a model without experts (router replay needs a MoE model such as qwen3_moe)");
+    const sparse = [...Array(c.nLayers).keys()].filter((i) => isSparseLayer(c, i)), S = sparse.length, K = moe.topK;
+    if (replay.length !== N * S * K) throw new Error(`LlamaModel: replayExperts holds ${replay.length} values, ${N} tokens x ${S} sparse layers x top-${K} need ${N * S * K}`);
+    for (let n = 0; n < replay.length; n++) {
+      const e = replay[n]!;
+      if (!Number.isInteger(e) || e < 0 || e >= moe.numExperts) throw new Error(`LlamaModel: replayExperts holds expert ${e}, outside [0, ${moe.numExperts})`);
+    }
+    const out: (Int32Array | undefined)[] = new Array(c.nLayers).fill(undefined);
+    sparse.forEach((layer, j) => {
+      const a = new Int32Array(N * K);
+      for (let n = 0; n < N; n++) for (let k = 0; k < K; k++) a[n * K + k] = replay[(n * S + j) * K + k]!;
+      out[layer] = a;
+    });
+    return out;
   }
 
   /**
@@ -328,17 +363,19 @@ export class LlamaModel {
       const context = (cs: tf.Tensor[]): LayerContext => Object.fromEntries(keys.map((k, j) => [k, cs[j]!])) as unknown as LayerContext;
       const ctx = context(consts);
       const plain = (n: string) => this.tensor(n);
+      const replay = opts.replayExperts ? this.replayByLayer(opts.replayExperts, B * T) : undefined;
 
       let x: tf.Tensor = tf.gather(this.p("model.embed_tokens.weight"), inputIds.reshape([-1]).toInt()); // [B*T, dim]
       if (c.gemma) x = x.mul(Math.fround(Math.sqrt(c.dim))); // Gemma scales the embeddings by sqrt(hidden_size)
       for (let i = 0; i < c.nLayers; i++) {
-        // a sparse layer whose router logits are collected (for the aux loss) keeps its activations: not recomputed
-        if (!this.gradientCheckpointing || (opts.routerLogits && isSparseLayer(c, i))) { x = this.decoderLayer(i, x, ctx, view, plain, opts.routerLogits); continue; }
+        const io: MoeIo = { logits: opts.routerLogits, chosen: opts.routedExperts, replay: replay?.[i] };
+        // a sparse layer whose router logits or experts are collected keeps its activations: not recomputed
+        if (!this.gradientCheckpointing || ((opts.routerLogits || opts.routedExperts) && isSparseLayer(c, i))) { x = this.decoderLayer(i, x, ctx, view, plain, io); continue; }
         // recompute in backward: only the layer's input (and the shared constants) stays alive
         const names = this.layerTrainables(i);
         x = checkpoint((xs, ps, cs) => {
           const given = new Map(names.map((n, j) => [n, ps[j]!]));
-          return this.decoderLayer(i, xs, context(cs), view, (n) => given.get(n) ?? this.tensor(n));
+          return this.decoderLayer(i, xs, context(cs), view, (n) => given.get(n) ?? this.tensor(n), { replay: io.replay });
         }, x, names.map(plain), consts);
       }
       return this.norm(x, this.p("model.norm.weight")).reshape([B, T, c.dim]) as tf.Tensor3D;

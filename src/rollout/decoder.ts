@@ -44,6 +44,8 @@ export interface SlotDecoder {
   forwardRows(rows: Int32Array, tokens: Int32Array, positions: Int32Array, slotStart: Int32Array, T: number): Float32Array | Promise<Float32Array>;
   /** Keep only columns [0, len) of `row`. */
   truncateRow(row: number, len: number): void;
+  /** MoE: record each forwarded token's experts, [slots, maxLen, sparseLayers, topK]; decoders without it cannot. */
+  recordRouting?(): Int32Array;
   dispose(): void;
 }
 
@@ -66,6 +68,13 @@ export class KvCacheDecoder implements StepDecoder, SlotDecoder {
   private readonly ropes: RopeTable[];
   /** MoE buffers: router logits, one expert's gathered rows, its gate/up, hidden and output */
   private readonly moe?: { logits: HostBuffer; xe: HostBuffer; gu: HostBuffer; h: HostBuffer; ye: HostBuffer; rows: Int32Array; weights: Float32Array };
+  /**
+   * MoE routing record (rollout.enable_rollout_routing_replay): the experts each token was routed to,
+   * [batch, maxLen, sparseLayers, topK] by cache row and column; null until recordRouting() is called.
+   */
+  private routing: Int32Array | null = null;
+  /** For each layer, its index among the sparse layers (-1 for dense ones). */
+  private readonly sparseIndex: Int32Array;
 
   constructor(model: LlamaModel, readonly batch: number, readonly maxLen: number, opts: { kernels?: HostKernels; maxRowsPerCall?: number; simd?: boolean } = {}) {
     const c = (this.c = model.config);
@@ -101,6 +110,20 @@ export class KvCacheDecoder implements StepDecoder, SlotDecoder {
         h: this.kernels.alloc(N * Fm), ye: this.kernels.alloc(N * D), rows: new Int32Array(N), weights: new Float32Array(N),
       };
     }
+    let j = 0;
+    this.sparseIndex = Int32Array.from({ length: c.nLayers }, (_, l) => (c.moe?.sparseLayers[l] ? j++ : -1));
+  }
+
+  /**
+   * Start recording the experts every forwarded token is routed to (verl's rollout routing replay);
+   * returns the record [batch, maxLen, sparseLayers, topK], 0 where no token was forwarded.
+   */
+  recordRouting(): Int32Array {
+    const m = this.c.moe;
+    if (!m) throw new Error("KvCacheDecoder: the model has no routed experts to record (rollout routing replay needs a MoE model such as qwen3_moe)");
+    const S = this.sparseIndex.reduce((a, v) => a + (v >= 0 ? 1 : 0), 0);
+    this.routing = new Int32Array(this.batch * this.maxLen * S * m.topK);
+    return this.routing;
   }
 
   prefill(ids: Int32Array, positions: Int32Array, mask: ArrayLike<number>, P: number): Float32Array {
@@ -207,7 +230,7 @@ export class KvCacheDecoder implements StepDecoder, SlotDecoder {
       if (L.postAttnNorm) rmsNorm(this.o.view(), this.o.view(), N, D, L.postAttnNorm, c.normEps);
       addInto(x, this.o.view(), N * D);
       rmsNorm(x, this.xn.view(), N, D, L.ffnNorm, c.normEps);
-      if (L.experts) this.experts(L.experts, N);
+      if (L.experts) this.experts(L.experts, N, this.routing ? { layer: this.sparseIndex[l]!, rows, slotStart, T } : undefined);
       else {
         k.matmul(this.xn, N, L.wgu!, this.gu);
         if (L.bgu) addBias(this.gu.view(), L.bgu, N, 2 * F);
@@ -234,7 +257,7 @@ export class KvCacheDecoder implements StepDecoder, SlotDecoder {
    * token's top-k experts (weights renormalised with norm_topk_prob), then per expert (in index
    * order, as transformers adds them) its tokens gathered, its SwiGLU run, the weighted output added back.
    */
-  private experts(ex: NonNullable<LayerWeights["experts"]>, N: number): void {
+  private experts(ex: NonNullable<LayerWeights["experts"]>, N: number, rec?: { layer: number; rows: Int32Array; slotStart: Int32Array; T: number }): void {
     const c = this.c, m = c.moe!, E = m.numExperts, D = c.dim, Fm = m.intermediateSize, buf = this.moe!, k = this.kernels;
     k.matmul(this.xn, N, ex.router, buf.logits);
     const probs = buf.logits.view(), sel = new Int32Array(N * m.topK), wsel = new Float32Array(N * m.topK);
@@ -254,6 +277,13 @@ export class KvCacheDecoder implements StepDecoder, SlotDecoder {
         sel[n * m.topK + j] = best; wsel[n * m.topK + j] = row[best]!; total += row[best]!;
       }
       if (m.normTopkProb) for (let j = 0; j < m.topK; j++) wsel[n * m.topK + j] = wsel[n * m.topK + j]! / total;
+    }
+    if (rec) { // token n = r*T + t sits at cache row rows[r], column slotStart[r] + t
+      const S = this.routing!.length / (this.batch * this.maxLen * m.topK);
+      for (let n = 0; n < N; n++) {
+        const r = Math.floor(n / rec.T), col = rec.slotStart[r]! + (n % rec.T);
+        this.routing!.set(sel.subarray(n * m.topK, (n + 1) * m.topK), ((rec.rows[r]! * this.maxLen + col) * S + rec.layer) * m.topK);
+      }
     }
     this.o.view().fill(0, 0, N * D);
     for (let e = 0; e < E; e++) {

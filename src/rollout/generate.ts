@@ -16,6 +16,12 @@ export interface GenerateOptions {
   maxCacheBytes?: number;
   /** Called after each decoding step (`step` of `responseLength`), synchronously: a progress line can advance. */
   onStep?: (step: number, responseLength: number) => void;
+  /**
+   * MoE: record the experts each token was routed to (verl's rollout routing replay) as
+   * routed_experts [B, P+R, sparseLayers, topK], 0 on padding and on the last response token
+   * (never forwarded). The KV-cache engine only.
+   */
+  recordRouting?: boolean;
 }
 
 function int32(t: TensorData | undefined, key: string): Int32Array {
@@ -42,10 +48,16 @@ export function generate(model: LlamaModel, batch: DataProto, params: SamplingPa
   const logProbs = new Float32Array(B * R);
   const eos = new Set(params.ignoreEos ? [] : params.eosTokenIds);
   const sampler = new TokenSampler(V, params);
+  if (opts.recordRouting && opts.engine === "no-cache") throw new Error("generate: recordRouting needs the kv-cache engine");
+  const S = c.moe ? c.moe.sparseLayers.filter(Boolean).length : 0, SK = S * (c.moe?.topK ?? 0);
+  if (opts.recordRouting && !c.moe) throw new Error("generate: recordRouting: the model has no routed experts (rollout routing replay needs a MoE model such as qwen3_moe)");
+  const routed = opts.recordRouting ? new Int32Array(B * (P + R) * SK) : undefined;
 
   for (let b0 = 0; b0 < B; b0 += sub) {
     const nb = Math.min(sub, B - b0), rowsOf = (a: Int32Array) => a.subarray(b0 * P, (b0 + nb) * P);
-    const dec: StepDecoder = opts.engine === "no-cache" ? new FullForwardDecoder(model, nb, P + R) : new KvCacheDecoder(model, nb, P + R);
+    const kv = opts.engine === "no-cache" ? undefined : new KvCacheDecoder(model, nb, P + R);
+    const dec: StepDecoder = kv ?? new FullForwardDecoder(model, nb, P + R);
+    const record = routed ? kv!.recordRouting() : undefined;
     try {
       let logits = dec.prefill(rowsOf(ids), rowsOf(pos), rowsOf(mask), P);
       let active = Int32Array.from({ length: nb }, (_, i) => i);
@@ -69,8 +81,14 @@ export function generate(model: LlamaModel, batch: DataProto, params: SamplingPa
     } finally {
       dec.dispose();
     }
+    if (record) { // the decoder's rows are this sub-batch's; prompt padding was computed but is not a token
+      routed!.set(record, b0 * (P + R) * SK);
+      for (let b = 0; b < nb; b++) for (let s = 0; s < P; s++) if (mask[(b0 + b) * P + s] === 0) routed!.fill(0, ((b0 + b) * (P + R) + s) * SK, ((b0 + b) * (P + R) + s + 1) * SK);
+    }
   }
-  return assembleRollout(data, { ids, mask, pos, B, P, R, responses, responseMask, logProbs: params.calculateLogProbs ? logProbs : undefined });
+  const out = assembleRollout(data, { ids, mask, pos, B, P, R, responses, responseMask, logProbs: params.calculateLogProbs ? logProbs : undefined });
+  if (routed) out.batch.routed_experts = tensor(routed, [B, P + R, S, c.moe!.topK], "int32");
+  return out;
 }
 
 /** The prompt rows of a generation batch (each repeated n times first), checked against the vocabulary, and the sampling parameters checked: every engine starts here. */

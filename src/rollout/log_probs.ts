@@ -48,10 +48,37 @@ export interface LogProbOptions {
   removePadding?: boolean;
   /** MoE: also return the router's aux loss and load over the forward's real tokens (models/moe_loss.ts). */
   routerLoss?: boolean;
+  /** MoE routing replay: the batch's routed_experts [B, L, sparseLayers, topK] (int32) force each token's experts. */
+  replayExperts?: TensorData;
+  /**
+   * MoE: also return the experts each token was routed to (routed_experts [B, L, sparseLayers, topK]); 0 where the
+   * forward did not run: padding, and without removePadding the batch's last column (it predicts nothing).
+   */
+  recordExperts?: boolean;
 }
 
 /** What responseLogProbs returns: [B, R] log-probs, entropy when asked, the router's loss terms when asked. */
-export type ResponseLogProbs = { logProbs: tf.Tensor2D; entropy?: tf.Tensor2D; sumPiSquared?: tf.Tensor2D; router?: { aux: tf.Scalar; load: tf.Scalar } };
+export type ResponseLogProbs = {
+  logProbs: tf.Tensor2D; entropy?: tf.Tensor2D; sumPiSquared?: tf.Tensor2D; router?: { aux: tf.Scalar; load: tf.Scalar };
+  /** recordExperts: [B, L, sparseLayers, topK] int32 */
+  routedExperts?: tf.Tensor4D;
+};
+
+/** Sparse layers and top-k of a MoE model: the trailing dimensions of routed_experts. */
+export function routedExpertsShape(model: LlamaModel): [number, number] {
+  const c = model.config;
+  if (!c.moe) throw new Error("routed experts: the model has no routed experts (router replay needs a MoE model such as qwen3_moe)");
+  return [c.moe.sparseLayers.filter(Boolean).length, c.moe.topK];
+}
+
+/** routed_experts [B, L, S, K] checked against the input [B, L] and the model. */
+function checkRoutedExperts(t: TensorData, model: LlamaModel, B: number, L: number): number {
+  const [S, K] = routedExpertsShape(model);
+  if (t.shape.join(",") !== [B, L, S, K].join(",")) {
+    throw new Error(`log-probs: routed_experts has shape [${t.shape}], input_ids [${B}, ${L}] with ${S} sparse layers and top-${K} routing need [${B}, ${L}, ${S}, ${K}]`);
+  }
+  return S * K;
+}
 
 /** The router's loss terms from the logits a forward collected (disposed here). */
 function routerTerms(model: LlamaModel, collected: tf.Tensor[], tokenMask?: ArrayLike<number>): { aux: tf.Scalar; load: tf.Scalar } {
@@ -85,6 +112,7 @@ function extras(logSm: tf.Tensor, opts: LogProbOptions, place: (t: tf.Tensor) =>
 
 export function responseLogProbs(model: LlamaModel, micro: DataProto, opts: LogProbOptions = {}): ResponseLogProbs {
   if (opts.routerLoss && !model.config.moe) throw new Error("log-probs: routerLoss asked of a model without experts");
+  if ((opts.replayExperts || opts.recordExperts) && !model.config.moe) routedExpertsShape(model);
   if (opts.removePadding) return packedResponseLogProbs(model, micro, opts);
   const ids = tdata(micro, "input_ids"), mask = tdata(micro, "attention_mask"), responses = tdata(micro, "responses");
   const [B, L] = ids.shape as [number, number], R = responses.shape[1]!, P = L - R;
@@ -104,8 +132,15 @@ export function responseLogProbs(model: LlamaModel, micro: DataProto, opts: LogP
     const W = P + lastR - 1 - first;
     const cols = (t: TensorData) => int32Columns(t, first, W);
     const collected: tf.Tensor[] | undefined = opts.routerLoss ? [] : undefined;
-    const hidden = model.hiddenStates(tf.tensor2d(cols(ids), [B, W], "int32"), { attentionMask: cols(mask), positionIds: pos ? cols(pos) : undefined, routerLogits: collected });
+    const chosen: tf.Tensor[] | undefined = opts.recordExperts ? [] : undefined;
+    // routed_experts [B, L, S, K] read as rows of L*S*K values: the same columns as the tokens
+    const SK = opts.replayExperts ? checkRoutedExperts(opts.replayExperts, model, B, L) : 0;
+    const replay = opts.replayExperts ? int32Columns({ ...opts.replayExperts, shape: [B, L * SK] }, first * SK, W * SK) : undefined;
+    const hidden = model.hiddenStates(tf.tensor2d(cols(ids), [B, W], "int32"), {
+      attentionMask: cols(mask), positionIds: pos ? cols(pos) : undefined, routerLogits: collected, replayExperts: replay, routedExperts: chosen,
+    });
     const router = collected ? routerTerms(model, collected, cols(mask)) : undefined;
+    const routedExperts = chosen ? widenRouted(model, chosen, B, W, first, L) : undefined;
     // the logits at column j predict token j+1: the responses are predicted from columns P-1 .. P+lastR-2
     const h = hidden.slice([0, P - 1 - first, 0], [B, lastR, -1]);
     let logits = model.lmHead(h);
@@ -113,8 +148,20 @@ export function responseLogProbs(model: LlamaModel, micro: DataProto, opts: LogP
     const labels = tf.tensor2d(int32Values(responses), [B, R], "int32").slice([0, 0], [B, lastR]);
     const pad = (t: tf.Tensor) => (lastR < R ? tf.concat([t, tf.zeros([B, R - lastR])], 1) : t) as tf.Tensor2D;
     const logSm = tf.logSoftmax(logits);
-    return { logProbs: pad(pick(logSm, labels)), ...extras(logSm, opts, pad), ...(router ? { router } : {}) };
+    return { logProbs: pad(pick(logSm, labels)), ...extras(logSm, opts, pad), ...(router ? { router } : {}), ...(routedExperts ? { routedExperts } : {}) };
   });
+}
+
+/** The per-layer chosen experts [B*W, K] of a forward over columns [first, first+W) as routed_experts [B, L, S, K] (0 elsewhere); disposes them. */
+function widenRouted(model: LlamaModel, chosen: tf.Tensor[], B: number, W: number, first: number, L: number): tf.Tensor4D {
+  const [S, K] = routedExpertsShape(model);
+  try {
+    const r = tf.stack(chosen, 1).reshape([B, W, S, K]).toInt();
+    const parts = [...(first > 0 ? [tf.zeros([B, first, S, K], "int32")] : []), r, ...(first + W < L ? [tf.zeros([B, L - first - W, S, K], "int32")] : [])];
+    return (parts.length === 1 ? r : tf.concat(parts, 1)) as tf.Tensor4D;
+  } finally {
+    tf.dispose(chosen);
+  }
 }
 
 /**
@@ -128,21 +175,37 @@ function packedResponseLogProbs(model: LlamaModel, micro: DataProto, opts: LogPr
   if (L - R < 1) throw new Error(`log-probs: input_ids [${ids.shape}] leaves no prompt before responses [${responses.shape}]`);
   const pk = packResponses(int32Values(ids), mask.data, B, L, R, micro.batch["position_ids"]?.data);
   const temperature = opts.temperature && opts.temperature > 0 ? opts.temperature : 1;
+  const SK = opts.replayExperts ? checkRoutedExperts(opts.replayExperts, model, B, L) : 0;
   if (pk.source.length === 0) {
     const zeros = () => tf.zeros([B, R]) as tf.Tensor2D;
-    return { logProbs: zeros(), ...(opts.calculateEntropy ? { entropy: zeros() } : {}), ...(opts.calculateSumPiSquared ? { sumPiSquared: zeros() } : {}) };
+    const routed = opts.recordExperts ? { routedExperts: tf.zeros([B, L, ...routedExpertsShape(model)], "int32") as tf.Tensor4D } : {};
+    return { logProbs: zeros(), ...(opts.calculateEntropy ? { entropy: zeros() } : {}), ...(opts.calculateSumPiSquared ? { sumPiSquared: zeros() } : {}), ...routed };
   }
   return tf.tidy(() => {
     const N = pk.ids.length;
     const collected: tf.Tensor[] | undefined = opts.routerLoss ? [] : undefined;
-    const hidden = model.hiddenStates(tf.tensor2d(pk.ids, [1, N], "int32"), { positionIds: pk.positions, segments: pk.lengths, routerLogits: collected });
+    const chosen: tf.Tensor[] | undefined = opts.recordExperts ? [] : undefined;
+    let replay: Int32Array | undefined;
+    if (opts.replayExperts) { // the packed tokens' rows of routed_experts, in packed order
+      const src = int32Values(opts.replayExperts);
+      replay = new Int32Array(N * SK);
+      pk.packedIndex.forEach((at, i) => { if (at >= 0) replay!.set(src.subarray(i * SK, (i + 1) * SK), at * SK); });
+    }
+    const hidden = model.hiddenStates(tf.tensor2d(pk.ids, [1, N], "int32"), { positionIds: pk.positions, segments: pk.lengths, routerLogits: collected, replayExperts: replay, routedExperts: chosen });
     const router = collected ? routerTerms(model, collected) : undefined;
+    let routedExperts: tf.Tensor4D | undefined;
+    if (chosen) { // back to [B, L, S, K]: padding reads an appended row of zeros
+      const [S, K] = routedExpertsShape(model);
+      const packed = tf.concat([tf.stack(chosen, 1).reshape([N, S * K]).toInt(), tf.zeros([1, S * K], "int32")]);
+      tf.dispose(chosen);
+      routedExperts = tf.gather(packed, tf.tensor1d(Int32Array.from(pk.packedIndex, (at) => (at < 0 ? N : at)), "int32")).reshape([B, L, S, K]) as tf.Tensor4D;
+    }
     let logits = model.lmHead(tf.gather(hidden.reshape([N, -1]), tf.tensor1d(pk.source, "int32")));
     if (temperature !== 1) logits = logits.div(temperature);
     const logSm = tf.logSoftmax(logits);
     const slots = tf.tensor1d(pk.slot, "int32");
     const unpack = (t: tf.Tensor) => tf.gather(tf.concat([t, tf.zeros([1])]), slots).reshape([B, R]) as tf.Tensor2D;
-    return { logProbs: unpack(pick(logSm, tf.tensor1d(pk.labels, "int32"))), ...extras(logSm, opts, unpack), ...(router ? { router } : {}) };
+    return { logProbs: unpack(pick(logSm, tf.tensor1d(pk.labels, "int32"))), ...extras(logSm, opts, unpack), ...(router ? { router } : {}), ...(routedExperts ? { routedExperts } : {}) };
   });
 }
 

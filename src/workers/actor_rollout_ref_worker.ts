@@ -6,6 +6,7 @@ import { readMixedPrecision, withMatmulPrecision, type MixedPrecision } from "..
 import * as tf from "@tensorflow/tfjs";
 import type { Config } from "../config/index.js";
 import { LlamaModel, type Tokenizer } from "../models/index.js";
+import { familyOfConfig } from "../models/config.js";
 import { DataProto } from "../protocol/index.js";
 import { createRolloutEngine, type RolloutEngine, type SamplingParams } from "../rollout/index.js";
 import { AgentLoopManager, needsAgentLoop, resolveAgentLoopSettings } from "../agent_loop/index.js";
@@ -49,6 +50,34 @@ interface ActorState {
   backend: string;
   /** perf/mfu/actor (an actor role only). */
   flops?: FlopsCounter;
+  /** MoE routing replay: actor.router_replay.mode, and whether the rollout records routed_experts. */
+  routerReplay: RouterReplayMode;
+  rolloutRouting: boolean;
+}
+
+/** verl's actor.router_replay.mode: R2 records in the old-log-prob pass, R3 replays the rollout's routing there too; both replay in the update. */
+export const ROUTER_REPLAY_MODES = ["disabled", "R2", "R3"] as const;
+export type RouterReplayMode = (typeof ROUTER_REPLAY_MODES)[number];
+
+const MODE_KEY = "actor_rollout_ref.actor.router_replay.mode", ROLLOUT_KEY = "actor_rollout_ref.rollout.enable_rollout_routing_replay";
+
+/**
+ * The routing-replay settings, checked against the model and the rollout engine (verl reads the
+ * actor's router_replay only; the reference policy routes on its own).
+ */
+export function routerReplaySettings(cfg: ConfigView, model: LlamaModel, engine: RolloutEngine | undefined, bypass: boolean): { mode: RouterReplayMode; rollout: boolean } {
+  const raw = cfg.str(MODE_KEY, "disabled");
+  if (!(ROUTER_REPLAY_MODES as readonly string[]).includes(raw)) throw new Error(`${MODE_KEY}=${raw}: must be one of ${ROUTER_REPLAY_MODES.join(", ")}`);
+  const mode = raw as RouterReplayMode, rollout = cfg.bool(ROLLOUT_KEY, false);
+  if (mode === "disabled" && !rollout) return { mode, rollout };
+  const what = mode !== "disabled" ? `${MODE_KEY}=${mode}` : `${ROLLOUT_KEY}=True`;
+  if (!model.config.moe) throw new Error(`${what}: the model has no routed experts (model_type ${familyOfConfig(model.config)}); router replay needs a MoE model such as qwen3_moe`);
+  if (mode === "R3" && !rollout) throw new Error(`${MODE_KEY}=R3 replays the rollout's routing: set ${ROLLOUT_KEY}=True so the rollout records it`);
+  if (mode === "R2" && bypass) throw new Error(`${MODE_KEY}=R2 records the routing in the old-log-prob pass, which algorithm.rollout_correction.bypass_mode skips: use R3 (with ${ROLLOUT_KEY}=True) or turn bypass_mode off`);
+  if (rollout && engine && !engine.recordsRouting) {
+    throw new Error(`${ROLLOUT_KEY}=True: rollout engine '${engine.name}' (actor_rollout_ref.rollout.name=${cfg.str("actor_rollout_ref.rollout.name", "tfjs")}) cannot record the experts each token is routed to; the host decoder (rollout.name=tfjs, or vllm/sglang) can`);
+  }
+  return { mode, rollout };
 }
 
 /** A frozen copy of a model's weights (the reference policy). */
@@ -98,7 +127,7 @@ export class ActorRolloutRefWorker extends Worker {
     if (this.hasActor) checkRolloutFitsModel(rolloutCfg, model.config);
     const state: ActorState = {
       cfg, tokenizer, backend: common.backend,
-      rolloutRng: new Rng(seed + 7919 * (this.rank + 1)), seed,
+      rolloutRng: new Rng(seed + 7919 * (this.rank + 1)), seed, routerReplay: "disabled", rolloutRouting: false,
       logProbSpec: inferenceSpec(rolloutCfg, "log_prob_", "log_prob_use_dynamic_bsz", "log_prob_max_token_len_per_gpu", world),
     };
     const rollCorr = cfg.section("algorithm.rollout_correction");
@@ -106,6 +135,13 @@ export class ActorRolloutRefWorker extends Worker {
       config: actorCfg, miniBatchPerRank: plan.actorMiniBatchPerRank, microBatchPerRank: plan.actorMicroBatchPerRank, removePadding: memory.removePadding,
       ...(isBypassMode(rollCorr) ? { bypassRolloutCorrection: rollCorr } : {}),
     };
+    const engine = this.hasActor ? createRolloutEngine(rolloutCfg.str("name", "tfjs"), { rollout: rolloutCfg, rank: this.rank }) : undefined;
+    if (engine) onThreadClose(() => engine.dispose());
+    if (this.hasActor) {
+      const rr = routerReplaySettings(cfg, model, engine, isBypassMode(rollCorr));
+      state.routerReplay = rr.mode;
+      state.rolloutRouting = rr.rollout;
+    }
     if (this.hasRef) {
       // under LoRA the reference policy is the base model with the adapter off (verl's disable_adapter): no copy
       const refModel = !this.hasActor ? model : model.lora ? model.withoutAdapter() : frozenCopy(model);
@@ -119,10 +155,9 @@ export class ActorRolloutRefWorker extends Worker {
       );
       state.model = model;
       state.optimizer = optimizer;
-      state.actor = new DataParallelPPOActor(model, optimizer, { ...actorOpts, seed: seed + this.rank });
+      state.actor = new DataParallelPPOActor(model, optimizer, { ...actorOpts, seed: seed + this.rank, replayRouting: state.routerReplay !== "disabled" });
       state.flops = new FlopsCounter(model.config, trainingDeviceName(common.backend), this.rank === 0 ? (line) => logger().warn(line) : undefined);
-      const engine = (state.rolloutEngine = createRolloutEngine(rolloutCfg.str("name", "tfjs"), { rollout: rolloutCfg, rank: this.rank }));
-      onThreadClose(() => engine.dispose());
+      state.rolloutEngine = engine;
     }
     this.s = state;
     return { backend: common.backend, numParams: model.trainableVariables().reduce((a, v) => a + v.size, 0) };
@@ -174,7 +209,10 @@ export class ActorRolloutRefWorker extends Worker {
       if (typeof seed !== "number") throw new Error(`generateSequences: rollout_seed at row ${i} must be a number`);
       return seed;
     });
-    const out = await engine.generate({ model, tokenizer: this.state.tokenizer, prompts: gen, params, rng, rowSeeds });
+    // validation rollouts train nothing: their routing is not recorded
+    const recordRouting = this.state.rolloutRouting && prompts.metaInfo.validate !== true;
+    const out = await engine.generate({ model, tokenizer: this.state.tokenizer, prompts: gen, params, rng, rowSeeds, ...(recordRouting ? { recordRouting } : {}) });
+    if (recordRouting && !out.batch.routed_experts) throw new Error(`${ROLLOUT_KEY}=True: rollout engine '${engine.name}' returned no routed_experts`);
     return new DataProto(out.batch, {}, {});
   }
 
@@ -196,6 +234,8 @@ export class ActorRolloutRefWorker extends Worker {
    */
   private async generateWithAgentLoops(model: LlamaModel, engine: RolloutEngine, prompts: DataProto, rng: Rng): Promise<DataProto> {
     const s = this.state;
+    // the training server records the routing (rollout routing replay); validation trains nothing
+    const training = rng === s.rolloutRng;
     const build = () => {
       const name = s.cfg.str("actor_rollout_ref.rollout.name", "tfjs");
       if (!engine.requestServer) {
@@ -206,12 +246,14 @@ export class ActorRolloutRefWorker extends Worker {
         model, tokenizer: s.tokenizer, rng,
         maxNumSeqs: Math.min(a.maxNumSeqs, a.agent.maxConcurrentLoops),
         maxModelLen: a.promptLength + a.responseLength,
+        ...(training && s.rolloutRouting ? { recordRouting: true } : {}),
       });
       return new AgentLoopManager({ config: this.config, tokenizer: s.tokenizer, server });
     };
     // The training manager lives on (its server forks the saved stream); validation gets a fresh one.
-    const manager = rng === s.rolloutRng ? (s.agentLoops ??= build()) : build();
+    const manager = training ? (s.agentLoops ??= build()) : build();
     const out = await manager.generateSequences(prompts);
+    if (training && s.rolloutRouting && !out.batch.routed_experts) throw new Error(`${ROLLOUT_KEY}=True: the agent loops returned no routed_experts (every row's loop must pass its server output's routedExperts on)`);
     // Per-rank timing cannot merge across ranks; the metrics can (lists, reduced by the driver).
     const nonTensor = Object.fromEntries(Object.entries(out.nonTensorBatch).filter(([k]) => k !== "raw_prompt"));
     const metrics = out.metaInfo.metrics as Record<string, number> | undefined;
@@ -231,9 +273,16 @@ export class ActorRolloutRefWorker extends Worker {
     const calc = data.metaInfo.calculate_entropy !== false;
     const spp = this.state.cfg.bool("actor_rollout_ref.actor.calculate_sum_pi_squared", false);
     const t0 = performance.now();
-    const r = await withMatmulPrecision(this.precision("actor"), () => actor.computeLogProb(data, this.state.logProbSpec, temperature, calc, spp));
+    // routing replay: R2 records the experts this pass chooses, R3 replays the rollout's
+    const mode = this.state.routerReplay;
+    if (mode === "R3") this.requireRouted(data, "the old-log-prob pass");
+    const routing = { record: mode === "R2", replay: mode === "R3" };
+    const r = await withMatmulPrecision(this.precision("actor"), () => actor.computeLogProb(data, this.state.logProbSpec, temperature, calc, spp, routing));
     const seconds = (performance.now() - t0) / 1000;
-    const out = { old_log_probs: r.logProbs, ...(r.entropy ? { entropys: r.entropy } : {}), ...(r.sumPiSquared ? { sum_pi_squared: r.sumPiSquared } : {}) };
+    const out = {
+      old_log_probs: r.logProbs, ...(r.entropy ? { entropys: r.entropy } : {}), ...(r.sumPiSquared ? { sum_pi_squared: r.sumPiSquared } : {}),
+      ...(r.routedExperts ? { routed_experts: r.routedExperts } : {}),
+    };
     // verl's engine workers: a forward-only pass is a third of the training FLOPs (perf/mfu/actor_infer)
     const seqlens = globalTokenNum(data);
     const metrics = seqlens ? { "perf/mfu/actor_infer": [this.state.flops!.mfu(seqlens, seconds, { worldSize: this.worldSize, forwardOnly: true })] } : undefined;
@@ -251,6 +300,7 @@ export class ActorRolloutRefWorker extends Worker {
   @register({ dispatchMode: Dispatch.DP_COMPUTE_PROTO })
   async updateActor(data: DataProto): Promise<DataProto> {
     const { actor, optimizer } = this.requireActor("updateActor");
+    if (this.state.routerReplay !== "disabled") this.requireRouted(data, "the update");
     const lr = optimizer.lr;
     const t0 = performance.now();
     const metrics = await withMatmulPrecision(this.precision("actor"), () => actor.updatePolicy(data));
@@ -263,6 +313,14 @@ export class ActorRolloutRefWorker extends Worker {
     metrics["actor/lr"] = [lr];
     optimizer.scheduler.step();
     return new DataProto({}, {}, { metrics });
+  }
+
+  /** Routing replay needs the batch's routed_experts: say which key records them when they are missing. */
+  private requireRouted(data: DataProto, pass: string): void {
+    if (data.batch.routed_experts) return;
+    const mode = this.state.routerReplay;
+    const from = mode === "R3" ? `the rollout records them with ${ROLLOUT_KEY}=True` : "the old-log-prob pass records them (R2)";
+    throw new Error(`${MODE_KEY}=${mode}: ${pass} replays the batch's routed_experts, and the batch has none (${from})`);
   }
 
   private temperatureOf(data: DataProto): number {

@@ -55,31 +55,32 @@ function packedResponseValues(model: ValueModel, micro: DataProto, R: number): t
 }
 
 /**
- * Runs `fn` over micro-batches without gradients and stitches each output ([b, R]
- * float tensors) back into row order: the inference half of the workers
- * (old / ref log-probs, values, reward-model scores).
+ * Runs `fn` over micro-batches without gradients and stitches each output (float or int32
+ * tensors, one row per sequence: [b, R], or [b, L, S, K] for routed experts) back into row
+ * order: the inference half of the workers (old / ref log-probs, values, reward-model scores).
  */
 export async function inferInMicroBatches(
   data: DataProto, spec: MicroBatchSpec, fn: (micro: DataProto) => tf.Tensor[],
 ): Promise<TensorData[]> {
   const { batches, indices } = microBatches(data, spec);
-  let outs: Float32Array[] | undefined;
-  let widths: number[] = [];
+  let outs: (Float32Array | Int32Array)[] | undefined;
+  let shapes: number[][] = [], widths: number[] = [];
   for (const [k, micro] of batches.entries()) {
     heartbeat();
     const results = tf.tidy(() => fn(micro));
     // async reads: the only kind a GPU backend offers under Node (and as cheap on wasm)
-    const host = (await Promise.all(results.map((t) => t.data()))) as Float32Array[];
+    const host = (await Promise.all(results.map((t) => t.data()))) as (Float32Array | Int32Array)[];
     if (!outs) {
-      widths = results.map((t) => t.shape[1] ?? 1);
-      outs = widths.map((w) => new Float32Array(data.length * w));
+      shapes = results.map((t) => (t.rank === 1 ? [] : t.shape.slice(1)));
+      widths = shapes.map((s) => s.reduce((a, b) => a * b, 1));
+      outs = results.map((t, j) => (t.dtype === "int32" ? new Int32Array(data.length * widths[j]!) : new Float32Array(data.length * widths[j]!)));
     }
     tf.dispose(results);
     indices[k]!.forEach((row, i) => {
       host.forEach((h, j) => outs![j]!.set(h.subarray(i * widths[j]!, (i + 1) * widths[j]!), row * widths[j]!));
     });
   }
-  return (outs ?? []).map((o, j) => tensor(o, [data.length, widths[j]!], "float32"));
+  return (outs ?? []).map((o, j) => tensor(o, [data.length, ...(shapes[j]!.length ? shapes[j]! : [1])], o instanceof Int32Array ? "int32" : "float32"));
 }
 
 /** Read scalar tensors in one async transfer (the tensors stay alive; the caller disposes them). */

@@ -6,7 +6,7 @@
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -170,7 +170,20 @@ interface Case24 {
   files?: string[];
 }
 
-interface Data24 { gsm8kTrain: string; gsm8kTest: string; mtModel: string; mtTrain: string; mtTest: string }
+interface Data24 { gsm8kTrain: string; gsm8kTest: string; mtModel: string; mtTrain: string; mtTest: string; moeModel: string }
+
+/** verl's router-replay examples on the Qwen3-MoE fixture (256 positions: GSM8K prompts over 240 tokens are filtered out). */
+function routerReplayCase(script: string): Case24 {
+  return {
+    script, command: "train",
+    substitute: (d) => ({
+      "data.train_files": d.gsm8kTrain, "data.val_files": d.gsm8kTest, "actor_rollout_ref.model.path": d.moeModel, ...SIZES,
+      "data.max_prompt_length": "240", "trainer.nnodes": "1", "trainer.total_training_steps": "2",
+    }),
+    added: ["data.train_max_samples=16", "data.val_max_samples=16"],
+    metrics: ["actor/pg_loss", "actor/grad_norm", "actor/router_aux_loss", "actor/entropy"],
+  };
+}
 
 const SFT_SIZES = { "data.train_batch_size": "4", "data.micro_batch_size_per_gpu": "4", "data.micro_batch_size": "4" };
 const LEGACY_SFT_METRICS = ["train/loss", "train/lr(1e-3)", "train/time(s)"];
@@ -209,16 +222,23 @@ const CASES_24: Case24[] = [
     added: ["data.max_length=256"],
     metrics: ["train/loss", "train/grad_norm", "train/lr", "train/mfu", "train/global_tokens", "train/total_tokens(B)"], absent: ["train/lr(1e-3)"],
   },
+  // MoE routing replay: R2 (rollout.name=vllm) and R3 with the rollout's record (rollout.name=sglang)
+  routerReplayCase("examples/router_replay/run_qwen30_a3b_megatron_vllm.sh"),
+  routerReplayCase("examples/router_replay/run_qwen30_a3b_megatron_sglang.sh"),
 ];
 
-describe("issue 24: verl's rollout-correction, OTB and SFT example scripts run 2 steps unchanged but for paths and sizes", { skip, concurrency: 2 }, () => {
+describe("issue 24: verl's rollout-correction, OTB, SFT and router-replay example scripts run 2 steps unchanged but for paths and sizes", { skip, concurrency: 2 }, () => {
   let dir = "";
   let data: Data24;
   before(async () => {
     dir = mkdtempSync(join(tmpdir(), "verl-examples-24-"));
     await preprocessGsm8k(GSM8K_RAW!, join(dir, "gsm8k"));
     const mt = await makeMultiTurnSftData(dir);
-    data = { gsm8kTrain: join(dir, "gsm8k", "train.parquet"), gsm8kTest: join(dir, "gsm8k", "test.parquet"), mtModel: mt.model, mtTrain: mt.train, mtTest: mt.test };
+    // the committed Qwen3-MoE fixture, with a plain chat template (it has none)
+    const moeModel = join(dir, "qwen3_moe");
+    cpSync(join(packageRoot, "test/models/fixtures/families/qwen3_moe"), moeModel, { recursive: true });
+    writeFileSync(join(moeModel, "chat_template.jinja"), "{% for m in messages %}{{ m['content'] }}{% endfor %}");
+    data = { gsm8kTrain: join(dir, "gsm8k", "train.parquet"), gsm8kTest: join(dir, "gsm8k", "test.parquet"), mtModel: mt.model, mtTrain: mt.train, mtTest: mt.test, moeModel };
   });
   after(() => rmSync(dir, { recursive: true, force: true }));
 
@@ -258,7 +278,7 @@ describe("issue 24: verl's rollout-correction, OTB and SFT example scripts run 2
 // the tok512 tokenizer with a ChatML-with-tools template): the templated prompts (~1000 tokens) do not
 // fit stories260K's 512 positions. The scripts' --config-path is their config folder, written below with
 // the keys verl's files set; only its location is substituted.
-import { writeFileSync, mkdirSync } from "node:fs";
+import { mkdirSync } from "node:fs";
 import { initBackend } from "../../src/engine/backend.js";
 import { initModel, makeConfig } from "../../src/models/index.js";
 import { saveHfModel } from "../../src/models/hf.js";

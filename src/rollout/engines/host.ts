@@ -13,7 +13,7 @@ import { generateSeeded, registerRolloutEngine, type RequestServerContext, type 
 /** A continuous-batching server over `decoder`'s cache slots (the host KvCacheDecoder when absent). */
 export function slotServer(ctx: RequestServerContext, decoder?: SlotDecoderFactory): AsyncRolloutServer {
   return new ContinuousBatchingServer(ctx.model, {
-    maxNumSeqs: ctx.maxNumSeqs, maxModelLen: ctx.maxModelLen, eosTokenIds: [...ctx.tokenizer.eosTokenIds], rng: ctx.rng, decoder,
+    maxNumSeqs: ctx.maxNumSeqs, maxModelLen: ctx.maxModelLen, eosTokenIds: [...ctx.tokenizer.eosTokenIds], rng: ctx.rng, decoder, recordRouting: ctx.recordRouting,
   });
 }
 
@@ -21,11 +21,12 @@ export const HOST_ENGINE_NAMES = ["tfjs", "hf", "naive"] as const;
 
 export class HostRolloutEngine implements RolloutEngine {
   readonly name = "tfjs";
+  readonly recordsRouting = true;
 
   async generate(req: RolloutRequest): Promise<DataProto> {
     // the decoder copies the weights: read them asynchronously first (WebGPU has no sync read)
     await readParamsForDecode(req.model);
-    return generateSeeded(req, (prompts, rng) => generate(req.model, prompts, req.params, rng));
+    return generateSeeded(req, (prompts, rng) => generate(req.model, prompts, req.params, rng, { recordRouting: req.recordRouting }));
   }
 
   /** The host KV-cache decoder's slots, one per live request; a finished turn's cache is parked for the next. */

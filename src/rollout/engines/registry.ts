@@ -23,6 +23,11 @@ export interface RolloutRequest {
   rng: Rng;
   /** One seed per prompt row (rollout.seed_per_sample): its samples then do not depend on the batch split. */
   rowSeeds?: number[];
+  /**
+   * MoE (rollout.enable_rollout_routing_replay): also return routed_experts [B, P+R, sparseLayers, topK],
+   * the experts each token was routed to while generating. Only engines with `recordsRouting` can.
+   */
+  recordRouting?: boolean;
 }
 
 /** What a per-request server (agent loops: multi-turn, tools) is built over. */
@@ -36,10 +41,14 @@ export interface RequestServerContext {
   maxModelLen: number;
   /** The rank's sampling stream; requests without a seed draw from forks of it. */
   rng: Rng;
+  /** MoE (rollout.enable_rollout_routing_replay): every output carries routedExperts; engines that cannot record throw. */
+  recordRouting?: boolean;
 }
 
 export interface RolloutEngine {
   readonly name: string;
+  /** Whether generate can record the experts each token was routed to (RolloutRequest.recordRouting). */
+  readonly recordsRouting?: boolean;
   generate(req: RolloutRequest): Promise<DataProto>;
   /**
    * Token ids in, token ids out, one request at a time as the agent loops send them:

@@ -60,18 +60,21 @@ export class WebGpuRolloutEngine implements RolloutEngine {
 /** verl's inference-engine names: the GPU engine on a WebGPU rank, the host decoder elsewhere. */
 export class BestAvailableRolloutEngine implements RolloutEngine {
   readonly name = "auto";
+  /** a MoE model (the only kind with routing to record) always decodes on the host decoder here */
+  readonly recordsRouting = true;
   private gpu: WebGpuRolloutEngine | undefined;
   private host: HostRolloutEngine | undefined;
   constructor(private readonly ctx?: RolloutEngineContext) {}
 
   generate(req: RolloutRequest): Promise<DataProto> {
+    if (req.recordRouting) return (this.host ??= new HostRolloutEngine()).generate(req);
     // a family the WebGPU decoder does not serve yet (llamaGraphGap) decodes on the host decoder
     if (tf.getBackend() === "webgpu" && llamaGraphGap(req.model.config, { qkNorm: true }) === null) return (this.gpu ??= new WebGpuRolloutEngine(this.ctx)).generate(req);
     return (this.host ??= new HostRolloutEngine()).generate(req);
   }
 
   requestServer(ctx: RequestServerContext): AsyncRolloutServer {
-    if (tf.getBackend() === "webgpu") return (this.gpu ??= new WebGpuRolloutEngine(this.ctx)).requestServer(ctx);
+    if (tf.getBackend() === "webgpu" && !ctx.recordRouting) return (this.gpu ??= new WebGpuRolloutEngine(this.ctx)).requestServer(ctx);
     return (this.host ??= new HostRolloutEngine()).requestServer(ctx);
   }
 

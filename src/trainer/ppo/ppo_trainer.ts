@@ -183,7 +183,9 @@ export class PPOTrainer {
           const ent = out.batch.entropys;
           if (ent) metrics["actor/entropy"] = this.aggregate(ent, requireTensor(batch, "response_mask"));
           Object.assign(workerMetrics, flattenMetricLists(out.metaInfo.metrics));
-          batch = batch.union(out.select(["old_log_probs", ...(out.batch.sum_pi_squared ? ["sum_pi_squared"] : [])], [], []));
+          // routing replay R2: the routing this pass recorded replaces any the rollout recorded (as verl keeps the old-log-prob pass's)
+          if (out.batch.routed_experts) delete batch.batch.routed_experts;
+          batch = batch.union(out.select(["old_log_probs", ...(out.batch.sum_pi_squared ? ["sum_pi_squared"] : []), ...(out.batch.routed_experts ? ["routed_experts"] : [])], [], []));
         });
       }
       if (plan.needReference) {

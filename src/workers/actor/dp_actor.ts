@@ -39,7 +39,12 @@ export interface DpActorOptions {
    * and the update uses the bypass_mode policy loss with this section (verl's apply_bypass_mode).
    */
   bypassRolloutCorrection?: Record<string, unknown>;
+  /** MoE routing replay (actor.router_replay.mode R2/R3): the update's forward uses the batch's routed_experts. */
+  replayRouting?: boolean;
 }
+
+/** Routing replay in a log-prob pass: record the experts chosen (R2), or replay the batch's (R3). */
+export interface RoutingPass { record?: boolean; replay?: boolean }
 
 /** Per-mini-batch and per-micro-batch metric lists (reduced by the driver). */
 export type MetricLists = Record<string, number[]>;
@@ -96,17 +101,22 @@ export class DataParallelPPOActor {
 
   /** Old (or reference) log-probs [B, R], and the entropy and Σπ² when asked; no gradients. */
   async computeLogProb(
-    data: DataProto, spec: MicroBatchSpec, temperature: number, calculateEntropy: boolean, calculateSumPiSquared = false,
-  ): Promise<{ logProbs: TensorData; entropy?: TensorData; sumPiSquared?: TensorData }> {
+    data: DataProto, spec: MicroBatchSpec, temperature: number, calculateEntropy: boolean, calculateSumPiSquared = false, routing: RoutingPass = {},
+  ): Promise<{ logProbs: TensorData; entropy?: TensorData; sumPiSquared?: TensorData; routedExperts?: TensorData }> {
+    if (routing.replay) column(data, "routed_experts");
     const outs = await inferInMicroBatches(data, spec, (micro) => {
-      const r = responseLogProbs(this.model, micro, { temperature, calculateEntropy, calculateSumPiSquared, removePadding: this.opts.removePadding });
-      return [r.logProbs, ...(r.entropy ? [r.entropy] : []), ...(r.sumPiSquared ? [r.sumPiSquared] : [])];
+      const r = responseLogProbs(this.model, micro, {
+        temperature, calculateEntropy, calculateSumPiSquared, removePadding: this.opts.removePadding,
+        recordExperts: routing.record, ...(routing.replay ? { replayExperts: column(micro, "routed_experts") } : {}),
+      });
+      return [r.logProbs, ...(r.entropy ? [r.entropy] : []), ...(r.sumPiSquared ? [r.sumPiSquared] : []), ...(r.routedExperts ? [r.routedExperts] : [])];
     });
     let at = 1;
     return {
       logProbs: outs[0]!,
       ...(calculateEntropy ? { entropy: outs[at++]! } : {}),
       ...(calculateSumPiSquared ? { sumPiSquared: outs[at++]! } : {}),
+      ...(routing.record ? { routedExperts: outs[at++]! } : {}),
     };
   }
 
@@ -137,7 +147,10 @@ export class DataParallelPPOActor {
     const keys = ["responses", "response_mask", "input_ids", "attention_mask", "position_ids", "old_log_probs", "advantages"];
     if (useKl) keys.push("ref_log_prob");
     if (data.batch.rollout_is_weights) keys.push("rollout_is_weights");
+    const replay = this.opts.replayRouting === true;
+    if (replay) keys.push("routed_experts");
     const batch = data.select(keys.filter((k) => k in data.batch));
+    if (replay) column(batch, "routed_experts");
     for (const k of ["responses", "response_mask", "input_ids", "attention_mask", "advantages", ...(useKl ? ["ref_log_prob"] : [])]) column(batch, k);
 
     const nMini = Math.ceil(batch.length / this.opts.miniBatchPerRank);
@@ -159,7 +172,10 @@ export class DataParallelPPOActor {
           let parts: tf.Scalar[] = [];
           let current = null as tf.Tensor | null;
           const { value, grads } = tf.variableGrads(() => {
-            const { logProbs: logProb, entropy, router } = responseLogProbs(this.model, micro, { temperature, calculateEntropy: withEntropy, removePadding: this.opts.removePadding, routerLoss: moe !== undefined });
+            const { logProbs: logProb, entropy, router } = responseLogProbs(this.model, micro, {
+              temperature, calculateEntropy: withEntropy, removePadding: this.opts.removePadding, routerLoss: moe !== undefined,
+              ...(replay ? { replayExperts: column(micro, "routed_experts") } : {}),
+            });
             const responseMask = toTf(column(micro, "response_mask"), "float32");
             const old = onPolicy ? stopGradient(logProb) : toTf(column(micro, "old_log_probs"), "float32");
             const out = lossFn({
