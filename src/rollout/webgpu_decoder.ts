@@ -15,7 +15,8 @@ import { ropeInvFreq } from "../models/llama.js";
 import type { RopeScaling } from "../models/rope.js";
 import { mergedTensor } from "../models/merge.js";
 import { llamaGraphGap } from "../models/families.js";
-import { paramIds, sameIds } from "./decode_weights.js";
+import { paramIds, readParamsForDecode, sameIds, snapshotParam } from "./decode_weights.js";
+import { quantizationKey, rolloutQuantization, rolloutWeight } from "./fp8.js";
 import type { DataProto } from "../protocol/data_proto.js";
 import type { Rng } from "../utils/rng.js";
 import { assembleRollout, promptRows } from "./generate.js";
@@ -76,7 +77,7 @@ export interface WebGpuDecodeStats {
 /** A product's weight: float32 for tfjs matMul, or a packed f16 copy for the tensor cores. */
 type Weight = tf.Tensor2D | PackedMatrix;
 interface LayerWeights { wqkv: Weight; bqkv: tf.Tensor1D; wo: Weight; wgu: Weight; wd: Weight }
-interface GpuWeights { ids: object[]; transposed: boolean; precision: MatmulPrecision; tile: DirectTile; layers: LayerWeights[]; lmHead: Weight }
+interface GpuWeights { ids: object[]; quant: string; transposed: boolean; precision: MatmulPrecision; tile: DirectTile; layers: LayerWeights[]; lmHead: Weight }
 
 const weightCache = new WeakMap<LlamaModel, GpuWeights>();
 
@@ -109,15 +110,22 @@ function packWeights(layers: LayerWeights[], lmHead: tf.Tensor2D, transposed: bo
 
 /** The model's weights in the decoder's layout, rebuilt on the device when a parameter changed. */
 function gpuWeights(model: LlamaModel, transposed: boolean, precision: MatmulPrecision = "f32", tile: DirectTile = DECODE_TILE): GpuWeights {
-  const ids = paramIds(model), hit = weightCache.get(model);
-  if (hit && hit.transposed === transposed && hit.precision === precision && hit.tile === tile && sameIds(hit.ids, ids)) return hit;
+  const ids = paramIds(model), hit = weightCache.get(model), quant = quantizationKey(model), spec = rolloutQuantization(model);
+  if (hit && hit.transposed === transposed && hit.precision === precision && hit.tile === tile && hit.quant === quant && sameIds(hit.ids, ids)) return hit;
   if (hit) disposeWeights(hit, model);
   else model.onDispose(() => { const w = weightCache.get(model); if (w) disposeWeights(w, model); weightCache.delete(model); });
   const c = model.config, W = (c.nHeads + 2 * c.nKvHeads) * c.headDim;
   const lay = (w: tf.Tensor): tf.Tensor2D => (transposed ? w.transpose() : w.clone()) as tf.Tensor2D;
   // tidy keeps the tensors of the returned objects and frees the concatenations
   const layers: LayerWeights[] = tf.tidy(() => Array.from({ length: c.nLayers }, (_, i) => {
-    const p = (n: string) => mergedTensor(model, `model.layers.${i}.${n}`);
+    const p = (n: string): tf.Tensor => {
+      const name = `model.layers.${i}.${n}`;
+      if (!spec) return mergedTensor(model, name);
+      // fp8 rollout: quantized on the host from the snapshot the caller read (WGSL has no 8-bit float to do it in)
+      const host = snapshotParam(model, name), shape = model.p(name).shape;
+      if (!host) throw new Error(`fp8 rollout: ${name} was not read back before the WebGPU decoder laid out its weights (call readParamsForDecode first)`);
+      return tf.tensor(rolloutWeight(name, host, shape, spec), shape);
+    };
     const proj = ["q_proj", "k_proj", "v_proj"];
     return {
       wqkv: lay(tf.concat(proj.map((n) => p(`self_attn.${n}.weight`)), 0)),
@@ -130,8 +138,8 @@ function gpuWeights(model: LlamaModel, transposed: boolean, precision: MatmulPre
   const head = model.lmHeadWeight() as tf.Tensor2D;
   const lmHead = transposed ? tf.tidy(() => head.transpose() as tf.Tensor2D) : head;
   const w: GpuWeights = precision === "f32"
-    ? { ids, transposed, precision, tile, layers, lmHead }
-    : { ids, transposed, precision, tile, ...packWeights(layers, lmHead, transposed, precision, tile, !transposed) };
+    ? { ids, quant, transposed, precision, tile, layers, lmHead }
+    : { ids, quant, transposed, precision, tile, ...packWeights(layers, lmHead, transposed, precision, tile, !transposed) };
   weightCache.set(model, w);
   return w;
 }
@@ -194,6 +202,7 @@ export class WebGpuDecoder {
     if (precision !== "f32" && !tensorCoreSupport.available) {
       throw new Error(`rollout engine 'webgpu': ${precision} products need the tensor-core kernel, which this adapter cannot run (${tensorCoreSupport.reason})`);
     }
+    if (rolloutQuantization(model)) await readParamsForDecode(model); // fp8 rollout quantizes on the host
     const w = gpuWeights(model, this.opts.transposedWeights ?? true, precision, this.opts.tile);
     const half = (this.opts.kvCache ?? (precision === "f32" ? "f32" : "f16")) === "f16";
     const maxLen = P + R, layerBytesPerRow = 2 * c.nKvHeads * c.headDim * maxLen * (half ? 2 : 4);

@@ -8,6 +8,7 @@ import type { Config } from "../config/index.js";
 import { LlamaModel, type Tokenizer } from "../models/index.js";
 import { DataProto } from "../protocol/index.js";
 import { createRolloutEngine, type RolloutEngine, type SamplingParams } from "../rollout/index.js";
+import { readRolloutQuantization, setRolloutQuantization } from "../rollout/fp8.js";
 import { AgentLoopManager, needsAgentLoop, resolveAgentLoopSettings } from "../agent_loop/index.js";
 import { Dispatch, onThreadClose, register, Worker } from "../single_controller/index.js";
 import { Rng } from "../utils/rng.js";
@@ -122,6 +123,8 @@ export class ActorRolloutRefWorker extends Worker {
       state.actor = new DataParallelPPOActor(model, optimizer, { ...actorOpts, seed: seed + this.rank });
       state.flops = new FlopsCounter(model.config, trainingDeviceName(common.backend), this.rank === 0 ? (line) => logger().warn(line) : undefined);
       const engine = (state.rolloutEngine = createRolloutEngine(rolloutCfg.str("name", "tfjs"), { rollout: rolloutCfg, rank: this.rank }));
+      // rollout.quantization=fp8: the decoders quantize the actor's linear weights at each weight sync (rollout/fp8.ts)
+      setRolloutQuantization(model, readRolloutQuantization(rolloutCfg, this.rank === 0 ? (line) => logger().warn(line) : undefined));
       onThreadClose(() => engine.dispose());
     }
     this.s = state;

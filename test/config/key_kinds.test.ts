@@ -69,9 +69,9 @@ test("inert keys set away from default are listed in one warning; at their defau
 
 test("not-built features set away from default fail in one error naming each feature", () => {
   assert.throws(
-    () => check(["actor_rollout_ref.model.mtp.enable=true", "actor_rollout_ref.rollout.quantization=fp8"]),
+    () => check(["actor_rollout_ref.model.mtp.enable=true", "actor_rollout_ref.rollout.enable_rollout_routing_replay=true"]),
     (e: unknown) =>
-      e instanceof ConfigError && e.exitCode === 2 && /mtp\.enable=true: multi-token prediction \(MTP\) is not built/.test(e.message) && /quantized rollout/.test(e.message),
+      e instanceof ConfigError && e.exitCode === 2 && /mtp\.enable=true: multi-token prediction \(MTP\) is not built/.test(e.message) && /MoE routing replay is not built/.test(e.message),
   );
   // rollout skipping is built; verl's agent loop reads neither multi-turn key, so both are inert here
   const r = check([
