@@ -52,6 +52,31 @@ export const roundF16 = (x: number): number => roundToGrid(x, F16);
 /** x as bfloat16 (round to nearest even). */
 export const roundBf16 = (x: number): number => roundToGrid(x, BF16);
 
+// Fast paths on float32 bits for the per-weight loops (a 0.5B model has ~360M quantized values a
+// sync); the test holds them to roundToGrid on every e4m3 neighbourhood and random values.
+const word = new Float32Array(1), bits = new Uint32Array(word.buffer);
+
+/** e4m3 of a float32 value already clamped to ±448: normals round the mantissa to 3 bits (ties to even) on the bits, subnormals to multiples of 2^-9. */
+export function roundE4m3Clamped(y: number): number {
+  const a = Math.abs(y);
+  if (a < 2 ** -6) {
+    const r = rint(a * 512) / 512; // exact: scaling by powers of two
+    return y < 0 ? -r : r;
+  }
+  word[0] = y;
+  const b = bits[0]!;
+  bits[0] = (b + 0x7ffff + ((b >>> 20) & 1)) & 0xfff00000; // round to nearest even at mantissa bit 20
+  return word[0];
+}
+
+/** bfloat16 of a finite float32 value, on its bits (ties to even). */
+function roundBf16Bits(x: number): number {
+  word[0] = x;
+  const b = bits[0]!;
+  bits[0] = (b + 0x7fff + ((b >>> 16) & 1)) & 0xffff0000;
+  return word[0];
+}
+
 /** verl's fp8 rollout settings: the weight block [rows, columns] and the dtype weights are cast to before quantizing (vLLM's model dtype, rollout.dtype). */
 export interface Fp8Spec { blockSize: [number, number]; castTo: "f32" | "bf16" | "f16" }
 
@@ -70,7 +95,7 @@ const AMAX_EPS = 1e-10;
 export function quantizeBlockwise(w: Float32Array, rows: number, cols: number, spec: Fp8Spec): { values: Float32Array; scales: Float32Array } {
   if (w.length !== rows * cols) throw new Error(`fp8 quantization: ${w.length} values for a [${rows}, ${cols}] matrix`);
   const [bm, bn] = spec.blockSize, br = Math.ceil(rows / bm), bc = Math.ceil(cols / bn);
-  const cast = spec.castTo === "bf16" ? roundBf16 : spec.castTo === "f16" ? roundF16 : (x: number) => x;
+  const cast = spec.castTo === "bf16" ? roundBf16Bits : spec.castTo === "f16" ? roundF16 : (x: number) => x;
   const src = spec.castTo === "f32" ? w : w.map(cast);
   const values = new Float32Array(rows * cols), scales = new Float32Array(br * bc);
   const f = Math.fround;
@@ -84,7 +109,7 @@ export function quantizeBlockwise(w: Float32Array, rows: number, cols: number, s
       scales[i * bc + j] = scale;
       for (let r = r0; r < r1; r++) {
         for (let c = c0; c < c1; c++) {
-          const q = roundE4m3(Math.max(-E4M3_MAX, Math.min(E4M3_MAX, f(src[r * cols + c]! * inv))));
+          const q = roundE4m3Clamped(Math.max(-E4M3_MAX, Math.min(E4M3_MAX, f(src[r * cols + c]! * inv))));
           values[r * cols + c] = f(q * scale);
         }
       }

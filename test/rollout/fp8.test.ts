@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { E4M3_MAX, FP8_BLOCK, isFp8Weight, parseRolloutQuantization, quantizeBlockwise, roundBf16, roundE4m3, roundF16, setRolloutQuantization } from "../../src/rollout/fp8.js";
+import { E4M3_MAX, FP8_BLOCK, isFp8Weight, parseRolloutQuantization, quantizeBlockwise, roundBf16, roundE4m3, roundE4m3Clamped, roundF16, setRolloutQuantization } from "../../src/rollout/fp8.js";
 import { loadLlama2c } from "../../src/models/llama2c.js";
 import { computeLogProb, defaultSamplingParams, generate, leftPadPrompts } from "../../src/rollout/index.js";
 import { readParamsForDecode } from "../../src/rollout/decode_weights.js";
@@ -63,6 +63,18 @@ test("e4m3 rounding: hand-computed values, ties to even, subnormals, saturation 
     assert.equal(roundE4m3(mid - (b - a) / 64), a);
     assert.equal(roundE4m3(mid + (b - a) / 64), b);
   }
+  // the bit-level fast path the block loop uses agrees with the reference on float32 inputs within ±448
+  const probe: number[] = [];
+  for (let i = 0; i + 1 < grid.length; i++) {
+    const a = grid[i]!, b = grid[i + 1]!, mid = (a + b) / 2;
+    probe.push(a, mid, Math.fround(mid - (b - a) / 1024), Math.fround(mid + (b - a) / 1024));
+  }
+  const rng = new Rng(9);
+  for (let i = 0; i < 20000; i++) probe.push(Math.fround((rng.random() * 2 - 1) * 2 ** (rng.random() * 22 - 12)));
+  for (const x of probe) {
+    const y = Math.max(-448, Math.min(448, Math.fround(x)));
+    assert.equal(roundE4m3Clamped(y), roundE4m3(y), `fast e4m3(${y})`);
+  }
   // the 16-bit casts applied before quantizing (vLLM's model dtype)
   assert.equal(roundBf16(1 + 2 ** -8), 1); // tie, to even
   assert.equal(roundBf16(1 + 3 * 2 ** -8), 1 + 2 ** -6);
@@ -104,6 +116,11 @@ test("block scales as verl's fp8 kernel computes them: amax / 448 per 128 x 128 
   // bf16 first (verl casts to vLLM's dtype), then the block: 1 + 2^-8 is 1 in bf16
   const b = quantizeBlockwise(Float32Array.from([1 + 2 ** -8, 448]), 1, 2, { blockSize: [128, 128], castTo: "bf16" });
   assert.deepEqual([...b.values], [1, 448]);
+  // the block loop's bf16 cast (on the bits) is the reference rounding
+  const rng = new Rng(4), x = Float32Array.from({ length: 4096 }, () => (rng.random() * 2 - 1) * 2 ** (rng.random() * 20 - 10));
+  const viaBits = quantizeBlockwise(x, 64, 64, { blockSize: [128, 128], castTo: "bf16" }).values;
+  const viaRef = quantizeBlockwise(x.map(roundBf16), 64, 64, { blockSize: [128, 128], castTo: "f32" }).values;
+  assert.deepEqual([...viaBits], [...viaRef]);
 });
 
 test("the layers vLLM quantizes: linear weights only", () => {
