@@ -1,9 +1,10 @@
 // FP8 rollout (actor_rollout_ref.rollout.quantization=fp8) as verl's vLLM/SGLang path does it:
 // at each weight sync the linear layers' weights are quantized to float8 e4m3 with one scale per
-// 128 x 128 block, so generation runs on fp8 weights while training stays in float32. WGSL and
-// the CPU have no 8-bit float, so here each weight is replaced by its dequantized value
-// (an e4m3 number times its block's float32 scale): the rollout gets fp8's numerics, and so
-// a realistic rollout-training mismatch, but neither fp8's speed nor its memory saving.
+// 128 x 128 block (and vLLM rounds those layers' inputs per token in groups of 128), so generation
+// runs in fp8 while training stays in float32. WGSL and the CPU have no 8-bit float, so here each
+// value is replaced by its dequantized one (an e4m3 number times its block's float32 scale): the
+// rollout gets fp8's numerics, and so a realistic rollout-training mismatch, but neither fp8's speed
+// nor its memory saving.
 import { existsSync, readFileSync } from "node:fs";
 import type { LlamaModel } from "../models/llama.js";
 import type { ConfigView } from "../workers/config_view.js";
@@ -116,6 +117,25 @@ export function quantizeBlockwise(w: Float32Array, rows: number, cols: number, s
     }
   }
   return { values, scales };
+}
+
+/**
+ * The inputs of the quantized products, in place: vLLM's block fp8 linear (verl's "1x128 quantization
+ * for activations") rounds each token's activations to e4m3 in groups of `group` (the weight block's
+ * columns) before the product, with scale = max(amax, 1e-10) / 448 and e4m3(clamp(x / scale, ±448)).
+ * Rows [0, rows) of a row-major [*, cols] buffer.
+ */
+export function quantizeActivations(x: Float32Array, rows: number, cols: number, group: number): void {
+  const f = Math.fround;
+  for (let r = 0; r < rows; r++) {
+    for (let c0 = 0; c0 < cols; c0 += group) {
+      const at = r * cols, c1 = Math.min(cols, c0 + group);
+      let amax = 0;
+      for (let c = c0; c < c1; c++) amax = Math.max(amax, Math.abs(x[at + c]!));
+      const scale = f(Math.max(amax, f(AMAX_EPS)) / E4M3_MAX);
+      for (let c = c0; c < c1; c++) x[at + c] = f(roundE4m3Clamped(Math.max(-E4M3_MAX, Math.min(E4M3_MAX, f(x[at + c]! / scale)))) * scale);
+    }
+  }
 }
 
 /**

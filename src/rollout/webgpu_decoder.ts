@@ -26,7 +26,7 @@ import { isGreedy, type SamplingParams } from "./sampling.js";
 import { PackedMatrix, tensorCoreSupport, type MatmulPrecision } from "../engine/webgpu_kernels.js";
 import type { DirectTile } from "../engine/webgpu_gemm.js";
 import {
-  AttentionProgram, CacheCopyProgram, CacheWriteProgram, EmbedProgram, RmsNormProgram, SamplerProgram, SwiGluProgram,
+  AttentionProgram, CacheCopyProgram, CacheWriteProgram, EmbedProgram, Fp8ActivationProgram, RmsNormProgram, SamplerProgram, SwiGluProgram,
   placementUniforms, type DecodeShape, type GpuProgram, type Placement, type UniformValue,
 } from "./webgpu_programs.js";
 
@@ -240,6 +240,14 @@ class DecodeStep {
     return tf.engine().makeTensorFromTensorInfo(info as tf.TensorInfo);
   }
 
+  /** fp8 rollout: the input of a quantized product rounded per token in groups (a copy; the input itself is kept). */
+  private qa(x: tf.Tensor, N: number): tf.Tensor {
+    const group = rolloutQuantization(this.model)?.blockSize[1];
+    if (!group) return x;
+    const K = x.shape[1]!;
+    return this.program(new Fp8ActivationProgram(K, group, N), [x], "float32", [{ type: "int32", data: [N] }]);
+  }
+
   private mm(x: tf.Tensor, w: Weight): tf.Tensor2D {
     if (w instanceof PackedMatrix) return w.matMul(x as tf.Tensor2D);
     return tf.matMul(x as tf.Tensor2D, w, false, !this.w.transposed);
@@ -274,14 +282,14 @@ class DecodeStep {
     for (let l = 0; l < model.config.nLayers; l++) {
       const L = this.w.layers[l]!, p = (n: string) => model.p(`model.layers.${l}.${n}`), cache = sess.caches[l]!;
       const next = tf.tidy(() => {
-        let qkv: tf.Tensor = this.mm(this.rmsNorm(x, p("input_layernorm.weight"), N), L.wqkv);
+        let qkv: tf.Tensor = this.mm(this.qa(this.rmsNorm(x, p("input_layernorm.weight"), N), N), L.wqkv);
         if (model.config.qkNorm) qkv = this.headNorms(qkv, l, N);
         this.backend.runWebGPUProgram(placed(new CacheWriteProgram(s, N, cache.size, sess.half)), [qkv, L.bqkv, sess.rope, posT, ...extra], cache.dtype, uni, cache);
         const att = this.program(placed(new AttentionProgram(s, N, sess.half)), [qkv, L.bqkv, sess.rope, posT, sess.mask, cache, ...extra], "float32", uni);
-        const h = tf.add(x, this.mm(att, L.wo));
-        const gu = this.mm(this.rmsNorm(h, p("post_attention_layernorm.weight"), N), L.wgu);
+        const h = tf.add(x, this.mm(this.qa(att, N), L.wo));
+        const gu = this.mm(this.qa(this.rmsNorm(h, p("post_attention_layernorm.weight"), N), N), L.wgu);
         const act = this.program(new SwiGluProgram(s.hiddenDim, N), [gu], "float32", count);
-        return tf.add(h, this.mm(act, L.wd));
+        return tf.add(h, this.mm(this.qa(act, N), L.wd));
       });
       x.dispose();
       x = next;

@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { E4M3_MAX, FP8_BLOCK, isFp8Weight, parseRolloutQuantization, quantizeBlockwise, roundBf16, roundE4m3, roundE4m3Clamped, roundF16, setRolloutQuantization } from "../../src/rollout/fp8.js";
+import { E4M3_MAX, FP8_BLOCK, isFp8Weight, parseRolloutQuantization, quantizeActivations, quantizeBlockwise, roundBf16, roundE4m3, roundE4m3Clamped, roundF16, setRolloutQuantization } from "../../src/rollout/fp8.js";
 import { loadLlama2c } from "../../src/models/llama2c.js";
 import { computeLogProb, defaultSamplingParams, generate, leftPadPrompts } from "../../src/rollout/index.js";
 import { readParamsForDecode } from "../../src/rollout/decode_weights.js";
@@ -121,6 +121,17 @@ test("block scales as verl's fp8 kernel computes them: amax / 448 per 128 x 128 
   const viaBits = quantizeBlockwise(x, 64, 64, { blockSize: [128, 128], castTo: "bf16" }).values;
   const viaRef = quantizeBlockwise(x.map(roundBf16), 64, 64, { blockSize: [128, 128], castTo: "f32" }).values;
   assert.deepEqual([...viaBits], [...viaRef]);
+});
+
+test("activations as vLLM's per-token group quantization: each row's groups of 128 (here 2) scaled by amax / 448", () => {
+  const f = Math.fround;
+  // rows [1, -0.1, 3] and [0, 0, -448] in groups of 2 columns: [1, -0.1] [3] / [0, 0] [-448]
+  const x = Float32Array.from([1, -0.1, 3, 0, 0, -448, 9, 9, 9]);
+  quantizeActivations(x, 2, 3, 2);
+  const s = f(1 / 448);
+  // -0.1 / s = -44.8 -> -44 (steps of 4 in [32, 64)); each group's largest value comes back to itself within a rounding
+  assert.deepEqual([...x.subarray(0, 6)], [f(448 * s), f(-44 * s), f(448 * f(3 / 448)), 0, 0, -448]);
+  assert.deepEqual([...x.subarray(6)], [9, 9, 9], "rows past `rows` untouched");
 });
 
 test("the layers vLLM quantizes: linear weights only", () => {
