@@ -10,6 +10,7 @@ import { hostKernels, JsKernels } from "../engine/host_kernels.js";
 import type { LlamaModel } from "../models/llama.js";
 import { KvCacheDecoder, type SlotDecoder, type SlotDecoderFactory } from "../rollout/decoder.js";
 import { readParamsForDecode } from "../rollout/decode_weights.js";
+import { rolloutQuantization } from "../rollout/fp8.js";
 import { TokenSampler } from "../rollout/sampling.js";
 import { Rng } from "../utils/rng.js";
 import { tensor, type TensorData } from "../protocol/tensor.js";
@@ -131,7 +132,8 @@ export class ContinuousBatchingServer implements AsyncRolloutServer {
 
   /** The host decoder copies the weights: read them asynchronously first (WebGPU has no sync read). */
   async wakeUp(): Promise<void> {
-    if (!this.opts.decoder) await readParamsForDecode(this.model);
+    // (the fp8 rollout quantizes on the host for every decoder, so it reads them too)
+    if (!this.opts.decoder || rolloutQuantization(this.model)) await readParamsForDecode(this.model);
   }
 
   /** Wait for every request to finish, then drop the engine and caches; the next request re-reads the weights. */

@@ -6,6 +6,7 @@
 import { hostKernels, type HostKernels, type HostWeight } from "../engine/host_kernels.js";
 import type { LlamaModel } from "../models/llama.js";
 import { forEachMergedWeight, mergedWeightSync, weightIdentity } from "../models/merge.js";
+import { quantizationKey, rolloutQuantization, rolloutWeight } from "./fp8.js";
 
 export interface LayerWeights {
   attnNorm: Float32Array; wqkv: HostWeight; bqkv?: Float32Array; wo: HostWeight; bo?: Float32Array;
@@ -52,18 +53,26 @@ const snapshots = new WeakMap<LlamaModel, { ids: object[]; arrays: Map<string, F
 export async function readParamsForDecode(model: LlamaModel): Promise<void> {
   const ids = paramIds(model);
   const hit = cache.get(model), snap = snapshots.get(model);
-  if ((hit && sameIds(hit.ids, ids)) || (snap && sameIds(snap.ids, ids))) return;
+  if ((hit && sameIds(hit.ids, ids) && hit.quant === quantizationKey(model)) || (snap && sameIds(snap.ids, ids))) return;
   const arrays = new Map<string, Float32Array>();
   await forEachMergedWeight(model, async (name, t) => { arrays.set(name, Float32Array.from((await t.data()) as Float32Array)); });
   // a parameter may have changed while we awaited: keep only a consistent snapshot
   if (sameIds(paramIds(model), ids)) snapshots.set(model, { ids, arrays });
 }
 
+/** The parameter `name` from the last `readParamsForDecode` snapshot, when it is still current. */
+export function snapshotParam(model: LlamaModel, name: string): Float32Array | undefined {
+  const snap = snapshots.get(model);
+  return snap && sameIds(snap.ids, paramIds(model)) ? snap.arrays.get(name) : undefined;
+}
+
 /** Prepare the weights with `kernels` (which then owns them). */
 export function prepareDecodeWeights(model: LlamaModel, kernels: HostKernels): DecodeWeights {
   const snap = snapshots.get(model);
   const host = snap && sameIds(snap.ids, paramIds(model)) ? snap.arrays : undefined;
-  const c = model.config, read = (n: string) => host?.get(n) ?? mergedWeightSync(model, n);
+  // fp8 rollout: each linear weight quantized as its own HF matrix (vLLM's blocks start at each matrix, before q/k/v are fused)
+  const quant = rolloutQuantization(model);
+  const c = model.config, read = (n: string) => rolloutWeight(n, host?.get(n) ?? mergedWeightSync(model, n), model.p(n).shape, quant);
   const Q = c.nHeads * c.headDim, KV = c.nKvHeads * c.headDim, D = c.dim, F = c.hiddenDim;
   // Gemma's norms multiply by (1 + w): folded into the weights once, in float32 as transformers adds them
   const norm = (n: string) => (c.gemma ? read(n).map((v) => Math.fround(1 + v)) : read(n));
@@ -98,18 +107,18 @@ export function prepareDecodeWeights(model: LlamaModel, kernels: HostKernels): D
   return { layers, emb, finalNorm: norm("model.norm.weight"), lmHead: kernels.weight(c.tieWordEmbeddings ? emb : read("lm_head.weight"), c.vocabSize, D) };
 }
 
-interface Cached { ids: object[]; backend: string; kernels: HostKernels; weights: DecodeWeights }
+interface Cached { ids: object[]; backend: string; quant: string; kernels: HostKernels; weights: DecodeWeights }
 const cache = new WeakMap<LlamaModel, Cached>();
 
 /** The model's decode weights, prepared on the current backend's kernels; reused while no parameter changed. */
 export function cachedDecodeWeights(model: LlamaModel, backend: string): DecodeWeights {
   const ids = paramIds(model);
-  const hit = cache.get(model);
-  if (hit && hit.backend === backend && sameIds(hit.ids, ids)) return hit.weights;
+  const hit = cache.get(model), quant = quantizationKey(model);
+  if (hit && hit.backend === backend && hit.quant === quant && sameIds(hit.ids, ids)) return hit.weights;
   if (hit) hit.kernels.dispose();
   else model.onDispose(() => { cache.get(model)?.kernels.dispose(); cache.delete(model); });
   const kernels = hostKernels();
-  const entry = { ids, backend, kernels, weights: prepareDecodeWeights(model, kernels) };
+  const entry = { ids, backend, quant, kernels, weights: prepareDecodeWeights(model, kernels) };
   cache.set(model, entry);
   return entry.weights;
 }

@@ -14,6 +14,7 @@ import type { RopeScaling } from "../models/rope.js";
 import { KvCache } from "./kv_cache.js";
 import { samePromptSource } from "./prompts.js";
 import { cachedDecodeWeights, prepareDecodeWeights, type DecodeWeights, type LayerWeights } from "./decode_weights.js";
+import { quantizeActivations, rolloutQuantization } from "./fp8.js";
 import { SimdArena } from "../engine/simd/arena.js";
 import { buildSwiGluKernel, type SwiGluKernel } from "../engine/simd/swiglu_kernel.js";
 
@@ -75,6 +76,8 @@ export class KvCacheDecoder implements StepDecoder, SlotDecoder {
   private routing: Int32Array | null = null;
   /** For each layer, its index among the sparse layers (-1 for dense ones). */
   private readonly sparseIndex: Int32Array;
+  /** fp8 rollout: the activation group (the weight block's columns) the quantized products' inputs are rounded in */
+  private readonly actGroup?: number;
 
   constructor(model: LlamaModel, readonly batch: number, readonly maxLen: number, opts: { kernels?: HostKernels; maxRowsPerCall?: number; simd?: boolean } = {}) {
     const c = (this.c = model.config);
@@ -82,6 +85,7 @@ export class KvCacheDecoder implements StepDecoder, SlotDecoder {
     this.kernels = opts.kernels ?? hostKernels();
     // with the default kernels the weights come from a per-model cache; given kernels own their own copy
     this.w = opts.kernels ? prepareDecodeWeights(model, opts.kernels) : cachedDecodeWeights(model, tf.getBackend());
+    this.actGroup = rolloutQuantization(model)?.blockSize[1];
     const Q = c.nHeads * c.headDim, KV = c.nKvHeads * c.headDim, D = c.dim, F = c.hiddenDim;
     // rows per forward: enough for prompt chunks of 64 columns, at most 2048 (prefill is chunked to fit)
     const N = (this.maxRows = Math.max(batch, opts.maxRowsPerCall ?? Math.min(2048, 64 * batch)));
@@ -194,7 +198,7 @@ export class KvCacheDecoder implements StepDecoder, SlotDecoder {
    */
   forwardRows(rows: Int32Array, tokens: Int32Array, positions: Int32Array, slotStart: Int32Array, T: number, valid?: ArrayLike<number>): Float32Array {
     const c = this.c, D = c.dim, F = c.hiddenDim, R = rows.length, N = R * T;
-    const W = (c.nHeads + 2 * c.nKvHeads) * c.headDim;
+    const W = (c.nHeads + 2 * c.nKvHeads) * c.headDim, Q = c.nHeads * c.headDim;
     if (N > this.maxRows || R > this.batch) throw new Error(`KvCacheDecoder: ${R} rows x ${T} tokens exceed the buffers (${this.maxRows} rows)`);
     if (tokens.length !== N || positions.length !== N || slotStart.length !== R) throw new Error("KvCacheDecoder: tokens/positions must hold rows x T entries and slotStart one per row");
     for (let r = 0; r < R; r++) {
@@ -217,6 +221,7 @@ export class KvCacheDecoder implements StepDecoder, SlotDecoder {
     for (let l = 0; l < c.nLayers; l++) {
       const L = this.w.layers[l]!, window = layerWindow(c, l);
       rmsNorm(x, this.xn.view(), N, D, L.attnNorm, c.normEps);
+      this.qa(this.xn, N, D);
       k.matmul(this.xn, N, L.wqkv, this.qkv);
       const qkv = this.qkv.view();
       if (L.bqkv) for (let n = 0; n < N; n++) for (let j = 0; j < W; j++) qkv[n * W + j]! += L.bqkv[j]!;
@@ -225,6 +230,7 @@ export class KvCacheDecoder implements StepDecoder, SlotDecoder {
       const rope = ropes[window !== null && ropes.length > 1 ? 1 : 0]!;
       this.ropeAndStore(l, qkv, rows, positions, slotStart, T, rope);
       this.cache.attend(l, qkv, this.att.view(), rows, slotStart, T, window, softcap);
+      this.qa(this.att, N, Q);
       k.matmul(this.att, N, L.wo, this.o);
       if (L.bo) addBias(this.o.view(), L.bo, N, D);
       if (L.postAttnNorm) rmsNorm(this.o.view(), this.o.view(), N, D, L.postAttnNorm, c.normEps);
@@ -232,10 +238,12 @@ export class KvCacheDecoder implements StepDecoder, SlotDecoder {
       rmsNorm(x, this.xn.view(), N, D, L.ffnNorm, c.normEps);
       if (L.experts) this.experts(L.experts, N, this.routing ? { layer: this.sparseIndex[l]!, rows, slotStart, T } : undefined);
       else {
+        this.qa(this.xn, N, D);
         k.matmul(this.xn, N, L.wgu!, this.gu);
         if (L.bgu) addBias(this.gu.view(), L.bgu, N, 2 * F);
         if (c.gemma) geGlu(this.gu.view(), this.h.view(), N, F);
         else this.swiGlu(N, F);
+        this.qa(this.h, N, F);
         k.matmul(this.h, N, L.wd!, this.o);
         if (L.bd) addBias(this.o.view(), L.bd, N, D);
       }
@@ -294,8 +302,10 @@ export class KvCacheDecoder implements StepDecoder, SlotDecoder {
       if (cnt === 0) continue;
       const xn = this.xn.view(), xe = buf.xe.view();
       for (let r = 0; r < cnt; r++) xe.set(xn.subarray(buf.rows[r]! * D, (buf.rows[r]! + 1) * D), r * D);
+      this.qa(buf.xe, cnt, D); // the router's input stays unrounded (vLLM builds the router without a quant config)
       k.matmul(buf.xe, cnt, ex.wgu[e]!, buf.gu);
       swiGlu(buf.gu.view(), buf.h.view(), cnt, Fm);
+      this.qa(buf.h, cnt, Fm);
       k.matmul(buf.h, cnt, ex.wd[e]!, buf.ye);
       const ye = buf.ye.view(), o = this.o.view();
       for (let r = 0; r < cnt; r++) {
@@ -306,6 +316,11 @@ export class KvCacheDecoder implements StepDecoder, SlotDecoder {
   }
 
   /** h = silu(gate) * up, in the SIMD kernel when there is one. */
+  /** fp8 rollout: round the next quantized product's input rows (no-op otherwise). */
+  private qa(b: HostBuffer, rows: number, cols: number): void {
+    if (this.actGroup) quantizeActivations(b.view(), rows, cols, this.actGroup);
+  }
+
   private swiGlu(N: number, F: number): void {
     if (!this.glu) return swiGlu(this.gu.view(), this.h.view(), N, F);
     this.glu.gu.set(this.gu.view().subarray(0, 2 * N * F));

@@ -15,7 +15,8 @@ import { ropeInvFreq } from "../models/llama.js";
 import type { RopeScaling } from "../models/rope.js";
 import { mergedTensor } from "../models/merge.js";
 import { llamaGraphGap } from "../models/families.js";
-import { paramIds, sameIds } from "./decode_weights.js";
+import { paramIds, readParamsForDecode, sameIds, snapshotParam } from "./decode_weights.js";
+import { quantizationKey, rolloutQuantization, rolloutWeight } from "./fp8.js";
 import type { DataProto } from "../protocol/data_proto.js";
 import type { Rng } from "../utils/rng.js";
 import { assembleRollout, promptRows } from "./generate.js";
@@ -25,7 +26,7 @@ import { isGreedy, type SamplingParams } from "./sampling.js";
 import { PackedMatrix, tensorCoreSupport, type MatmulPrecision } from "../engine/webgpu_kernels.js";
 import type { DirectTile } from "../engine/webgpu_gemm.js";
 import {
-  AttentionProgram, CacheCopyProgram, CacheWriteProgram, EmbedProgram, RmsNormProgram, SamplerProgram, SwiGluProgram,
+  AttentionProgram, CacheCopyProgram, CacheWriteProgram, EmbedProgram, Fp8ActivationProgram, RmsNormProgram, SamplerProgram, SwiGluProgram,
   placementUniforms, type DecodeShape, type GpuProgram, type Placement, type UniformValue,
 } from "./webgpu_programs.js";
 
@@ -76,7 +77,7 @@ export interface WebGpuDecodeStats {
 /** A product's weight: float32 for tfjs matMul, or a packed f16 copy for the tensor cores. */
 type Weight = tf.Tensor2D | PackedMatrix;
 interface LayerWeights { wqkv: Weight; bqkv: tf.Tensor1D; wo: Weight; wgu: Weight; wd: Weight }
-interface GpuWeights { ids: object[]; transposed: boolean; precision: MatmulPrecision; tile: DirectTile; layers: LayerWeights[]; lmHead: Weight }
+interface GpuWeights { ids: object[]; quant: string; transposed: boolean; precision: MatmulPrecision; tile: DirectTile; layers: LayerWeights[]; lmHead: Weight }
 
 const weightCache = new WeakMap<LlamaModel, GpuWeights>();
 
@@ -109,15 +110,22 @@ function packWeights(layers: LayerWeights[], lmHead: tf.Tensor2D, transposed: bo
 
 /** The model's weights in the decoder's layout, rebuilt on the device when a parameter changed. */
 function gpuWeights(model: LlamaModel, transposed: boolean, precision: MatmulPrecision = "f32", tile: DirectTile = DECODE_TILE): GpuWeights {
-  const ids = paramIds(model), hit = weightCache.get(model);
-  if (hit && hit.transposed === transposed && hit.precision === precision && hit.tile === tile && sameIds(hit.ids, ids)) return hit;
+  const ids = paramIds(model), hit = weightCache.get(model), quant = quantizationKey(model), spec = rolloutQuantization(model);
+  if (hit && hit.transposed === transposed && hit.precision === precision && hit.tile === tile && hit.quant === quant && sameIds(hit.ids, ids)) return hit;
   if (hit) disposeWeights(hit, model);
   else model.onDispose(() => { const w = weightCache.get(model); if (w) disposeWeights(w, model); weightCache.delete(model); });
   const c = model.config, W = (c.nHeads + 2 * c.nKvHeads) * c.headDim;
   const lay = (w: tf.Tensor): tf.Tensor2D => (transposed ? w.transpose() : w.clone()) as tf.Tensor2D;
   // tidy keeps the tensors of the returned objects and frees the concatenations
   const layers: LayerWeights[] = tf.tidy(() => Array.from({ length: c.nLayers }, (_, i) => {
-    const p = (n: string) => mergedTensor(model, `model.layers.${i}.${n}`);
+    const p = (n: string): tf.Tensor => {
+      const name = `model.layers.${i}.${n}`;
+      if (!spec) return mergedTensor(model, name);
+      // fp8 rollout: quantized on the host from the snapshot the caller read (WGSL has no 8-bit float to do it in)
+      const host = snapshotParam(model, name), shape = model.p(name).shape;
+      if (!host) throw new Error(`fp8 rollout: ${name} was not read back before the WebGPU decoder laid out its weights (call readParamsForDecode first)`);
+      return tf.tensor(rolloutWeight(name, host, shape, spec), shape);
+    };
     const proj = ["q_proj", "k_proj", "v_proj"];
     return {
       wqkv: lay(tf.concat(proj.map((n) => p(`self_attn.${n}.weight`)), 0)),
@@ -130,8 +138,8 @@ function gpuWeights(model: LlamaModel, transposed: boolean, precision: MatmulPre
   const head = model.lmHeadWeight() as tf.Tensor2D;
   const lmHead = transposed ? tf.tidy(() => head.transpose() as tf.Tensor2D) : head;
   const w: GpuWeights = precision === "f32"
-    ? { ids, transposed, precision, tile, layers, lmHead }
-    : { ids, transposed, precision, tile, ...packWeights(layers, lmHead, transposed, precision, tile, !transposed) };
+    ? { ids, quant, transposed, precision, tile, layers, lmHead }
+    : { ids, quant, transposed, precision, tile, ...packWeights(layers, lmHead, transposed, precision, tile, !transposed) };
   weightCache.set(model, w);
   return w;
 }
@@ -194,6 +202,7 @@ export class WebGpuDecoder {
     if (precision !== "f32" && !tensorCoreSupport.available) {
       throw new Error(`rollout engine 'webgpu': ${precision} products need the tensor-core kernel, which this adapter cannot run (${tensorCoreSupport.reason})`);
     }
+    if (rolloutQuantization(model)) await readParamsForDecode(model); // fp8 rollout quantizes on the host
     const w = gpuWeights(model, this.opts.transposedWeights ?? true, precision, this.opts.tile);
     const half = (this.opts.kvCache ?? (precision === "f32" ? "f32" : "f16")) === "f16";
     const maxLen = P + R, layerBytesPerRow = 2 * c.nKvHeads * c.headDim * maxLen * (half ? 2 : 4);
@@ -231,6 +240,14 @@ class DecodeStep {
     return tf.engine().makeTensorFromTensorInfo(info as tf.TensorInfo);
   }
 
+  /** fp8 rollout: the input of a quantized product rounded per token in groups (a copy; the input itself is kept). */
+  private qa(x: tf.Tensor, N: number): tf.Tensor {
+    const group = rolloutQuantization(this.model)?.blockSize[1];
+    if (!group) return x;
+    const K = x.shape[1]!;
+    return this.program(new Fp8ActivationProgram(K, group, N), [x], "float32", [{ type: "int32", data: [N] }]);
+  }
+
   private mm(x: tf.Tensor, w: Weight): tf.Tensor2D {
     if (w instanceof PackedMatrix) return w.matMul(x as tf.Tensor2D);
     return tf.matMul(x as tf.Tensor2D, w, false, !this.w.transposed);
@@ -265,14 +282,14 @@ class DecodeStep {
     for (let l = 0; l < model.config.nLayers; l++) {
       const L = this.w.layers[l]!, p = (n: string) => model.p(`model.layers.${l}.${n}`), cache = sess.caches[l]!;
       const next = tf.tidy(() => {
-        let qkv: tf.Tensor = this.mm(this.rmsNorm(x, p("input_layernorm.weight"), N), L.wqkv);
+        let qkv: tf.Tensor = this.mm(this.qa(this.rmsNorm(x, p("input_layernorm.weight"), N), N), L.wqkv);
         if (model.config.qkNorm) qkv = this.headNorms(qkv, l, N);
         this.backend.runWebGPUProgram(placed(new CacheWriteProgram(s, N, cache.size, sess.half)), [qkv, L.bqkv, sess.rope, posT, ...extra], cache.dtype, uni, cache);
         const att = this.program(placed(new AttentionProgram(s, N, sess.half)), [qkv, L.bqkv, sess.rope, posT, sess.mask, cache, ...extra], "float32", uni);
-        const h = tf.add(x, this.mm(att, L.wo));
-        const gu = this.mm(this.rmsNorm(h, p("post_attention_layernorm.weight"), N), L.wgu);
+        const h = tf.add(x, this.mm(this.qa(att, N), L.wo));
+        const gu = this.mm(this.qa(this.rmsNorm(h, p("post_attention_layernorm.weight"), N), N), L.wgu);
         const act = this.program(new SwiGluProgram(s.hiddenDim, N), [gu], "float32", count);
-        return tf.add(h, this.mm(act, L.wd));
+        return tf.add(h, this.mm(this.qa(act, N), L.wd));
       });
       x.dispose();
       x = next;

@@ -108,6 +108,50 @@ export class RmsNormProgram implements GpuProgram {
   }
 }
 
+/**
+ * fp8 rollout: each row's groups of G columns rounded to e4m3 as vLLM's per-token-group quantization
+ * does (scale = max(amax, 1e-10) / 448, e4m3(clamp(x / scale, ±448)) * scale), one invocation a group.
+ * The e4m3 rounding works on the float32 bits as rollout/fp8.ts's; WGSL's division may differ from
+ * the host's correctly rounded one by an ulp, which can move a value sitting on a rounding tie.
+ */
+export class Fp8ActivationProgram extends FlatProgram {
+  variableNames = ["x"];
+  uniforms = "nRows : i32,";
+  shaderKey: string;
+  constructor(private readonly K: number, private readonly G: number, N: number) {
+    super([N, K], N * Math.ceil(K / G));
+    this.shaderKey = `verlFp8Act_${K}_${G}`;
+  }
+  getUserCode(): string {
+    const K = this.K, G = this.G, groups = Math.ceil(K / G);
+    return `
+      fn e4m3(y : f32) -> f32 {
+        let a = abs(y);
+        var r : f32;
+        if (a < 0.015625) {
+          r = round(a * 512.0) / 512.0;
+        } else {
+          let b = bitcast<u32>(a);
+          r = bitcast<f32>((b + 0x7ffffu + ((b >> 20u) & 1u)) & 0xfff00000u);
+        }
+        return select(r, -r, y < 0.0);
+      }
+      fn main(index : i32) {
+        if (index < uniforms.nRows * ${groups}) {
+          let row = index / ${groups};
+          let c0 = (index - row * ${groups}) * ${G};
+          let c1 = min(c0 + ${G}, ${K});
+          var amax = 0.0;
+          for (var c = c0; c < c1; c = c + 1) { amax = max(amax, abs(x[row * ${K} + c])); }
+          let s = max(amax, 1e-10) / 448.0;
+          for (var c = c0; c < c1; c = c + 1) {
+            result[row * ${K} + c] = e4m3(clamp(x[row * ${K} + c] / s, -448.0, 448.0)) * s;
+          }
+        }
+      }`;
+  }
+}
+
 /** h = silu(gate) * up for rows [gate (F) | up (F)]. */
 export class SwiGluProgram extends FlatProgram {
   variableNames = ["gu"];

@@ -9,6 +9,7 @@ import { LlamaModel, type Tokenizer } from "../models/index.js";
 import { familyOfConfig } from "../models/config.js";
 import { DataProto } from "../protocol/index.js";
 import { createRolloutEngine, type RolloutEngine, type SamplingParams } from "../rollout/index.js";
+import { readRolloutQuantization, setRolloutQuantization } from "../rollout/fp8.js";
 import { AgentLoopManager, needsAgentLoop, resolveAgentLoopSettings } from "../agent_loop/index.js";
 import { Dispatch, onThreadClose, register, Worker } from "../single_controller/index.js";
 import { Rng } from "../utils/rng.js";
@@ -158,6 +159,8 @@ export class ActorRolloutRefWorker extends Worker {
       state.actor = new DataParallelPPOActor(model, optimizer, { ...actorOpts, seed: seed + this.rank, replayRouting: state.routerReplay !== "disabled" });
       state.flops = new FlopsCounter(model.config, trainingDeviceName(common.backend), this.rank === 0 ? (line) => logger().warn(line) : undefined);
       state.rolloutEngine = engine;
+      // rollout.quantization=fp8: the decoders quantize the actor's linear weights at each weight sync (rollout/fp8.ts)
+      setRolloutQuantization(model, readRolloutQuantization(rolloutCfg, this.rank === 0 ? (line) => logger().warn(line) : undefined));
     }
     this.s = state;
     return { backend: common.backend, numParams: model.trainableVariables().reduce((a, v) => a + v.size, 0) };

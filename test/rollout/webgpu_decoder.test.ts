@@ -14,6 +14,7 @@ import { generate, defaultSamplingParams, computeLogProb, leftPadPrompts } from 
 import { readParamsForDecode } from "../../src/rollout/decode_weights.js";
 import { WebGpuDecoder } from "../../src/rollout/webgpu_decoder.js";
 import { samePromptSource } from "../../src/rollout/prompts.js";
+import { setRolloutQuantization } from "../../src/rollout/fp8.js";
 import type { DataProto } from "../../src/protocol/data_proto.js";
 import { Rng } from "../../src/utils/rng.js";
 import { storiesBin, STORIES_MISSING, ONCE_UPON_A_TIME } from "../models/stories.js";
@@ -40,6 +41,13 @@ async function both(m: LlamaModel, batch: DataProto, params: ReturnType<typeof g
   const gpu = await new WebGpuDecoder(opts).generate(m, batch, params, new Rng(0));
   await readParamsForDecode(m);
   return [gpu, generate(m, batch, params, new Rng(0))];
+}
+
+function meanDiff(a: DataProto, b: DataProto, key: string): number {
+  const mask = a.batch["response_mask"]!.data, x = a.batch[key]!.data, y = b.batch[key]!.data;
+  let s = 0, n = 0;
+  for (let i = 0; i < mask.length; i++) if (mask[i]) { s += Math.abs(x[i]! - y[i]!); n++; }
+  return s / n;
 }
 
 function maxDiff(a: DataProto, b: DataProto, key: string): number {
@@ -209,6 +217,32 @@ test("f16 KV cache: greedy tokens as the f32 cache's, rollout log-probs near the
     for (let i = 0; i < mask.length; i++) if (mask[i]) { kl += roll[i]! - lp.logProbs.data[i]!; n++; }
     assert.ok(Math.abs(kl / n) < 1e-3, `rollout_corr/kl ${kl / n}`);
   } finally {
+    m.dispose();
+  }
+});
+
+test("fp8 rollout on the device: the host decoder's fp8 tokens and log-probs, off the float32 ones", async (t) => {
+  const bin = storiesBin();
+  if (!bin) return t.skip(STORIES_MISSING);
+  if (!(await webgpu())) return t.skip(skipReason);
+  const m = loadLlama2c(bin);
+  try {
+    const batch = leftPadPrompts([ONCE_UPON_A_TIME, [1, 403], [1, 378, 261, 407]], 0);
+    const [f32] = await both(m, batch, greedy(32));
+    setRolloutQuantization(m, { blockSize: [128, 128], castTo: "f32" });
+    const [gpu, host] = await both(m, batch, greedy(32));
+    assert.deepEqual(ints(gpu, "responses"), ints(host, "responses"));
+    const d = maxDiff(gpu, host, "rollout_log_probs"), md = meanDiff(gpu, host, "rollout_log_probs"), off = meanDiff(host, f32, "rollout_log_probs");
+    // rounding activations to e4m3 turns float32-level differences upstream into whole e4m3 steps where
+    // a value sits at a rounding boundary, so the two decoders agree to a fraction of fp8's own effect
+    assert.ok(md < 0.2 * off && d < 0.1, `fp8 log-prob disagreement: max ${d}, mean ${md} (fp8 vs float32: mean ${off})`);
+    assert.ok(maxDiff(gpu, f32, "rollout_log_probs") > 1e-3, "the fp8 weights change the rollout's log-probs");
+    setRolloutQuantization(m, undefined);
+    const [back] = await both(m, batch, greedy(32));
+    assert.deepEqual(ints(back, "responses"), ints(f32, "responses"));
+    assert.equal(maxDiff(back, f32, "rollout_log_probs"), 0);
+  } finally {
+    setRolloutQuantization(m, undefined);
     m.dispose();
   }
 });

@@ -9,6 +9,7 @@ import { listAdvEstimators, listPolicyLosses } from "./core_algos/registry.js";
 import { ConfigView } from "../../workers/config_view.js";
 import { isAdamW } from "../../workers/dp_optimizer.js";
 import { readMegatronLora } from "../../workers/megatron_lora.js";
+import { readRolloutQuantization } from "../../rollout/fp8.js";
 
 const KL_CTRL_TYPES = ["fixed", "adaptive"];
 const KL_NAMES = [...KL_PENALTY_KINDS, ...KL_PENALTY_KINDS.map((k) => `${k}+`)];
@@ -80,6 +81,12 @@ export function validatePpoNames(cfg: Config): void {
     } catch (e) {
       errors.push((e as Error).message);
     }
+  }
+  // rollout.quantization: fp8 is built; torchao and names verl refuses fail here, not in a worker
+  try {
+    readRolloutQuantization(new ConfigView(cfg, R));
+  } catch (e) {
+    errors.push((e as Error).message);
   }
   if (errors.length > 0) throw new ConfigError(`invalid names or ranges in the config:\n  - ${errors.join("\n  - ")}`);
 }
