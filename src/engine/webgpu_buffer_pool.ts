@@ -7,20 +7,24 @@
 // of remove-padding (a different token total each micro-batch). Verl's multi-turn GSM8K example
 // at Qwen2.5-0.5B's shape ran the H200's 141 GB out of memory that way within its first step
 // (2026-12-04, bench/gpu_multiturn_export_session.sh). Here, when a buffer of a size with no free
-// one must be created and the free lists hold more than the cap, they are emptied and their
-// buffers destroyed first. Fixed-shape work (the same sizes every step) never misses, so it keeps
-// its reuse untouched. Destroying is safe for buffers already handed to the queue: WebGPU frees
-// them once the submitted work that uses them is done, and tfjs returns a buffer to the pool
-// only after the commands recorded with it were submitted.
+// one must be created and the free lists hold more than the cap, the buffers parked longest are
+// destroyed until half the cap is left: sizes met once (the shapes that changed) sit at the old
+// end, while the sizes every step asks for again are parked only briefly and stay, so fixed-shape
+// work keeps its reuse. Destroying is safe for buffers already handed to the queue: WebGPU frees
+// them once the submitted work that uses them is done, and tfjs returns a buffer to the pool only
+// after the commands recorded with it were submitted.
 
 /** The parts of tfjs-backend-webgpu's BufferManager this relies on (checked at install). */
 interface BufferManagerLike {
-  freeBuffers: Map<string, { size: number; destroy(): void }[]>;
+  freeBuffers: Map<string, GpuBufferLike[]>;
   numFreeBuffers: number;
   numBytesAllocated: number;
   numBytesUsed: number;
   acquireBuffer(size: number, usage: number, mappedAtCreation?: boolean, reuse?: boolean): unknown;
+  releaseBuffer(buffer: GpuBufferLike, reuse?: boolean): void;
 }
+
+interface GpuBufferLike { size: number; usage: number; destroy(): void }
 
 /** Default cap on the bytes parked in the free lists (VERL_WEBGPU_FREE_POOL_MB overrides it). */
 export const DEFAULT_FREE_POOL_MB = 4096;
@@ -37,37 +41,51 @@ export function freePoolCapBytes(env: string | undefined = process.env.VERL_WEBG
   return Math.floor(mb * 2 ** 20);
 }
 
-/** Destroys every buffer in the free lists (keys kept: tfjs's releaseBuffer expects them); returns the bytes freed. */
-export function trimFreeBuffers(manager: BufferManagerLike): number {
-  let bytes = 0;
-  for (const list of manager.freeBuffers.values()) {
-    for (const b of list) {
-      bytes += b.size;
-      b.destroy();
-    }
-    manager.numFreeBuffers -= list.length;
-    list.length = 0;
+/**
+ * Destroys parked buffers, the longest parked first (`parkedAt` gives each one's release order),
+ * until at most `keepBytes` stay parked; the keys stay (tfjs's releaseBuffer expects them).
+ * Returns the bytes freed.
+ */
+export function trimFreeBuffers(manager: BufferManagerLike, keepBytes = 0, parkedAt: WeakMap<object, number> = new WeakMap()): number {
+  const parked: { list: GpuBufferLike[]; b: GpuBufferLike; at: number }[] = [];
+  for (const list of manager.freeBuffers.values()) for (const b of list) parked.push({ list, b, at: parkedAt.get(b) ?? -1 });
+  parked.sort((x, y) => x.at - y.at);
+  let free = manager.numBytesAllocated - manager.numBytesUsed, bytes = 0;
+  for (const { list, b } of parked) {
+    if (free <= keepBytes) break;
+    list.splice(list.indexOf(b), 1);
+    b.destroy();
+    manager.numFreeBuffers--;
+    free -= b.size;
+    bytes += b.size;
   }
   manager.numBytesAllocated -= bytes;
   return bytes;
 }
 
 /**
- * Wraps the manager's acquireBuffer so the free lists never hold more than `capBytes` when a
- * new buffer is created. Idempotent per manager; returns the live statistics.
+ * Wraps the manager's acquireBuffer and releaseBuffer so the free lists never hold more than
+ * `capBytes` when a new buffer is created (trimmed to half the cap, oldest first). Idempotent per
+ * manager; returns the live statistics.
  */
 export function capFreeBufferPool(manager: BufferManagerLike, capBytes = freePoolCapBytes()): FreePoolStats {
   const have = installed.get(manager);
   if (have) return have;
-  for (const k of ["freeBuffers", "numBytesAllocated", "numBytesUsed", "acquireBuffer"] as const) {
+  for (const k of ["freeBuffers", "numBytesAllocated", "numBytesUsed", "acquireBuffer", "releaseBuffer"] as const) {
     if (!(k in manager)) throw new Error(`tfjs-backend-webgpu's BufferManager has no '${k}': the free-pool cap (src/engine/webgpu_buffer_pool.ts) needs updating for this tfjs version`);
   }
   const stats: FreePoolStats = { trims: 0, bytesDestroyed: 0, capBytes };
-  const acquire = manager.acquireBuffer.bind(manager);
+  const parkedAt = new WeakMap<object, number>();
+  let releases = 0;
+  const acquire = manager.acquireBuffer.bind(manager), release = manager.releaseBuffer.bind(manager);
+  manager.releaseBuffer = (buffer, reuse = true) => {
+    parkedAt.set(buffer, releases++);
+    release(buffer, reuse);
+  };
   manager.acquireBuffer = (size, usage, mappedAtCreation = false, reuse = true) => {
     const free = manager.numBytesAllocated - manager.numBytesUsed;
     if (free > capBytes && !(reuse && (manager.freeBuffers.get(`${size}_${usage}`)?.length ?? 0) > 0)) {
-      stats.bytesDestroyed += trimFreeBuffers(manager);
+      stats.bytesDestroyed += trimFreeBuffers(manager, Math.floor(capBytes / 2), parkedAt);
       stats.trims++;
     }
     return acquire(size, usage, mappedAtCreation, reuse);

@@ -68,6 +68,25 @@ test("fixed sizes keep reusing their buffers and never trim", async (t) => {
   assert.equal(stats.trims, 0, "no trim: every acquire after the first step finds a free buffer of its size");
 });
 
+test("a trim destroys the buffers parked longest: sizes every step reuses survive, sizes met once go", async (t) => {
+  const m = await tfjsBufferManager();
+  if (typeof m === "string") return t.skip(m);
+  const { manager, created } = m;
+  const stats = capFreeBufferPool(manager, 50_000);
+  for (let step = 0; step < 100; step++) {
+    // activations of a new size (the trim happens here, with last step's buffers parked), then the
+    // step's weights-shaped buffers (the same sizes every step)
+    const once = manager.acquireBuffer(3000 + 8 * step, STORAGE);
+    const fixed = [4096, 8192, 4096].map((s) => manager.acquireBuffer(s, STORAGE));
+    for (const b of [...fixed, once]) manager.releaseBuffer(b);
+  }
+  assert.ok(stats.trims > 0, "the sizes met once filled the pool past the cap");
+  const fixedMade = created.filter((b) => b.size === 4096 || b.size === 8192);
+  assert.equal(fixedMade.length, 3, "the every-step buffers were made once and never destroyed");
+  assert.ok(fixedMade.every((b) => !b.destroyed));
+  assert.ok(manager.numBytesAllocated - manager.numBytesUsed <= 50_000 + 4096 * 2 + 8192 + 3000 + 8 * 99);
+});
+
 test("VERL_WEBGPU_FREE_POOL_MB: MiB >= 0, else an error naming the variable", () => {
   assert.equal(freePoolCapBytes(undefined), DEFAULT_FREE_POOL_MB * 2 ** 20);
   assert.equal(freePoolCapBytes("512"), 512 * 2 ** 20);
