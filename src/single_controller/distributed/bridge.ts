@@ -186,7 +186,8 @@ export class BridgeClient {
 
   /**
    * Waits until ring step k has received more than `done` bytes; the bytes received, or -1 when
-   * the network side answered with a failure (its status says which).
+   * the network side answered with a failure (its status says which). Callers pass the last byte
+   * of the next whole element: a count short of one (socket reads end anywhere) must wait, not spin.
    */
   private received(k: number, done: number, seq: number, deadline: number, timedOut: () => Error): number {
     const c = this.ctrl;
@@ -248,7 +249,7 @@ export class BridgeClient {
       const into = data.subarray(a, b);
       let done = 0;
       while (done < total) {
-        const r = this.received(s, done, seq, deadline, timedOut);
+        const r = this.received(s, done + bpe - 1, seq, deadline, timedOut);
         if (r < 0) return;
         const avail = r - (r % bpe);
         if (avail <= done) continue;
@@ -267,12 +268,13 @@ export class BridgeClient {
         done = avail;
       }
     }
-    for (let s = 0; s < H - 1; s++) {
+    // In place the all-gather lands where the caller reads it: only the answer is to wait for.
+    for (let s = 0; s < H - 1 && base === 0; s++) {
       const [a, b] = segment(mod(me - s, H), n, H);
       const total = (b - a) * bpe;
       let done = 0;
       while (done < total) {
-        const r = this.received(H - 1 + s, done, seq, deadline, timedOut);
+        const r = this.received(H - 1 + s, done + bpe - 1, seq, deadline, timedOut);
         if (r < 0) return;
         const avail = r - (r % bpe);
         if (avail <= done) continue;
