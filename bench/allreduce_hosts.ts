@@ -9,7 +9,13 @@
 // the all-reduce so a load change on a shared machine hits both: "duplex" (each side
 // sends the size at once, the traffic of a two-host ring all-reduce) and one way;
 // *_of_raw is the all-reduce's median over raw duplex TCP's (target >= 0.7,
-// bench/targets.ts). Prints one JSON line.
+// bench/targets.ts). CPU ms per call of each thread that does the work (from /proc,
+// 10 ms ticks; on a loaded 2-core machine CPU, not the link, bounds both): per agent,
+// its rank thread (combine) and main thread (sockets), averaged over the two agents
+// and the timed calls; per raw duplex transfer, the client's and the server's main
+// thread. Like a trainer's flat gradient (DataParallelOptimizer.step), the bench's
+// buffer is the collective's reduceBuffer: across hosts it lies in the bridge memory
+// and is reduced in place. Prints one JSON line.
 // Run: node dist/bench/allreduce_hosts.js
 //   --iters N (default 8 for 16 MiB, 3 for 256 MiB; --reps N is the same)   --mib M,M (default 16,256)
 // The namespace figure runs this script again inside namespace A as the driver
@@ -21,15 +27,19 @@ import { emit, loadAvg1m, machine, parseBenchArgs, runMain, stats, type Stats } 
 import { launchCluster } from "./hosts.js";
 import { createNetnsPair } from "./netns.js";
 import { measureRawTcp, startRawServer } from "./raw_tcp.js";
+import { threadCpuMs } from "./thread_cpu.js";
 
 const WORKER = new ClassWithInitArgs(new URL("./controller.js", import.meta.url), "BenchWorker");
 
-async function measure(pool: ResourcePool, elems: number, iters: number): Promise<Stats> {
+type Measured = { mb: Stats; rankCpuMs: number; mainCpuMs: number };
+const mean = (v: number[]) => Math.round(v.reduce((a, b) => a + b, 0) / v.length);
+
+async function measure(pool: ResourcePool, elems: number, iters: number): Promise<Measured> {
   try {
     const wg = await WorkerGroup.create(pool, WORKER);
-    const perRank = (await wg.call("allReduceLoop", elems, iters)) as number[][];
-    const ms = perRank[0]!.map((_, i) => Math.max(...perRank.map((t) => t[i]!)));
-    return mbStats(ms.map((m) => (elems * 4) / 1e6 / (m / 1000)));
+    const perRank = (await wg.call("allReduceCpu", elems, iters)) as { times: number[]; rankCpuMs: number; mainCpuMs: number }[];
+    const ms = perRank[0]!.times.map((_, i) => Math.max(...perRank.map((t) => t.times[i]!)));
+    return { mb: mbStats(ms.map((m) => (elems * 4) / 1e6 / (m / 1000))), rankCpuMs: mean(perRank.map((r) => r.rankCpuMs)), mainCpuMs: mean(perRank.map((r) => r.mainCpuMs)) };
   } finally {
     await pool.destroy();
   }
@@ -40,9 +50,9 @@ const mbStats = (mbs: number[]): Stats => {
   return { ...s, median: Math.round(s.median), min: Math.round(s.min), max: Math.round(s.max) };
 };
 
-type Row = { allreduce: Stats; raw_duplex: Stats; raw_oneway: Stats };
+type Row = { allreduce: Stats; raw_duplex: Stats; raw_oneway: Stats; cpu: { rank: number; main: number; rawClient: number; rawServer: number } };
 
-async function acrossAgents(elems: number, iters: number, addr: string, netns?: [string, string]): Promise<Stats> {
+async function acrossAgents(elems: number, iters: number, addr: string, netns?: [string, string]): Promise<Measured> {
   const hosts = [{ name: "hostA", nodeRank: 0, ...(netns ? { netns: netns[0] } : {}) }, { name: "hostB", nodeRank: 1, ...(netns ? { netns: netns[1] } : {}) }];
   const cluster = await launchCluster(hosts, 1, { addr });
   try {
@@ -57,12 +67,25 @@ async function linkRow(elems: number, iters: number, addr: string, peer: string,
   const srv = await startRawServer(peer, netns?.[1]);
   try {
     const bytes = elems * 4, n = Math.max(3, Math.ceil(iters / 2));
-    const duplex = await measureRawTcp(peer, srv.port, bytes, n, "duplex");
+    // The client's and server's main-thread CPU over the duplex transfers (n + 1 each time: one warm-up).
+    let client = 0, server = 0;
+    const duplexRun = async () => {
+      const c0 = threadCpuMs(), s0 = threadCpuMs(srv.proc.pid!);
+      const r = await measureRawTcp(peer, srv.port, bytes, n, "duplex");
+      client += threadCpuMs() - c0;
+      server += threadCpuMs(srv.proc.pid!) - s0;
+      return r;
+    };
+    const duplex = await duplexRun();
     const oneway = await measureRawTcp(peer, srv.port, bytes, n, "oneway");
-    const allreduce = await acrossAgents(elems, iters, addr, netns);
-    duplex.push(...(await measureRawTcp(peer, srv.port, bytes, n, "duplex")));
+    const ar = await acrossAgents(elems, iters, addr, netns);
+    duplex.push(...(await duplexRun()));
     oneway.push(...(await measureRawTcp(peer, srv.port, bytes, n, "oneway")));
-    return { allreduce, raw_duplex: mbStats(duplex), raw_oneway: mbStats(oneway) };
+    const per = 2 * (n + 1);
+    return {
+      allreduce: ar.mb, raw_duplex: mbStats(duplex), raw_oneway: mbStats(oneway),
+      cpu: { rank: ar.rankCpuMs, main: ar.mainCpuMs, rawClient: Math.round(client / per), rawServer: Math.round(server / per) },
+    };
   } finally {
     srv.proc.kill();
   }
@@ -89,6 +112,8 @@ function rowFigures(prefix: string, r: Row): Record<string, number | Stats> {
     [`${prefix}_MB_per_s`]: r.allreduce,
     [`${prefix}_raw_tcp_duplex_MB_per_s`]: r.raw_duplex, [`${prefix}_raw_tcp_oneway_MB_per_s`]: r.raw_oneway,
     [`${prefix}_of_raw`]: ratio(r.allreduce.median, r.raw_duplex.median),
+    [`${prefix}_cpu_ms_agent_rank_thread`]: r.cpu.rank, [`${prefix}_cpu_ms_agent_main_thread`]: r.cpu.main,
+    [`${prefix}_cpu_ms_raw_client`]: r.cpu.rawClient, [`${prefix}_cpu_ms_raw_server`]: r.cpu.rawServer,
   };
 }
 
@@ -111,7 +136,7 @@ async function main(): Promise<void> {
   const figures: Record<string, number | string | Stats> = {};
   for (const [elems, iters] of sizes) {
     const mib = (elems * 4) / (1 << 20);
-    const inProcess = await measure(new ResourcePool({ worldSize: 2 }), elems, iters);
+    const inProcess = (await measure(new ResourcePool({ worldSize: 2 }), elems, iters)).mb;
     Object.assign(figures, { [`in_process_${mib}MiB_MB_per_s`]: inProcess });
     Object.assign(figures, rowFigures(`hosts_loopback_${mib}MiB`, await linkRow(elems, iters, "127.0.0.1", "127.0.0.1")));
   }

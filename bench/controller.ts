@@ -7,6 +7,7 @@ import { isMainThread } from "node:worker_threads";
 import { fileURLToPath } from "node:url";
 import os from "node:os";
 import { ClassWithInitArgs, Dispatch, ResourcePool, Worker, WorkerGroup, register } from "../src/single_controller/index.js";
+import { threadCpuMs } from "./thread_cpu.js";
 
 export class BenchWorker extends Worker {
   @register({ dispatchMode: Dispatch.ONE_TO_ALL })
@@ -17,16 +18,27 @@ export class BenchWorker extends Worker {
   /** Milliseconds of each of `iters` all-reduces of `elems` floats, after one warm-up. */
   @register({ dispatchMode: Dispatch.ONE_TO_ALL })
   allReduceLoop(elems: number, iters: number): number[] {
-    const buf = new Float32Array(elems).fill(this.rank + 1);
+    return this.allReduceCpu(elems, iters).times;
+  }
+
+  /**
+   * allReduceLoop's calls with the CPU ms per call of this rank's thread and of its process's main
+   * thread (in a host agent: the thread that owns the ring's sockets); both include the barriers.
+   */
+  @register({ dispatchMode: Dispatch.ONE_TO_ALL })
+  allReduceCpu(elems: number, iters: number): { times: number[]; rankCpuMs: number; mainCpuMs: number } {
+    // Where the trainer's flat gradient lives (DataParallelOptimizer.step): across hosts, in the bridge memory.
+    const buf = (this.collective.reduceBuffer?.(elems) ?? new Float32Array(elems)).fill(this.rank + 1);
     this.collective.allReduce(buf, "mean");
     const times: number[] = [];
+    const r0 = threadCpuMs(), m0 = threadCpuMs(process.pid);
     for (let i = 0; i < iters; i++) {
       this.collective.barrier();
       const t0 = performance.now();
       this.collective.allReduce(buf, "mean");
       times.push(performance.now() - t0);
     }
-    return times;
+    return { times, rankCpuMs: (threadCpuMs() - r0) / iters, mainCpuMs: (threadCpuMs(process.pid) - m0) / iters };
   }
 }
 

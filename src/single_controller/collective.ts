@@ -81,6 +81,12 @@ export interface RankCollective {
    * many elements (undefined: any split does, the sum of each element being in rank order).
    */
   readonly bucketAlignElems?: number;
+  /**
+   * A float32 buffer of `elems` for allReduce to reduce without copying it in or out (across
+   * hosts, the leader's lies in the bridge memory); contents unspecified, valid until the next
+   * call on this rank. Absent or a plain array where nothing is saved.
+   */
+  reduceBuffer?(elems: number): Float32Array;
 }
 
 export class Collective implements RankCollective {

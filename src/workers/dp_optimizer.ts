@@ -20,6 +20,8 @@ export interface AllReducer {
   readonly worldSize?: number;
   /** Bucket boundaries at multiples of this keep one call's bits (RankCollective.bucketAlignElems). */
   readonly bucketAlignElems?: number;
+  /** A buffer allReduce reduces without copying it in or out (RankCollective.reduceBuffer). */
+  reduceBuffer?(elems: number): Float32Array;
 }
 
 /** The gradient all-reduce's bucket: about this many bytes (torch DDP's bucket_cap_mb is 25). */
@@ -183,7 +185,8 @@ export class DataParallelOptimizer {
     // of earlier ones. Bucket bounds at multiples of the collective's alignment: the same bits
     // as one call over the whole buffer.
     const n = this.acc.numel;
-    const buf = new Float32Array(n + scalars.length);
+    // Across hosts the leader's gradient lives in the bridge memory, reduced there without a copy in or out.
+    const buf = this.collective.reduceBuffer?.(n + scalars.length) ?? new Float32Array(n + scalars.length);
     buf.set(scalars, n);
     // Only an asynchronous read-back (WebGPU) has something to overlap: elsewhere the read is
     // synchronous and the slices would be an extra pass (measured on wasm: 64 MiB read in 4 buckets

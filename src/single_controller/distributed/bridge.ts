@@ -9,9 +9,12 @@
 // rank makes a pass of its own for it); and it copies each finished piece out to the
 // caller's buffer as it becomes final. The main
 // thread sends straight out of the data region and has the kernel read the
-// neighbour's bytes straight into the shared regions.
+// neighbour's bytes straight into the shared regions. A caller whose buffer already
+// lies in the bridge memory (reduceBuffer: past the receive region, grown on demand)
+// skips both copies: the ring sends from, combines in and receives into that buffer.
 // Control words: request/response seq, op, dtype, length, root host, status, reason
-// length, two signal words, the bytes copied in, then per ring step bytes received
+// length, two signal words, the bytes copied in, the byte offset of the data (0: the data
+// region; else the caller's buffer in place), then per ring step bytes received
 // (main thread) and per reduce-scatter step bytes combined (leader).
 import { CollectiveError } from "../errors.js";
 import { sharedMemory, simdKernels, type SimdKernels, type WasmMemory } from "./simd.js";
@@ -21,6 +24,8 @@ const REQ = 0, RESP = 1, OP = 2, DTYPE = 3, LEN = 4, ROOT = 5, STATUS = 6, MSGLE
 export const RECV_SIG = 8, COMB_SIG = 9;
 /** Bytes of this host's own segment the leader has copied into the data region (what step 0 sends). */
 export const COPIED = 10;
+/** Byte offset in the memory of the request's data (unsigned: stored as int32, read with >>> 0). */
+const BASE = 11;
 /** A ring of H hosts has H-1 reduce-scatter and H-1 all-gather steps; this many hosts at most. */
 export const MAX_HOSTS = 1024;
 export const RECV0 = 16, COMB0 = RECV0 + 2 * MAX_HOSTS;
@@ -41,7 +46,8 @@ export interface BridgeBuffers {
   /**
    * One shared WebAssembly memory, so the SIMD kernels (simd.ts) reach every region: the data
    * region (the chunk being reduced, in place; `dataBytes`), then the receive region (where the
-   * predecessor's reduce-scatter bytes land, two halves by step parity).
+   * predecessor's reduce-scatter bytes land, two halves by step parity), then (grown on demand,
+   * userBase on) the in-place buffer a leader hands its caller (reduceBuffer).
    */
   memory: WasmMemory;
   dataBytes: number;
@@ -50,6 +56,8 @@ export interface BridgeBuffers {
 const recvBytes = (b: BridgeBuffers) => b.dataBytes + 1024;
 export const dataRegion = (b: BridgeBuffers): Uint8Array => new Uint8Array(b.memory.buffer, 0, b.dataBytes);
 export const recvRegion = (b: BridgeBuffers): Uint8Array => new Uint8Array(b.memory.buffer, b.dataBytes, recvBytes(b));
+/** Where the in-place region starts: the first page past the receive region (the memory's initial size). */
+export const userBase = (b: BridgeBuffers): number => Math.ceil((b.dataBytes + recvBytes(b)) / 65536) * 65536;
 
 /** Default data capacity: 64 MiB a request (larger buffers cross in several requests). */
 export const DEFAULT_BRIDGE_BYTES = 64 << 20;
@@ -57,7 +65,7 @@ export const DEFAULT_BRIDGE_BYTES = 64 << 20;
 export function createBridgeBuffers(dataBytes = DEFAULT_BRIDGE_BYTES): BridgeBuffers {
   if (!Number.isInteger(dataBytes) || dataBytes < 64 || dataBytes % 8 !== 0) throw new Error(`bridge: data bytes must be a multiple of 8 >= 64, got ${dataBytes}`);
   const all = 2 * dataBytes + 1024;
-  return { control: new SharedArrayBuffer(INTS * 4 + MSG_BYTES), memory: sharedMemory(all), dataBytes };
+  return { control: new SharedArrayBuffer(INTS * 4 + MSG_BYTES), memory: sharedMemory(all, true), dataBytes };
 }
 
 /** Segment i of n elements split over H hosts: [start, end). */
@@ -80,6 +88,8 @@ export class BridgeClient {
   private readonly msg: Uint8Array;
   private readonly bytes: Uint8Array;
   private readonly simd: SimdKernels;
+  /** The memory's buffers (one per length it has had) that reduceBuffer handed out views of. */
+  private readonly handedOut = new WeakSet<SharedArrayBuffer>();
   constructor(private readonly buffers: BridgeBuffers, private readonly timeoutMs: number, private readonly host: { me: number; hosts: number }) {
     this.ctrl = new Int32Array(buffers.control, 0, INTS);
     this.msg = new Uint8Array(buffers.control, INTS * 4, MSG_BYTES);
@@ -89,6 +99,33 @@ export class BridgeClient {
 
   get capacityBytes(): number {
     return this.bytes.length;
+  }
+
+  /**
+   * `elems` float32 in the bridge memory, for a caller to fill and reduce in place (no copy in or
+   * out); contents unspecified. One region per leader: valid until the next call. Undefined when
+   * the memory cannot grow that far (4 GiB in all).
+   */
+  reduceBuffer(elems: number): Float32Array | undefined {
+    const base = userBase(this.buffers), need = base + elems * 4, mem = this.buffers.memory;
+    if (need > 65536 * 65536) return undefined;
+    const have = mem.buffer.byteLength;
+    if (have < need) {
+      try {
+        mem.grow(Math.ceil((need - have) / 65536));
+      } catch {
+        return undefined;
+      }
+    }
+    const sab = mem.buffer;
+    this.handedOut.add(sab);
+    return new Float32Array(sab, base, elems);
+  }
+
+  /** The byte offset of `chunk` in the bridge memory when it lies in reduceBuffer's region; else 0. */
+  private inPlace(chunk: Uint8Array): number {
+    const b = chunk.buffer;
+    return b instanceof SharedArrayBuffer && this.handedOut.has(b) && chunk.byteOffset >= userBase(this.buffers) ? chunk.byteOffset : 0;
   }
 
   /**
@@ -102,6 +139,7 @@ export class BridgeClient {
     const c = this.ctrl;
     const reduce = op === "sum" || op === "max" || op === "min";
     const piped = reduce && H > 1 && length > 0;
+    const base = piped ? this.inPlace(chunk) : 0;
     // A host that only receives a broadcast has nothing to hand over; a ring reduce copies in while it runs.
     if (!piped && (op !== "broadcast" || rootHost === me)) this.bytes.set(chunk, 0);
     // Progress words belong to this request from here on (the main thread writes RECV only while serving it).
@@ -114,11 +152,12 @@ export class BridgeClient {
     Atomics.store(c, DTYPE, DTYPES.indexOf(dtype));
     Atomics.store(c, LEN, length);
     Atomics.store(c, ROOT, rootHost);
+    Atomics.store(c, BASE, base | 0);
     const seq = Atomics.add(c, REQ, 1) + 1;
     Atomics.notify(c, REQ);
     const deadline = Date.now() + this.timeoutMs;
     const timedOut = () => new CollectiveError(`collective ${op} across hosts: this host's network side gave no answer within ${this.timeoutMs / 1000} s`, "timeout");
-    if (piped) this.pipelined(op, dtype, chunk, length, seq, deadline, timedOut, divideBy);
+    if (piped) this.pipelined(op, dtype, chunk, length, seq, deadline, timedOut, divideBy, base);
     for (;;) {
       const resp = Atomics.load(c, RESP);
       if (resp === seq) break;
@@ -147,7 +186,8 @@ export class BridgeClient {
 
   /**
    * Waits until ring step k has received more than `done` bytes; the bytes received, or -1 when
-   * the network side answered with a failure (its status says which).
+   * the network side answered with a failure (its status says which). Callers pass the last byte
+   * of the next whole element: a count short of one (socket reads end anywhere) must wait, not spin.
    */
   private received(k: number, done: number, seq: number, deadline: number, timedOut: () => Error): number {
     const c = this.ctrl;
@@ -173,27 +213,34 @@ export class BridgeClient {
    * first, which step 0 sends as it lands), combine each reduce-scatter piece as it arrives,
    * copy out each final piece as it is combined (and divided) or arrives in the all-gather.
    */
-  private pipelined(op: BridgeOp, dtype: BridgeDtype, chunk: Uint8Array, n: number, seq: number, deadline: number, timedOut: () => Error, divideBy: number): void {
+  private pipelined(op: BridgeOp, dtype: BridgeDtype, chunk: Uint8Array, n: number, seq: number, deadline: number, timedOut: () => Error, divideBy: number, base: number): void {
     const { me, hosts: H } = this.host;
     const c = this.ctrl;
     const is64 = dtype === "float64", bpe = is64 ? 8 : 4;
     const bytes = this.bytes;
     const [m0, m1] = segment(me, n, H);
-    for (let p = m0 * bpe; p < m1 * bpe; p += WAKE_BYTES) {
-      const e = Math.min(m1 * bpe, p + WAKE_BYTES);
-      bytes.set(chunk.subarray(p, e), p);
-      Atomics.store(c, COPIED, e - m0 * bpe);
+    if (base !== 0) {
+      // In place: the whole own segment is there already.
+      Atomics.store(c, COPIED, (m1 - m0) * bpe);
       this.signal();
+    } else {
+      for (let p = m0 * bpe; p < m1 * bpe; p += WAKE_BYTES) {
+        const e = Math.min(m1 * bpe, p + WAKE_BYTES);
+        bytes.set(chunk.subarray(p, e), p);
+        Atomics.store(c, COPIED, e - m0 * bpe);
+        this.signal();
+      }
+      // The rest before any combine: the predecessor's pieces are combined into it.
+      bytes.set(chunk.subarray(0, m0 * bpe), 0);
+      bytes.set(chunk.subarray(m1 * bpe, n * bpe), m1 * bpe);
     }
-    // The rest before any combine: the predecessor's pieces are combined into it.
-    bytes.set(chunk.subarray(0, m0 * bpe), 0);
-    bytes.set(chunk.subarray(m1 * bpe, n * bpe), m1 * bpe);
     const heap = this.buffers.memory.buffer, D = this.buffers.dataBytes;
-    const data: Numeric = is64 ? new Float64Array(heap, 0, n) : new Float32Array(heap, 0, n);
+    const data: Numeric = is64 ? new Float64Array(heap, base, n) : new Float32Array(heap, base, n);
     const out: Numeric = is64 ? new Float64Array(chunk.buffer, chunk.byteOffset, n) : new Float32Array(chunk.buffer, chunk.byteOffset, n);
     const add = is64 ? this.simd.add64 : this.simd.add32, addDiv = is64 ? this.simd.addDiv64 : this.simd.addDiv32;
     const jsCombine = op === "sum" ? undefined : COMBINE[op === "max" ? 0 : 1]![is64 ? 1 : 0]!;
-    const emit = (i0: number, i1: number) => out.set(data.subarray(i0, i1), i0);
+    // In place the result is where the caller reads it: nothing to copy out.
+    const emit = base !== 0 ? () => undefined : (i0: number, i1: number) => out.set(data.subarray(i0, i1), i0);
     for (let s = 0; s < H - 1; s++) {
       const [a, b] = segment(mod(me - s - 1, H), n, H);
       const total = (b - a) * bpe;
@@ -202,7 +249,7 @@ export class BridgeClient {
       const into = data.subarray(a, b);
       let done = 0;
       while (done < total) {
-        const r = this.received(s, done, seq, deadline, timedOut);
+        const r = this.received(s, done + bpe - 1, seq, deadline, timedOut);
         if (r < 0) return;
         const avail = r - (r % bpe);
         if (avail <= done) continue;
@@ -210,8 +257,8 @@ export class BridgeClient {
         if (jsCombine) {
           jsCombine(into, got, done / bpe, avail / bpe);
           if (last && divideBy !== 1) for (let i = done / bpe; i < avail / bpe; i++) into[i] = into[i]! / divideBy;
-        } else if (last && divideBy !== 1) addDiv(a * bpe + done, D + half + done, (avail - done) / bpe, divideBy);
-        else add(a * bpe + done, D + half + done, (avail - done) / bpe);
+        } else if (last && divideBy !== 1) addDiv(base + a * bpe + done, D + half + done, (avail - done) / bpe, divideBy);
+        else add(base + a * bpe + done, D + half + done, (avail - done) / bpe);
         // The main thread sends pieces of a MiB or more: wake it when one may have completed, not per read.
         const crossed = Math.floor(avail / WAKE_BYTES) > Math.floor(done / WAKE_BYTES) || avail === total;
         Atomics.store(c, COMB0 + s, avail);
@@ -221,12 +268,13 @@ export class BridgeClient {
         done = avail;
       }
     }
-    for (let s = 0; s < H - 1; s++) {
+    // In place the all-gather lands where the caller reads it: only the answer is to wait for.
+    for (let s = 0; s < H - 1 && base === 0; s++) {
       const [a, b] = segment(mod(me - s, H), n, H);
       const total = (b - a) * bpe;
       let done = 0;
       while (done < total) {
-        const r = this.received(H - 1 + s, done, seq, deadline, timedOut);
+        const r = this.received(H - 1 + s, done + bpe - 1, seq, deadline, timedOut);
         if (r < 0) return;
         const avail = r - (r % bpe);
         if (avail <= done) continue;
@@ -258,6 +306,8 @@ export interface BridgeRequest {
   dtype: BridgeDtype;
   length: number;
   rootHost: number;
+  /** Byte offset of the data in the bridge memory: 0 the data region, else the caller's buffer in place. */
+  base?: number;
 }
 
 /** A failure the main thread reports back to the leader. */
@@ -300,7 +350,7 @@ export class BridgeServer {
       }
       const seq = Atomics.load(c, REQ);
       this.seen = seq;
-      const req: BridgeRequest = { op: OP_NAMES[Atomics.load(c, OP)]!, dtype: DTYPES[Atomics.load(c, DTYPE)]!, length: Atomics.load(c, LEN), rootHost: Atomics.load(c, ROOT) };
+      const req: BridgeRequest = { op: OP_NAMES[Atomics.load(c, OP)]!, dtype: DTYPES[Atomics.load(c, DTYPE)]!, length: Atomics.load(c, LEN), rootHost: Atomics.load(c, ROOT), base: Atomics.load(c, BASE) >>> 0 };
       let status = ST_OK;
       try {
         await this.handle(req);

@@ -34,6 +34,11 @@ export class HierarchicalCollective implements RankCollective {
     return this.layout.nnodes > 1 ? this.layout.bridge.dataBytes / 4 : undefined;
   }
 
+  /** The leader's lies in the bridge memory (reduced there in place); other ranks' are plain. */
+  reduceBuffer(elems: number): Float32Array {
+    return (this.layout.nnodes > 1 ? this.bridge?.reduceBuffer(elems) : undefined) ?? new Float32Array(elems);
+  }
+
   get timeoutMs(): number {
     return this.local.timeoutMs;
   }

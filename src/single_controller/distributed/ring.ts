@@ -5,8 +5,9 @@
 // pipelined: a piece is sent on as soon as it is combined (by the leader rank
 // thread, bridge.ts) or received, so several are in flight on every link and
 // nothing waits for a whole segment. Sends go straight out of the shared data
-// region and receives land straight in the shared regions, so a piece is copied
-// once per hop, by the combine. Broadcast passes the bytes along the ring from the
+// region (or the leader caller's own buffer in the bridge memory, req.base) and
+// receives land straight in the shared regions, so a piece is copied once per
+// hop, by the combine. Broadcast passes the bytes along the ring from the
 // root's host; a barrier is an all-reduce of nothing. Every frame carries
 // (epoch, seq, step, op, count): hosts that disagree fail with both sides named, a
 // host that sends nothing within the timeout is named, and a lost connection
@@ -244,6 +245,8 @@ export class Ring {
     const isBcast = req.op === "broadcast", isBarrier = req.op === "barrier";
     const bpe = isBcast || isBarrier ? 1 : req.dtype === "float64" ? 8 : 4;
     const n = isBarrier ? 0 : req.length;
+    // A reduce on a buffer the leader's caller filled in place: send from it and gather into it.
+    const data = req.base ? new Uint8Array(this.buffers.memory.buffer, req.base, n * bpe) : this.data;
     const seg = (i: number) => segment(mod(i, H), n, H);
     const bytes = (i: number) => (seg(i)[1] - seg(i)[0]) * bpe;
     const at = (i: number) => seg(i)[0] * bpe;
@@ -274,7 +277,7 @@ export class Ring {
       for (let s = 0; s < H - 1; s++) {
         const base = at(me - s);
         expect.push(bytes(me - s));
-        dest.push((h) => this.data.subarray(base + h.off, base + h.off + h.len));
+        dest.push((h) => data.subarray(base + h.off, base + h.off + h.len));
         sends.push({ off: at(me + 1 - s), len: bytes(me + 1 - s), avail: s === 0 ? combined(H - 2) : received(H - 1 + s - 1) });
       }
       if (isBarrier) for (let k = 0; k < sends.length; k++) sends[k]!.avail = k === 0 ? all : received(k - 1);
@@ -300,7 +303,7 @@ export class Ring {
     this.active = a;
     try {
       this.client!.resume();
-      const flushed = this.sendAll(a, sends, failed);
+      const flushed = this.sendAll(a, data, sends, failed);
       await Promise.race([done.catch(() => undefined), this.allReceived(a, failed)]);
       await flushed;
       a.finished();
@@ -328,7 +331,7 @@ export class Ring {
    * step's tail) at least MIN_PIECE, so the first bytes leave as soon as a MiB is copied or combined;
    * resolves when the kernel has taken the last byte.
    */
-  private async sendAll(a: Active, sends: Send[], failed: Promise<boolean>): Promise<void> {
+  private async sendAll(a: Active, data: Uint8Array, sends: Send[], failed: Promise<boolean>): Promise<void> {
     let outstanding = 0, allQueued = false;
     let drained: () => void = () => undefined;
     const flushed = new Promise<void>((resolve) => (drained = resolve));
@@ -355,7 +358,7 @@ export class Ring {
         }
         outstanding += 2;
         sock.write(encodeHead({ e: a.e, s: a.s, k, off: p, len: end - p, code: a.code, n: a.n }), wrote);
-        sock.write(Buffer.from(this.data.buffer, this.data.byteOffset + off + p, end - p), wrote);
+        sock.write(Buffer.from(data.buffer, data.byteOffset + off + p, end - p), wrote);
         p = end;
       } while (p < len);
     }

@@ -84,6 +84,8 @@ function moduleBytes(): Uint8Array {
 /** A shared WebAssembly.Memory (this project's TypeScript libs do not declare WebAssembly). */
 export interface WasmMemory {
   readonly buffer: SharedArrayBuffer;
+  /** Adds `pages` 64 KiB pages; every thread's `buffer` then shows the new length (views never move). */
+  grow(pages: number): number;
 }
 interface Wasm {
   Memory: new (d: { initial: number; maximum: number; shared: boolean }) => WasmMemory;
@@ -92,10 +94,10 @@ interface Wasm {
 }
 const WA = (globalThis as unknown as { WebAssembly: Wasm }).WebAssembly;
 
-/** A shared memory of at least `bytes` (whole 64 KiB pages, fixed size). */
-export function sharedMemory(bytes: number): WasmMemory {
+/** A shared memory of at least `bytes` (whole 64 KiB pages); `growable`: up to 4 GiB by grow(). */
+export function sharedMemory(bytes: number, growable = false): WasmMemory {
   const pages = Math.ceil(bytes / 65536);
-  return new WA.Memory({ initial: pages, maximum: pages, shared: true });
+  return new WA.Memory({ initial: pages, maximum: growable ? 65536 : pages, shared: true });
 }
 
 let compiled: object | undefined;

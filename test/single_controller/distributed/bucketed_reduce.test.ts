@@ -15,6 +15,8 @@ function check(res: BucketedResult[], expectBucket: number): void {
     assert.equal(x.bucket, expectBucket, `rank ${r}: bucket size`);
     assert.deepEqual(x.bucketed, x.whole, `rank ${r}: bucketed reduce has the one-call bits`);
     assert.deepEqual(x.whole, res[0]!.whole, `rank ${r} holds rank 0's bits`);
+    assert.deepEqual(x.inPlace, x.whole, `rank ${r}: the sum in reduceBuffer has the ordinary call's bits`);
+    assert.deepEqual(x.meanInPlace, x.mean, `rank ${r}: the mean in reduceBuffer has the ordinary call's bits`);
   }
 }
 
@@ -26,6 +28,7 @@ test("bucketed reduce across three hosts equals one call bit for bit; an unalign
     const res = (await wg.bucketed!(N, 8192, 1500)) as BucketedResult[];
     assert.equal(res[0]!.align, 1024);
     check(res, 2048);
+    assert.ok(res.every((x) => x.placedShared), "across hosts each leader's reduceBuffer lies in the bridge memory (reduced in place)");
     // Pieces of 1500 move the ring segments, so some sums run in another host order: the alignment is what keeps the bits.
     assert.notDeepEqual(res[0]!.split, res[0]!.whole, "an unaligned split changes some bits (the test can tell)");
   } finally {
@@ -40,5 +43,6 @@ test("bucketed reduce in one process equals one call bit for bit", { timeout: 30
   }, 30_000);
   assert.equal(res[0]!.align, null);
   check(res, 1000);
+  assert.ok(res.every((x) => !x.placedShared), "in one process reduceBuffer is a plain array");
   assert.deepEqual(res[0]!.split, res[0]!.whole, "in one process any split sums in rank order");
 });
