@@ -125,12 +125,11 @@ export const KEY_RULES: readonly KeyRule[] = [
   { keys: `{${M},critic.model}.{enable_gradient_checkpointing,use_remove_padding}`, kind: "honoured", what: "training memory (gradient checkpointing, packed rows)" },
   { keys: "model.enable_gradient_checkpointing", kind: "honoured", what: "training memory (gradient checkpointing)" },
   {
-    keys: `{${M},critic.model}.lora.{type,rank,alpha,target_modules,exclude_modules,lora_A_init_method}`,
+    keys: `{${M},critic.model}.lora.{type,rank,alpha,target_modules,exclude_modules,lora_A_init_method,lora_B_init_method}`,
     kind: "honoured",
     what: "LoRA from Megatron's keys on the PEFT layout (src/workers/megatron_lora.ts; fused linear_qkv/linear_fc1 as tied adapters sharing A; type=dora and vlm_lora refused at start)",
   },
   { keys: `{${M},critic.model}.lora.dropout`, kind: "not_built", what: "LoRA dropout (neither LoRA spelling has it here)" },
-  { keys: `{${M},critic.model}.lora.lora_B_init_method`, kind: "not_built", what: "a non-zero initial LoRA B (the reference policy is the adapter-off model, equal to a fresh adapter's only when B starts at zero)" },
   { keys: `{${M},critic.model}.lora.{merge,dtype,a2a_experimental,dropout_position}`, kind: "inert", what: "Megatron-Bridge (the rollout always decodes with the adapter applied; adapters are float32; no LoRA dropout, so no dropout position)" },
   { keys: `{${M},critic.model}.lora.adapter_path`, kind: "not_built", what: "Megatron-Bridge adapter checkpoints (a peft folder goes in model.lora_adapter_path)" },
   { keys: `{${M},critic.model}.lora.{freeze_vision_model,freeze_vision_projection,freeze_language_model}`, kind: "not_built", what: "vision-language models" },

@@ -22,6 +22,12 @@ export interface LoraSettings {
    */
   initA?: "kaiming" | "xavier" | "normal";
   /**
+   * B's initialisation: zero (the default: a fresh adapter leaves the model unchanged) or one of
+   * A's methods on B [out, r] (Megatron-Bridge's lora_B_init_method). The reference policy is the
+   * adapter-off model either way, as verl's Megatron worker computes it.
+   */
+  initB?: "zero" | "kaiming" | "xavier" | "normal";
+  /**
    * Groups of modules sharing one A (Megatron's fused LoRA on linear_qkv / linear_fc1: one
    * adapter on the fused projection is A shared by its parts and B split by rows). The first
    * module of a group owns A; its name is the trainable one.
@@ -114,6 +120,23 @@ export function validateLoraSettings(s: LoraSettings, keyPrefix: string | KeyNam
   if (!Number.isFinite(s.alpha) || s.alpha <= 0) throw new Error(`${key("lora_alpha")} must be a positive number, got ${s.alpha}`);
 }
 
+/**
+ * A [rows, cols] weight drawn as torch initialises a Linear of `cols` inputs and `rows` outputs:
+ * kaiming (peft's kaiming-uniform, a = sqrt 5: uniform within 1/sqrt(fan_in)), xavier (normal, std
+ * sqrt(2 / (fan_in + fan_out))) or normal (std 0.2, Megatron-Bridge's).
+ */
+function drawInit(rows: number, cols: number, init: "kaiming" | "xavier" | "normal", rng: Rng): Float32Array {
+  const out = new Float32Array(rows * cols);
+  if (init === "kaiming") {
+    const bound = 1 / Math.sqrt(cols);
+    for (let i = 0; i < out.length; i++) out[i] = (2 * rng.random() - 1) * bound;
+  } else {
+    const std = init === "xavier" ? Math.sqrt(2 / (cols + rows)) : 0.2;
+    for (let i = 0; i < out.length; i++) out[i] = rng.normal() * std;
+  }
+  return out;
+}
+
 let adapterSerial = 0;
 
 export class LoraAdapter {
@@ -150,7 +173,7 @@ export class LoraAdapter {
     return `${part === "A" ? this.aOwner.get(module) ?? module : module}.lora_${part}.weight`;
   }
 
-  /** A fresh adapter: A from `rng` by settings.initA (kaiming-uniform, a = sqrt 5, by default), B zero. */
+  /** A fresh adapter: A from `rng` by settings.initA (kaiming-uniform, a = sqrt 5, by default), B by settings.initB (zero by default). */
   static init(config: ModelConfig, settings: LoraSettings, rng: Rng, keyPrefix: string | KeyNamer = "model"): LoraAdapter {
     validateLoraSettings(settings, keyPrefix);
     const shapes = linearModules(config), r = settings.rank;
@@ -158,22 +181,17 @@ export class LoraAdapter {
     checkRankFits(config, r, targets, keyPrefix);
     const tensors = new Map<string, { a: tf.Tensor; b: tf.Tensor }>();
     const tied = new Set((settings.tiedA ?? []).flatMap((g) => g.slice(1)));
+    const initB = settings.initB ?? "zero";
+    // B after A from the same stream, only when asked: the default (zero) draws nothing
+    const freshB = (outF: number): tf.Tensor => (initB === "zero" ? tf.zeros([outF, r]) : tf.tensor2d(drawInit(outF, r, initB, rng), [outF, r]));
     for (const name of targets) {
       const [outF, inF] = shapes.get(name)!;
       if (tied.has(name)) { // its A is its owner's: drawn once, so the seeded stream is the fused adapter's
-        tensors.set(name, { a: tf.zeros([r, inF]), b: tf.zeros([outF, r]) });
+        tensors.set(name, { a: tf.zeros([r, inF]), b: freshB(outF) });
         continue;
       }
-      const a = new Float32Array(r * inF), init = settings.initA ?? "kaiming";
-      if (init === "kaiming") {
-        const bound = 1 / Math.sqrt(inF);
-        for (let i = 0; i < a.length; i++) a[i] = (2 * rng.random() - 1) * bound;
-      } else {
-        // torch's xavier_normal_ on A [r, in]: fan_in = in, fan_out = r
-        const std = init === "xavier" ? Math.sqrt(2 / (inF + r)) : 0.2;
-        for (let i = 0; i < a.length; i++) a[i] = rng.normal() * std;
-      }
-      tensors.set(name, { a: tf.tensor2d(a, [r, inF]), b: tf.zeros([outF, r]) });
+      const a = drawInit(r, inF, settings.initA ?? "kaiming", rng);
+      tensors.set(name, { a: tf.tensor2d(a, [r, inF]), b: freshB(outF) });
     }
     try {
       return new LoraAdapter(settings, config, tensors);

@@ -27,6 +27,7 @@ export interface MegatronLora {
   targets: string[];
   excludes: string[];
   initA: LoraAInit;
+  initB: "zero" | LoraAInit;
   /** Names the lora.* key in errors (`actor_rollout_ref.model.lora.target_modules`). */
   key: KeyNamer;
 }
@@ -67,7 +68,7 @@ export function readMegatronLora(model: ConfigView): MegatronLora | null {
   const initA = lora.str("lora_A_init_method", "xavier");
   if (!A_INITS.includes(initA as LoraAInit)) throw new Error(`${lora.key("lora_A_init_method")} is ${JSON.stringify(initA)}; choose one of ${A_INITS.join(", ")}`);
   const initB = lora.str("lora_B_init_method", "zero");
-  if (initB !== "zero") throw new Error(`${lora.key("lora_B_init_method")}=${initB}: only zero is built (a fresh adapter then leaves the model unchanged, as the reference policy assumes)`);
+  if (initB !== "zero" && !A_INITS.includes(initB as LoraAInit)) throw new Error(`${lora.key("lora_B_init_method")} is ${JSON.stringify(initB)}; choose one of zero, ${A_INITS.join(", ")}`);
   if (lora.optStr("adapter_path") !== null) {
     throw new Error(`${lora.key("adapter_path")}: Megatron-Bridge adapter checkpoints cannot be read here; give a peft folder (adapter_config.json + adapter_model.safetensors) as ${model.key("lora_adapter_path")}`);
   }
@@ -83,7 +84,7 @@ export function readMegatronLora(model: ConfigView): MegatronLora | null {
       }
     }
   }
-  return { type, rank, alpha, targets, excludes, initA: initA as LoraAInit, key };
+  return { type, rank, alpha, targets, excludes, initA: initA as LoraAInit, initB: initB as "zero" | LoraAInit, key };
 }
 
 /** fnmatch: `*` any run of characters (dots included), `?` one; the rest literal. */

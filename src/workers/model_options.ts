@@ -39,7 +39,7 @@ export function readModelMemoryOptions(model: ConfigView, defaults: { removePadd
   return {
     lora: megatron ? {
       // targets resolved against the model's modules in applyModelMemoryOptions
-      rank: megatron.rank, alpha: megatron.alpha, targetModules: [], initA: megatron.initA, megatron,
+      rank: megatron.rank, alpha: megatron.alpha, targetModules: [], initA: megatron.initA, initB: megatron.initB, megatron,
     } : on ? {
       rank, alpha: model.num("lora_alpha", 16),
       targetModules: moduleSpec(model, "target_modules") ?? "all-linear",

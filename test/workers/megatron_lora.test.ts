@@ -55,12 +55,12 @@ test("Megatron LoRA names map onto the HF modules: canonical_lora, unfused type=
   assert.equal(lora(["critic.model.lora.rank=8", "critic.model.lora.alpha=16", "critic.model.lora.target_modules=[linear_proj]"], "critic.model")!.alpha, 16);
 });
 
-test("Megatron LoRA options without a PEFT equivalent are refused naming the key (dora, dropout, B init, adapter checkpoints)", () => {
+test("Megatron LoRA options without a PEFT equivalent are refused naming the key (dora, dropout, unknown inits, adapter checkpoints)", () => {
   const bad: [string[], RegExp][] = [
     [[`${M}.lora.type=dora`], /lora\.type=dora: DoRA/],
     [[`${M}.lora.type=vlm_lora`], /vision-language models are not built/],
     [[`${M}.lora.dropout=0.1`], /actor_rollout_ref\.model\.lora\.dropout=0\.1: LoRA dropout is not built/],
-    [[`${M}.lora.lora_B_init_method=normal`], /lora_B_init_method=normal: only zero is built/],
+    [[`${M}.lora.lora_B_init_method=orthogonal`], /lora_B_init_method is "orthogonal"; choose one of zero, xavier, kaiming, normal/],
     [[`${M}.lora.lora_A_init_method=orthogonal`], /lora_A_init_method is "orthogonal"; choose one of xavier, kaiming, normal/],
     [[`${M}.lora.type=canonical_lora`], /target_modules names 'linear_qkv', not a module of lora\.type=canonical_lora/],
     [[`${M}.lora.exclude_modules=[linear_fc2]`], /exclude_modules needs actor_rollout_ref\.model\.lora\.target_modules empty/],
@@ -94,6 +94,33 @@ test("lora_A_init_method: xavier draws A ~ N(0, 2 / (in + r)) (Megatron-Bridge's
   assert.ok(x.max > 1 / Math.sqrt(256), "normal draws exceed kaiming's uniform bound");
   assert.ok(k.max <= 1 / Math.sqrt(256) && Math.abs(k.std - 1 / Math.sqrt(3 * 256)) / k.std < 0.05, `kaiming uniform ${k.std}`);
   assert.ok(x.bZero && k.bZero);
+});
+
+test("lora_B_init_method: zero by default; xavier draws B [out, r] ~ N(0, 2 / (r + out)), so a fresh adapter already moves the policy off the adapter-off reference (as in verl's Megatron worker)", async () => {
+  await initBackend("cpu");
+  assert.equal(lora([`${M}.lora.rank=4`])!.initB, "zero");
+  const s = lora([`${M}.lora.rank=4`, `${M}.lora.lora_B_init_method=xavier`])!;
+  assert.equal(s.initB, "xavier");
+  const big = makeConfig({ vocabSize: 40, dim: 64, hiddenDim: 64, nLayers: 1, nHeads: 4, nKvHeads: 4, tieWordEmbeddings: false, maxSeqLen: 16 });
+  const target = ["model.layers.0.mlp.down_proj"], r = 8;
+  const zeroB = LoraAdapter.init(big, { rank: r, alpha: 16, targetModules: target, initA: "xavier" }, new Rng(3));
+  const drawnB = LoraAdapter.init(big, { rank: r, alpha: 16, targetModules: target, initA: "xavier", initB: "xavier" }, new Rng(3));
+  try {
+    const a0 = zeroB.modules.get(target[0]!)!, a1 = drawnB.modules.get(target[0]!)!;
+    assert.deepEqual(Array.from(a1.a.dataSync()), Array.from(a0.a.dataSync()), "A is drawn first, from the same stream: unchanged by B's init");
+    assert.ok(a0.b.dataSync().every((x) => x === 0));
+    const b = a1.b.dataSync(), out = a1.outFeatures;
+    let s2 = 0;
+    for (const x of b) s2 += x * x;
+    const want = Math.sqrt(2 / (r + out)), std = Math.sqrt(s2 / b.length);
+    assert.ok(Math.abs(std - want) / want < 0.1, `B std ${std} vs ${want}`);
+    const delta = drawnB.mergedDelta(target[0]!), norm = tf.tidy(() => delta.abs().max().dataSync()[0]!);
+    delta.dispose();
+    assert.ok(norm > 0, "a non-zero B changes the merged weight from the start");
+  } finally {
+    zeroB.dispose();
+    drawnB.dispose();
+  }
 });
 
 test("fused LoRA (type=lora): q, k, v share one A, trained once with the summed gradient; same logits and gradients as the untied adapter with copies of A", async () => {
@@ -170,6 +197,18 @@ test("verl train --config-name ppo_megatron_trainer with lora.*: verl's default 
     assert.equal(adapter.r, 4);
     assert.equal(adapter.lora_alpha, 8);
     assert.deepEqual(adapter.target_modules, ["down_proj", "gate_proj", "k_proj", "o_proj", "q_proj", "up_proj", "v_proj"]);
+
+    // a drawn B: the fresh policy is off the adapter-off reference from the first step, so the KL loss is not 0
+    const kl = async (initB: string) => {
+      const r = await runTrain(["--config-name", "ppo_megatron_trainer", ...base, `${M}.lora.lora_B_init_method=${initB}`,
+        "actor_rollout_ref.actor.use_kl_loss=True", `trainer.default_local_dir=${ws.dir}/kl-${initB}`], {});
+      assert.equal(r.code, 0, r.stderr);
+      const m = /actor\/kl_loss:([-0-9.e]+)/.exec(r.stdout);
+      assert.ok(m, `no actor/kl_loss in\n${r.stdout.slice(-2000)}`);
+      return Number(m[1]);
+    };
+    assert.equal(await kl("zero"), 0);
+    assert.ok((await kl("xavier")) > 0);
   } finally {
     rmSync(ws.dir, { recursive: true, force: true });
   }
