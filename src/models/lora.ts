@@ -181,17 +181,20 @@ export class LoraAdapter {
     checkRankFits(config, r, targets, keyPrefix);
     const tensors = new Map<string, { a: tf.Tensor; b: tf.Tensor }>();
     const tied = new Set((settings.tiedA ?? []).flatMap((g) => g.slice(1)));
-    const initB = settings.initB ?? "zero";
-    // B after A from the same stream, only when asked: the default (zero) draws nothing
-    const freshB = (outF: number): tf.Tensor => (initB === "zero" ? tf.zeros([outF, r]) : tf.tensor2d(drawInit(outF, r, initB, rng), [outF, r]));
     for (const name of targets) {
       const [outF, inF] = shapes.get(name)!;
-      if (tied.has(name)) { // its A is its owner's: drawn once, so the seeded stream is the fused adapter's
-        tensors.set(name, { a: tf.zeros([r, inF]), b: freshB(outF) });
-        continue;
+      // a tied module's A is its owner's: drawn once, so the seeded stream is the fused adapter's
+      const a = tied.has(name) ? tf.zeros([r, inF]) : tf.tensor2d(drawInit(r, inF, settings.initA ?? "kaiming", rng), [r, inF]);
+      tensors.set(name, { a, b: tf.zeros([outF, r]) });
+    }
+    // B after every A, from the same stream and only when asked: the As are the same whatever B's init
+    const initB = settings.initB ?? "zero";
+    if (initB !== "zero") {
+      for (const name of targets) {
+        const t = tensors.get(name)!, outF = shapes.get(name)![0];
+        t.b.dispose();
+        t.b = tf.tensor2d(drawInit(outF, r, initB, rng), [outF, r]);
       }
-      const a = drawInit(r, inF, settings.initA ?? "kaiming", rng);
-      tensors.set(name, { a: tf.tensor2d(a, [r, inF]), b: freshB(outF) });
     }
     try {
       return new LoraAdapter(settings, config, tensors);

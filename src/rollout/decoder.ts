@@ -157,8 +157,13 @@ export class KvCacheDecoder implements StepDecoder, SlotDecoder {
     if (k === B) return out;
     const V = this.c.vocabSize, logits = new Float32Array(B * V), at = new Int32Array(B);
     rows.forEach((b, r) => { at[b] = r; });
+    // the routing record's prompt columns come with the cache: a sibling replays its source's experts
+    const rec = this.routing, SK = rec ? rec.length / (B * this.maxLen) : 0;
     for (let b = 0; b < B; b++) {
-      if (source[b] !== b) this.cache.copyRow(b, source[b]!);
+      if (source[b] !== b) {
+        this.cache.copyRow(b, source[b]!);
+        if (rec) rec.copyWithin(b * this.maxLen * SK, source[b]! * this.maxLen * SK, (source[b]! * this.maxLen + P) * SK);
+      }
       logits.set(out.subarray(at[source[b]!]! * V, (at[source[b]!]! + 1) * V), b * V);
     }
     return logits;

@@ -12,7 +12,7 @@
 // type=lora adapts the fused linear_qkv / linear_fc1 as one module: one A [r, in] shared by q, k
 // and v (or gate and up) and one B split by rows, trained here as tied adapters (src/models/lora.ts
 // tiedA) and saved for peft with the shared A written under each part. What has no equivalent is
-// refused naming the key: dora, vlm_lora, dropout, a non-zero B at start, and Megatron-Bridge
+// refused naming the key: dora, vlm_lora, dropout and Megatron-Bridge
 // adapter checkpoints (lora.adapter_path).
 import type { ModelConfig } from "../models/config.js";
 import { linearModules, type KeyNamer } from "../models/lora.js";

@@ -24,9 +24,9 @@ import { ContinuousBatchingServer } from "../../src/agent_loop/batching_server.j
 const S = 2, K = 2, E = 4; // the fixture's sparse layers, top-k, experts
 
 /** A left-padded rollout of the fixture's model (5 prompts of different lengths, 12 tokens each). */
-function rollout(model: LlamaModel, recordRouting = false): DataProto {
+function rollout(model: LlamaModel, recordRouting = false, n = 1): DataProto {
   const prompts = leftPadPrompts([[5, 17, 33, 2, 9, 40], [7, 8], [100, 101, 102, 103], [250], [11, 12, 13]], 0);
-  const params = defaultSamplingParams({ temperature: 1, responseLength: 12, eosTokenIds: [3], padTokenId: 0, calculateLogProbs: true });
+  const params = defaultSamplingParams({ temperature: 1, responseLength: 12, eosTokenIds: [3], padTokenId: 0, calculateLogProbs: true, n });
   return generate(model, prompts, params, new Rng(7), { recordRouting });
 }
 
@@ -120,14 +120,15 @@ test("qwen3_moe: under replay the router still gets its gradient (the gate weigh
   weight.dispose();
 }));
 
-test("qwen3_moe: the host decoder records the experts the training forward chooses, and replaying them gives the rollout's log-probs", () => withMoe(async (model) => {
-  const data = rollout(model, true);
+test("qwen3_moe: the host decoder records the experts the training forward chooses, and replaying them gives the rollout's log-probs (rollout.n siblings sharing a prefill too)", () => withMoe(async (model) => {
+  for (const n of [1, 2]) {
+  const data = rollout(model, true, n);
   const rec = data.batch.routed_experts!;
   const [B, L] = data.batch.input_ids!.shape as [number, number], R = 12, P = L - R;
   assert.deepEqual(rec.shape, [B, L, S, K]);
   assert.equal(rec.dtype, "int32");
   // the same prompts and samples without recording: recording changes nothing
-  const plain = rollout(model);
+  const plain = rollout(model, false, n);
   assert.deepEqual(plain.batch.responses!.data, data.batch.responses!.data);
   const train = logProbs(model, data).routed.data;
   const attn = data.batch.attention_mask!.data, rmask = data.batch.response_mask!.data;
@@ -138,14 +139,15 @@ test("qwen3_moe: the host decoder records the experts the training forward choos
     for (let s = 0; s < L; s++) {
       const at = (b * L + s) * S * K, got = rec.data.subarray(at, at + S * K);
       if (!attn[b * L + s] || s === last) { assert.ok(got.every((e) => e === 0), `row ${b} column ${s}: nothing recorded`); continue; }
-      assert.deepEqual(got, train.subarray(at, at + S * K), `row ${b} column ${s}: decoder and training forward route alike`);
+      assert.deepEqual(got, train.subarray(at, at + S * K), `n=${n} row ${b} column ${s}: decoder and training forward route alike`);
       compared++;
     }
   }
   assert.ok(compared > 30, `${compared} tokens compared`);
   const replayed = logProbs(model, data, { replay: rec });
   const rollLp = data.batch.rollout_log_probs!.data;
-  for (let i = 0; i < B * R; i++) if (rmask[i]) assert.ok(Math.abs(replayed.lp[i]! - rollLp[i]!) < 1e-4, `slot ${i}: ${replayed.lp[i]} vs rollout ${rollLp[i]}`);
+  for (let i = 0; i < B * R; i++) if (rmask[i]) assert.ok(Math.abs(replayed.lp[i]! - rollLp[i]!) < 1e-4, `n=${n} slot ${i}: ${replayed.lp[i]} vs rollout ${rollLp[i]}`);
+  }
   // a dense model has nothing to record
   const dense = await loadHfModel(fixtureDir("qwen3"));
   try {

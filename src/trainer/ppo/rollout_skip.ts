@@ -15,9 +15,10 @@
 // head is {format: "verl-ts rollout dump", version: 1}, the value {prompts, gen, out}, each a
 // DataProto as {batch: {key: {data, shape, dtype}}, nonTensorBatch, metaInfo}. verl's pickles
 // hold torch tensors and cannot be read here, nor ours by verl.
-import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { expandHome } from "../../data/home_path.js";
+import { writeFileAtomic } from "../../utils/fs.js";
 import { DataProto } from "../../protocol/index.js";
 import { decodeFrame, encodeFrame } from "../../single_controller/distributed/wire.js";
 import { logger } from "../../utils/logger.js";
@@ -50,10 +51,8 @@ function proto(v: unknown, file: string, what: string): DataProto {
 }
 
 export function writeRolloutDump(file: string, rec: RolloutRecord): void {
-  const buf = encodeFrame({ format: ROLLOUT_DUMP_FORMAT, version: VERSION }, { prompts: plain(rec.prompts), gen: plain(rec.gen), out: plain(rec.out) });
-  // write-then-rename: a run killed mid-write leaves no half file for the next run to load
-  writeFileSync(`${file}.tmp`, buf);
-  renameSync(`${file}.tmp`, file);
+  // atomic: a run killed mid-write leaves no half file for the next run to load
+  writeFileAtomic(file, encodeFrame({ format: ROLLOUT_DUMP_FORMAT, version: VERSION }, { prompts: plain(rec.prompts), gen: plain(rec.gen), out: plain(rec.out) }));
 }
 
 export function readRolloutDump(file: string): RolloutRecord {
@@ -85,7 +84,6 @@ export class RolloutSkip {
     const gbs = cfg.optInt("data.gen_batch_size") ?? cfg.int("data.train_batch_size");
     const skip = new RolloutSkip(expandHome(dir), cfg.optStr("trainer.experiment_name") ?? "", cfg.optStr("trainer.project_name") ?? "",
       gbs, cfg.int("actor_rollout_ref.rollout.n", 1));
-    mkdirSync(skip.dir, { recursive: true });
     logger().info({ file: skip.file }, existsSync(skip.file)
       ? "rollout.skip_rollout: training steps load the rollout dumped in this file"
       : "rollout.skip_rollout: no dump yet; the first training rollout is generated and written to this file, later steps load it");
@@ -103,14 +101,13 @@ export class RolloutSkip {
     }
     if (this.cached) return { ...copyRecord(this.cached), loaded: true };
     // copied first: handing the batch to the workers may move its buffers
-    const before = { prompts: copyProto(current.prompts), gen: copyProto(current.gen) };
+    const before = { prompts: current.prompts.clone(), gen: current.gen.clone() };
     const out = await generate();
     const rec = { ...before, out };
-    mkdirSync(this.dir, { recursive: true });
     writeRolloutDump(this.file, rec);
     logger().info({ file: this.file, rows: out.length }, "rollout.skip_rollout: rollout dumped");
-    // later steps train on copies of what was written, as if read back
-    this.cached = readRolloutDump(this.file);
+    // later steps train on copies of what was written
+    this.cached = { ...before, out: out.clone() };
     return { prompts: current.prompts, gen: current.gen, out, loaded: false };
   }
 
@@ -130,13 +127,7 @@ export class RolloutSkip {
   }
 }
 
-function copyProto(p: DataProto): DataProto {
-  const batch: DataProto["batch"] = {};
-  for (const [k, t] of Object.entries(p.batch)) batch[k] = { data: t.data.slice(), shape: [...t.shape], dtype: t.dtype };
-  return new DataProto(batch, structuredClone(p.nonTensorBatch), structuredClone(p.metaInfo));
-}
-
 /** Fresh arrays each step: the trainer and the workers' transfers may move or change them. */
 function copyRecord(r: RolloutRecord): RolloutRecord {
-  return { prompts: copyProto(r.prompts), gen: copyProto(r.gen), out: copyProto(r.out) };
+  return { prompts: r.prompts.clone(), gen: r.gen.clone(), out: r.out.clone() };
 }

@@ -59,9 +59,12 @@ test("RolloutSkip: generates and dumps once, then returns the dump (fresh copies
     assert.deepEqual([...second.out.batch.input_ids!.data], [...first.out.batch.input_ids!.data]);
     assert.deepEqual([...second.prompts.batch.input_ids!.data], [1, 2], "the dumped prompts replace the step's");
     second.out.batch.input_ids!.data[0] = -1;
+    first.out.batch.input_ids!.data[1] = -1;
+    const again = await skip.rollout({ prompts: proto(2, 1, 0), gen: proto(4, 5, 0), out: new DataProto() }, generate);
+    assert.deepEqual([again.out.batch.input_ids!.data[0], again.out.batch.input_ids!.data[1]], [1000, 1001], "steps get copies, not the cached arrays (nor the first step's)");
     const third = await new RolloutSkip(dir, "", "", 2, 2).rollout({ prompts: proto(2, 1, 0), gen: proto(4, 5, 0), out: new DataProto() }, generate);
     assert.equal(calls, 1, "a later run with the same file name loads too");
-    assert.equal(third.out.batch.input_ids!.data[0], 1000, "steps get copies, not the cached arrays");
+    assert.equal(third.out.batch.input_ids!.data[0], 1000);
     await assert.rejects(
       new RolloutSkip(dir, "", "", 2, 2).rollout({ prompts: proto(2, 1, 0), gen: proto(4, 7, 0), out: new DataProto() }, generate),
       /rollout dump .*__GBS2__N2 does not fit this run: its 'input_ids' has shape \[4, 5\], this run's \[4, 7\]/,
