@@ -5,9 +5,9 @@ import { readFileSync } from "node:fs";
 
 const TICK_MS = 10; // CLK_TCK is 100 on Linux
 
-/** CPU ms so far of thread `tid` of process `pid` (the calling thread by default), or NaN where /proc is absent. */
-export function threadCpuMs(pid: number | "self" = "self", tid?: number): number {
-  const path = tid === undefined && pid === "self" ? "/proc/thread-self/stat" : `/proc/${pid}/task/${tid ?? pid}/stat`;
+/** CPU ms so far of the calling thread, or of the main thread of process `pid`; NaN where /proc is absent. */
+export function threadCpuMs(pid: number | "self" = "self"): number {
+  const path = pid === "self" ? "/proc/thread-self/stat" : `/proc/${pid}/task/${pid}/stat`;
   try {
     const stat = readFileSync(path, "utf8");
     // Fields after the command name (which may hold spaces): state is field 3, utime 14, stime 15.

@@ -107,6 +107,9 @@ export class StatefulDataLoader<Row = Record<string, unknown>> implements Iterab
   }
 
   /** One epoch from the user's sampler: indices pulled a batch at a time, checked, `position` skipped on resume. */
+  /** loadStateDict gave the sampler its own state back: the next pass must not skip samples again. */
+  private samplerRestored = false;
+
   private *fromSampler(): Generator<DataProto> {
     const { sampler, label } = this.sampler!;
     const epoch = this.epoch, end = this.epochEnd(), n = this.dataset.length;
@@ -120,8 +123,10 @@ export class StatefulDataLoader<Row = Record<string, unknown>> implements Iterab
       pulled++;
       return i;
     };
-    // resume: the epoch is replayed from a fresh iterator, the samples already trained on skipped
-    while (pulled < this.position && next() !== undefined);
+    // resume: a sampler whose own state came back continues from it; any other replays the epoch
+    // from a fresh iterator with the samples already trained on skipped (torchdata's rule)
+    if (!this.samplerRestored) while (pulled < this.position && next() !== undefined);
+    this.samplerRestored = false;
     while (this.epoch === epoch && this.position < end) {
       const idx: number[] = [];
       while (idx.length < this.batchSize && this.position + idx.length < end) {
@@ -186,7 +191,11 @@ export class StatefulDataLoader<Row = Record<string, unknown>> implements Iterab
       throw bad(`saved with seed=${s.seed} shuffle=${s.shuffle}, but this loader has seed=${this.seed} shuffle=${this.shuffle}`);
     }
     if (s.position > Math.max(this.dataset.length, this.epochSamples)) throw bad(`position ${s.position} is past the epoch's ${this.epochSamples} samples`);
-    if (this.sampler && s.sampler !== undefined && typeof this.sampler.sampler.loadStateDict === "function") this.sampler.sampler.loadStateDict(s.sampler);
+    this.samplerRestored = false;
+    if (this.sampler && s.sampler !== undefined && typeof this.sampler.sampler.loadStateDict === "function") {
+      this.sampler.sampler.loadStateDict(s.sampler);
+      this.samplerRestored = true;
+    }
     this.epoch = s.epoch;
     this.position = s.position;
   }

@@ -42,10 +42,8 @@ export interface LoadRewardManagerOptions {
 export async function loadRewardManager(config: Config, tokenizer: Tokenizer, opts: LoadRewardManagerOptions): Promise<RewardManager> {
   // verl's reward loop (use_reward_loop, its default) builds the user's class in place of the manager.
   const loop = rewardLoopSource(config);
-  if (loop) {
-    const kwargs = { ...asRecord(getPath(config, "reward_model.reward_kwargs"), "reward_model.reward_kwargs"), ...(opts.rewardKwargs ?? {}) };
-    return new RewardLoopRewardManager(loop, containmentOptions(kwargs));
-  }
+  const rewardKwargs = { ...asRecord(getPath(config, "reward_model.reward_kwargs"), "reward_model.reward_kwargs"), ...(opts.rewardKwargs ?? {}) };
+  if (loop) return new RewardLoopRewardManager(loop, containmentOptions(rewardKwargs));
   const custom = await loadCustomRewardFunction(config);
   const cls = await managerClass(config);
   // verl binds the sandbox into its default scorer only when no custom reward function is set.
@@ -61,7 +59,7 @@ export async function loadRewardManager(config: Config, tokenizer: Tokenizer, op
     ...(sandboxFns ? { computeScoreInDriver: true } : {}),
     computeScoreSource: custom?.source,
     rewardFnKey,
-    rewardKwargs: { ...asRecord(getPath(config, "reward_model.reward_kwargs"), "reward_model.reward_kwargs"), ...(opts.rewardKwargs ?? {}) },
+    rewardKwargs,
     config,
   });
 }

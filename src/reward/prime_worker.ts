@@ -56,21 +56,25 @@ interface Loaded {
   computeScore: ComputeScoreFn;
   computeBatch: BatchComputeScoreFn | null;
   loop?: RewardLoopInstance;
+  runLoopRow?: typeof import("./reward_loop.js").runRewardLoopRow;
 }
 
 async function init(): Promise<Loaded> {
   const data = workerData as PrimeWorkerData;
   for (const m of data.scorerModules) await import(m);
   // loaded only here, so plain scoring threads do not pay for the tokenizer and DataProto modules
-  if (data.rewardLoop) return { computeScore: defaultComputeScore, computeBatch: null, loop: await (await import("./reward_loop.js")).buildRewardLoop(data.rewardLoop) };
+  if (data.rewardLoop) {
+    const rl = await import("./reward_loop.js");
+    return { computeScore: defaultComputeScore, computeBatch: null, loop: await rl.buildRewardLoop(data.rewardLoop), runLoopRow: rl.runRewardLoopRow };
+  }
   if (data.custom) return loadRewardFunction(data.custom);
   return { computeScore: defaultComputeScore, computeBatch: null };
 }
 
 async function run(task: ScoreTask | BatchScoreTask | LoopTask, fns: Loaded): Promise<unknown> {
   if ("row" in task) {
-    if (!fns.loop) throw new Error("a reward loop task needs a reward loop class");
-    return (await import("./reward_loop.js")).runRewardLoopRow(fns.loop, task.row);
+    if (!fns.loop || !fns.runLoopRow) throw new Error("a reward loop task needs a reward loop class");
+    return fns.runLoopRow(fns.loop, task.row);
   }
   if ("batch" in task) {
     if (!fns.computeBatch) throw new Error("a batch scoring task needs a custom reward module");

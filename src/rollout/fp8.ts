@@ -8,6 +8,7 @@
 import { existsSync, readFileSync } from "node:fs";
 import type { LlamaModel } from "../models/llama.js";
 import type { ConfigView } from "../workers/config_view.js";
+import { parsePrecision } from "../engine/webgpu_kernels.js";
 
 /** The largest finite float8 e4m3fn value (1.75 * 2^8). */
 export const E4M3_MAX = 448;
@@ -198,7 +199,8 @@ export function parseRolloutQuantization(
   if (r.engine === "llama_cpp") {
     throw new Error(`${keys.quantization}=fp8 with rollout.name=llama_cpp: llama.cpp has no float8 e4m3 weights (its own formats are Q8_0, Q4_K, ...); use rollout.name=tfjs, vllm, sglang or webgpu`);
   }
-  const castTo = r.dtype === "bfloat16" || r.dtype === "bf16" ? "bf16" : r.dtype === "float16" || r.dtype === "fp16" || r.dtype === "half" ? "f16" : "f32";
+  // weights are cast to rollout.dtype first, as verl casts them to vLLM's dtype; the names as the WebGPU engine reads them
+  const castTo = parsePrecision(r.dtype, keys.quantization.replace(/quantization$/, "dtype"));
   return { blockSize: r.configFile ? fileBlockSize(r.configFile, keys.configFile, warn) : [...FP8_BLOCK] as [number, number], castTo };
 }
 

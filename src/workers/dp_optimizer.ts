@@ -134,8 +134,6 @@ export class DataParallelOptimizer {
      * gradient back and uploading it again cost 87% of a 0.5B update (docs/gpu.md).
      */
     private readonly onDevice = collective.worldSize === 1 && tf.getBackend() === "webgpu",
-    /** Gradient bytes a bucket of the all-reduce holds (rounded to the collective's alignment). */
-    private readonly bucketBytes = DEFAULT_BUCKET_BYTES,
   ) {
     if (onDevice && collective.worldSize !== 1) throw new Error("DataParallelOptimizer: the on-device step needs a world size of 1");
     const name = optim.str("optimizer", "AdamW");
@@ -192,7 +190,7 @@ export class DataParallelOptimizer {
     // synchronous and the slices would be an extra pass (measured on wasm: 64 MiB read in 4 buckets
     // 131-205 ms against 118-177 whole), and one rank has nothing to reduce. Then one bucket.
     const overlap = (this.collective.worldSize ?? 2) > 1 && tf.getBackend() === "webgpu";
-    const B = overlap ? bucketElems(this.collective.bucketAlignElems, this.bucketBytes) : Math.max(1, buf.length);
+    const B = overlap ? bucketElems(this.collective.bucketAlignElems) : Math.max(1, buf.length);
     await allReduceBuckets(this.collective, buf, this.acc.takeBuckets(B), B);
     const flat = buf.subarray(0, n);
     const summed = Float64Array.from(buf.subarray(n));

@@ -109,6 +109,7 @@ test("data.sampler: indices come from the user's sampler a batch at a time, so u
       "  loadStateDict(s) { this.cursor = s.cursor; }",
       "}",
       "export class OutOfRange { constructor(d) { this.n = d.length; } *[Symbol.iterator]() { yield this.n; } }",
+      "export class Stateless { constructor(d, c) { this.n = d.length; this.step = c.sampler.step; } get length() { return 4; } *[Symbol.iterator]() { for (let k = 0, i = 0; k < 4; k++, i = (i + this.step) % this.n) yield i; } }",
     ].join("\n"));
     const d = data(dir, { sampler: { class_path: join(dir, "curriculum.mjs"), class_name: "Curriculum", step: 2 }, shuffle: true });
     const l = createRLDataloaders(d, null, { samplerClass: await loadSamplerClass(d) });
@@ -122,10 +123,16 @@ test("data.sampler: indices come from the user's sampler a batch at a time, so u
     await l.train.updateSampler(b1);
     assert.deepEqual(idx(it.next().value as DataProto), [3, 0], "update() between batches changes the next one (without it: 4, 1)");
 
-    // resume mid-epoch: the sampler's state comes back, the used sample count is skipped
+    // resume mid-epoch: the sampler's own state comes back and it continues from there, as the
+    // uninterrupted run would have without update(): 4, 1 (skipping 2 more samples would give 3, 0)
     const again = createRLDataloaders(d, null, { samplerClass: await loadSamplerClass(d) });
     again.train.loadStateDict(state);
-    assert.deepEqual([...again.train].map(idx), [[3, 0]], "cursor 4 restored, 2 samples skipped (4, 1), then 3, 0 (a fresh cursor would give 4, 1)");
+    assert.deepEqual([...again.train].map(idx), [[4, 1]], "cursor 4 restored, nothing skipped on top of it");
+    // a sampler without state of its own replays the epoch and skips the samples already used
+    const stateless = data(dir, { sampler: { class_path: join(dir, "curriculum.mjs"), class_name: "Stateless", step: 2 }, shuffle: true });
+    const fresh = createRLDataloaders(stateless, null, { samplerClass: await loadSamplerClass(stateless) });
+    fresh.train.loadStateDict({ ...state, sampler: undefined });
+    assert.deepEqual([...fresh.train].map(idx), [[4, 1]], "0, 2 skipped from a fresh iterator");
 
     const bad = data(dir, { sampler: { class_path: join(dir, "curriculum.mjs"), class_name: "OutOfRange" } });
     const lb = createRLDataloaders(bad, null, { samplerClass: await loadSamplerClass(bad) });

@@ -135,6 +135,7 @@ export class BridgeClient {
    */
   request(op: BridgeOp, dtype: BridgeDtype, chunk: Uint8Array, length: number, rootHost = 0, divideBy = 1): void {
     if (chunk.length > this.bytes.length) throw new Error(`bridge: chunk of ${chunk.length} bytes exceeds ${this.bytes.length}`);
+    if (divideBy !== 1 && op !== "sum") throw new Error(`bridge: only a sum is divided (a fused mean), not '${op}'`);
     const { me, hosts: H } = this.host;
     const c = this.ctrl;
     const reduce = op === "sum" || op === "max" || op === "min";
@@ -170,13 +171,8 @@ export class BridgeClient {
       const reason = new TextDecoder().decode(this.msg.slice(0, Atomics.load(c, MSGLEN)));
       throw new CollectiveError(reason, status === ST_TIMEOUT ? "timeout" : "aborted");
     }
-    if (!piped && op !== "barrier") {
-      chunk.set(this.bytes.subarray(0, chunk.length));
-      if (reduce && divideBy !== 1) {
-        const out = dtype === "float64" ? new Float64Array(chunk.buffer, chunk.byteOffset, length) : new Float32Array(chunk.buffer, chunk.byteOffset, length);
-        for (let i = 0; i < length; i++) out[i] = out[i]! / divideBy;
-      }
-    }
+    // (a reduce that is not piped has one host or no values: nothing to divide)
+    if (!piped && op !== "barrier") chunk.set(this.bytes.subarray(0, chunk.length));
   }
 
   private signal(): void {
@@ -254,10 +250,8 @@ export class BridgeClient {
         const avail = r - (r % bpe);
         if (avail <= done) continue;
         const last = s === H - 2;
-        if (jsCombine) {
-          jsCombine(into, got, done / bpe, avail / bpe);
-          if (last && divideBy !== 1) for (let i = done / bpe; i < avail / bpe; i++) into[i] = into[i]! / divideBy;
-        } else if (last && divideBy !== 1) addDiv(base + a * bpe + done, D + half + done, (avail - done) / bpe, divideBy);
+        if (jsCombine) jsCombine(into, got, done / bpe, avail / bpe); // max/min: never divided
+        else if (last && divideBy !== 1) addDiv(base + a * bpe + done, D + half + done, (avail - done) / bpe, divideBy);
         else add(base + a * bpe + done, D + half + done, (avail - done) / bpe);
         // The main thread sends pieces of a MiB or more: wake it when one may have completed, not per read.
         const crossed = Math.floor(avail / WAKE_BYTES) > Math.floor(done / WAKE_BYTES) || avail === total;
