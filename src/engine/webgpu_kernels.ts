@@ -173,7 +173,11 @@ export class PackedMatrix {
     readonly rounding: Rounding, readonly tile: DirectTile) {}
 
   /** w as [k, n] (transposed false) or [n, k] (true: the product multiplies by its transpose). */
+  /** Matrices packed so far in this thread (tests check that weights are packed once, not per call). */
+  static packs = 0;
+
   static pack(w: tf.Tensor2D, transposed: boolean, rounding: Rounding, tile: DirectTile = DEFAULT_DIRECT_TILE): PackedMatrix {
+    PackedMatrix.packs++;
     if (tf.getBackend() !== "webgpu") throw new Error(`PackedMatrix: 16-bit weights need the WebGPU backend, this thread's is '${tf.getBackend()}'`);
     const [r, c] = w.shape, k = transposed ? c : r, n = transposed ? r : c;
     const { nP, kP } = directPadding({ batch: 1, m: 1, n, k, transposeA: false, transposeB: transposed, batchA: 1, batchB: 1 }, tile);

@@ -125,6 +125,11 @@ export function isSparseLayer(c: ModelConfig, i: number): boolean {
   return c.moe?.sparseLayers[i] ?? false;
 }
 
+/** How many layers route to experts (0 for a dense model): routed_experts' sparse-layer dimension. */
+export function sparseLayerCount(c: ModelConfig): number {
+  return c.moe ? c.moe.sparseLayers.filter(Boolean).length : 0;
+}
+
 /** The number of parameters (embedding counted once when tied). */
 export function numParams(c: ModelConfig): number {
   let n = 0;

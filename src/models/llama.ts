@@ -302,9 +302,11 @@ export class LlamaModel {
     if (io.logits) io.logits.push(tf.keep(logits));
     const probs = tf.softmax(logits);
     // replay: the forced experts' one-hot sum is the mask (a constant, as the router's own top-k mask is)
+    // (a recording pass takes the top-k once, for the record and the mask)
     const forced = io.replay ? tf.tensor2d(io.replay, [N, moe.topK], "int32") : undefined;
-    if (io.chosen) io.chosen.push(tf.keep(forced ?? tf.topk(probs, moe.topK).indices));
-    const mask = forced ? tf.minimum(tf.oneHot(forced, moe.numExperts).sum(-2), 1).toFloat() : topKMask(probs, moe.topK);
+    const idx = forced ?? (io.chosen ? tf.topk(probs, moe.topK).indices : undefined);
+    if (io.chosen) io.chosen.push(tf.keep(idx!));
+    const mask = idx ? tf.minimum(tf.oneHot(idx, moe.numExperts).sum(-2), 1).toFloat() : topKMask(probs, moe.topK);
     let weights = probs.mul(mask);
     if (moe.normTopkProb) weights = weights.div(weights.sum(-1, true));
     let out: tf.Tensor | undefined;

@@ -8,7 +8,7 @@
 import * as tf from "@tensorflow/tfjs";
 import { hostKernels, type HostBuffer, type HostKernels } from "../engine/host_kernels.js";
 import type { ModelConfig } from "../models/config.js";
-import { layerWindow } from "../models/config.js";
+import { layerWindow, sparseLayerCount } from "../models/config.js";
 import { ropeInvFreq, type LlamaModel } from "../models/llama.js";
 import type { RopeScaling } from "../models/rope.js";
 import { KvCache } from "./kv_cache.js";
@@ -125,8 +125,7 @@ export class KvCacheDecoder implements StepDecoder, SlotDecoder {
   recordRouting(): Int32Array {
     const m = this.c.moe;
     if (!m) throw new Error("KvCacheDecoder: the model has no routed experts to record (rollout routing replay needs a MoE model such as qwen3_moe)");
-    const S = this.sparseIndex.reduce((a, v) => a + (v >= 0 ? 1 : 0), 0);
-    this.routing = new Int32Array(this.batch * this.maxLen * S * m.topK);
+    this.routing = new Int32Array(this.batch * this.maxLen * sparseLayerCount(this.c) * m.topK);
     return this.routing;
   }
 
@@ -292,7 +291,7 @@ export class KvCacheDecoder implements StepDecoder, SlotDecoder {
       if (m.normTopkProb) for (let j = 0; j < m.topK; j++) wsel[n * m.topK + j] = wsel[n * m.topK + j]! / total;
     }
     if (rec) { // token n = r*T + t sits at cache row rows[r], column slotStart[r] + t
-      const S = this.routing!.length / (this.batch * this.maxLen * m.topK);
+      const S = sparseLayerCount(this.c);
       for (let n = 0; n < N; n++) {
         const r = Math.floor(n / rec.T), col = rec.slotStart[r]! + (n % rec.T);
         this.routing!.set(sel.subarray(n * m.topK, (n + 1) * m.topK), ((rec.rows[r]! * this.maxLen + col) * S + rec.layer) * m.topK);

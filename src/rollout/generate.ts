@@ -1,6 +1,7 @@
 // Batched autoregressive generation in verl's layout: left-padded prompts in,
 // prompts / responses / response_mask / input_ids / attention_mask /
 // position_ids (+ rollout_log_probs) out, as a DataProto.
+import { sparseLayerCount } from "../models/config.js";
 import { DataProto } from "../protocol/data_proto.js";
 import { int32Values, tensor, type TensorData } from "../protocol/tensor.js";
 import type { LlamaModel } from "../models/llama.js";
@@ -49,7 +50,7 @@ export function generate(model: LlamaModel, batch: DataProto, params: SamplingPa
   const eos = new Set(params.ignoreEos ? [] : params.eosTokenIds);
   const sampler = new TokenSampler(V, params);
   if (opts.recordRouting && opts.engine === "no-cache") throw new Error("generate: recordRouting needs the kv-cache engine");
-  const S = c.moe ? c.moe.sparseLayers.filter(Boolean).length : 0, SK = S * (c.moe?.topK ?? 0);
+  const SK = sparseLayerCount(c) * (c.moe?.topK ?? 0);
   if (opts.recordRouting && !c.moe) throw new Error("generate: recordRouting: the model has no routed experts (rollout routing replay needs a MoE model such as qwen3_moe)");
   const routed = opts.recordRouting ? new Int32Array(B * (P + R) * SK) : undefined;
 
@@ -87,7 +88,7 @@ export function generate(model: LlamaModel, batch: DataProto, params: SamplingPa
     }
   }
   const out = assembleRollout(data, { ids, mask, pos, B, P, R, responses, responseMask, logProbs: params.calculateLogProbs ? logProbs : undefined });
-  if (routed) out.batch.routed_experts = tensor(routed, [B, P + R, S, c.moe!.topK], "int32");
+  if (routed) out.batch.routed_experts = tensor(routed, [B, P + R, sparseLayerCount(c), c.moe!.topK], "int32");
   return out;
 }
 

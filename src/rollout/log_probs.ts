@@ -2,6 +2,7 @@
 // (differentiable: the actor update calls `responseLogProbs` inside
 // tf.variableGrads), and a micro-batched, no-grad `computeLogProb` for old/ref
 // log-probs.
+import { sparseLayerCount } from "../models/config.js";
 import * as tf from "@tensorflow/tfjs";
 import { routerLoss } from "../models/moe_loss.js";
 import { DataProto } from "../protocol/data_proto.js";
@@ -68,7 +69,7 @@ export type ResponseLogProbs = {
 export function routedExpertsShape(model: LlamaModel): [number, number] {
   const c = model.config;
   if (!c.moe) throw new Error("routed experts: the model has no routed experts (router replay needs a MoE model such as qwen3_moe)");
-  return [c.moe.sparseLayers.filter(Boolean).length, c.moe.topK];
+  return [sparseLayerCount(c), c.moe.topK];
 }
 
 /** routed_experts [B, L, S, K] checked against the input [B, L] and the model. */

@@ -6,7 +6,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import * as tf from "@tensorflow/tfjs";
 import { initBackend } from "../../src/engine/backend.js";
-import { tensorCoreSupport } from "../../src/engine/webgpu_kernels.js";
+import { PackedMatrix, tensorCoreSupport } from "../../src/engine/webgpu_kernels.js";
 import { loadConfig } from "../../src/config/index.js";
 import { ConfigView } from "../../src/workers/config_view.js";
 import { rolloutPrecision } from "../../src/rollout/engines/webgpu.js";
@@ -60,9 +60,10 @@ test("16-bit products: greedy tokens as the f32 decoder's, weights packed once, 
     const f32 = await new WebGpuDecoder().generate(m, batch, greedy(12), new Rng(0));
     const dec = new WebGpuDecoder({ precision: "f16" });
     await dec.generate(m, batch, greedy(12), new Rng(0));
-    const live = tf.memory().numTensors;
+    const live = tf.memory().numTensors, packs = PackedMatrix.packs;
     const f16 = await dec.generate(m, batch, greedy(12), new Rng(0));
     assert.equal(tf.memory().numTensors, live);
+    assert.equal(PackedMatrix.packs, packs, "the unchanged weights are not packed again");
     // rows whose f16 tokens follow the f32 decoder's from the first token on (rounding may flip a near tie)
     const R = 12, a = f32.batch["responses"]!.data, b = f16.batch["responses"]!.data;
     let same = 0;
