@@ -6,10 +6,10 @@
 // `get(i)` (a row: raw_prompt, input_ids when there is a tokenizer, reward_model, ...);
 // `collate(rows)` is optional (RLHFDataset's padding otherwise). A verl Python class cannot run
 // here: it takes a Hugging Face tokenizer object and returns torch tensors.
-import { extname } from "node:path";
 import type { Tokenizer } from "../models/tokenizer.js";
 import type { DataProto } from "../protocol/data_proto.js";
-import { importUserModule } from "../reward/custom.js";
+import { loadExport } from "../reward/custom.js";
+import { isPythonModule } from "../reward/python_reward.js";
 import { collateToDataProto } from "./collate.js";
 import { readDataConfig } from "./data_config.js";
 import type { BatchSource, IndexSampler } from "./dataloader.js";
@@ -40,13 +40,10 @@ async function loadDataClass(key: string, pathKey: string, nameKey: string, spec
   if (path === undefined || path === null) return null;
   if (typeof path !== "string" || path === "") throw new Error(`${key}.${pathKey} must be a file path, got ${JSON.stringify(path)}`);
   if (typeof name !== "string" || name === "") throw new Error(`${key}.${nameKey} must name the class exported by ${path}, got ${JSON.stringify(name)}`);
-  if (extname(path).toLowerCase() === ".py" || path.startsWith("pkg://")) {
+  if (isPythonModule(path)) {
     throw new Error(`${key}.${pathKey}=${path}: ${pyWhat}, which verl-ts cannot run; write the class in JavaScript or TypeScript, e.g. ${jsHint.replace("NAME", name)}`);
   }
-  const mod = await importUserModule(path, `${key} module`, `${key}.${pathKey}`);
-  const def = mod.default as Record<string, unknown> | undefined;
-  const cls = mod[name] ?? (def !== null && typeof def === "object" ? def[name] : undefined);
-  if (cls === undefined) throw new Error(`${key}: ${path} has no export '${name}' (exports: ${Object.keys(mod).join(", ") || "none"})`);
+  const cls = await loadExport(path, name, `${key} module`, `${key}.${pathKey}`);
   if (typeof cls !== "function") throw new Error(`${key}: export '${name}' of ${path} is a ${typeof cls}, not a class`);
   return { cls: cls as new (...args: never[]) => unknown, label: `${name} from ${path}` };
 }

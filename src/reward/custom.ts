@@ -38,14 +38,14 @@ export async function importUserModule(path: string, what = "reward module", key
 }
 
 /** The named export (or a property of the default export, for CommonJS modules). */
-export async function loadExport(path: string, name: string): Promise<unknown> {
-  const mod = await importUserModule(path);
+export async function loadExport(path: string, name: string, what = "reward module", key = "custom_reward_function.path"): Promise<unknown> {
+  const mod = await importUserModule(path, what, key);
   const direct = mod[name];
   if (direct !== undefined) return direct;
   const def = mod.default;
   if (typeof def === "object" && def !== null && (def as Record<string, unknown>)[name] !== undefined) return (def as Record<string, unknown>)[name];
   const names = [...Object.keys(mod), ...(typeof def === "object" && def !== null ? Object.keys(def).map((k) => `default.${k}`) : [])];
-  throw new Error(`reward module ${path} has no export '${name}' (exports: ${names.join(", ") || "none"})`);
+  throw new Error(`${what} ${path} has no export '${name}' (exports: ${names.join(", ") || "none"})`);
 }
 
 export interface CustomRewardFunction {

@@ -11,7 +11,7 @@
 // The class is user code, so it runs contained like custom reward functions: in scoring threads, one
 // instance per thread, each row bounded by reward_model.reward_kwargs.timeout_s; a throw, a timeout or
 // an exit fails the step with an error naming the class, its file and the row.
-import { extname, resolve } from "node:path";
+import { resolve } from "node:path";
 import { getPath, type Config } from "../config/index.js";
 import { DataProto, type DataProtoPayload } from "../protocol/index.js";
 import { logger } from "../utils/logger.js";
@@ -20,7 +20,7 @@ import { loadModelTokenizer } from "../workers/model_source.js";
 import { LazyScoringPool } from "./contained.js";
 import { ScoringPool } from "./scoring_pool.js";
 import { loadCustomRewardFunction, loadExport } from "./custom.js";
-import { rewardFromRmScores, zeroRewards } from "./managers/common.js";
+import { placeScore, rewardFromRmScores, zeroRewards } from "./managers/common.js";
 import { isPythonModule } from "./python_reward.js";
 import type { ContainmentOptions } from "./timeout.js";
 import type { RewardManager, RewardResult } from "./types.js";
@@ -46,7 +46,7 @@ export function rewardLoopSource(config: Config): RewardLoopSource | null {
   const path = getPath(config, `${K}.reward_loop_module_path`), className = getPath(config, `${K}.reward_loop_class_name`);
   if (typeof path !== "string" || path === "") throw new Error(`${K}.reward_loop_source=importlib needs ${K}.reward_loop_module_path (a .js/.mjs/.cjs/.ts/.mts/.cts file exporting the class)`);
   if (typeof className !== "string" || className === "") throw new Error(`${K}.reward_loop_source=importlib needs ${K}.reward_loop_class_name (the exported class)`);
-  if (isPythonModule(path) || extname(path).toLowerCase() === ".py") {
+  if (isPythonModule(path)) {
     throw new Error(
       `${K}.reward_loop_module_path=${path} is Python: a verl reward loop subclasses verl's RewardManagerBase and reads each row as verl's torch DataProto ` +
         "with a Hugging Face tokenizer, so it needs verl, torch and transformers in Python, which verl-ts does not run. Port the class to JS/TS " +
@@ -123,12 +123,12 @@ export class RewardLoopRewardManager implements RewardManager {
     const rewards = zeroRewards(data);
     const mask = data.batch.attention_mask, prompts = data.batch.prompts;
     if (!mask || !prompts) throw new Error(`${where}: the batch needs prompts and attention_mask to place the scores`);
-    const T = mask.shape[1]!, P = prompts.shape[1]!, R = rewards.shape[1]!;
+    const T = mask.shape[1]!, P = prompts.shape[1]!;
     results.forEach((r, i) => {
       let len = 0;
       for (let t = P; t < T; t++) len += Number(mask.data[i * T + t]);
       // verl writes rm_scores[i, valid_len - 1]: an empty response lands in the last slot
-      rewards.data[i * R + (len > 0 ? len - 1 : R - 1)] = r.reward_score;
+      placeScore(rewards, i, len, r.reward_score, ds?.[i] === undefined ? undefined : String(ds[i]));
     });
     const keys = results.length > 0 ? Object.keys(results[0]!.reward_extra_info) : [];
     const rewardExtraInfo: Record<string, unknown[]> = {};

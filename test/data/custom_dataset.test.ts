@@ -66,7 +66,7 @@ test("data.custom_cls: an RLHFDataset subclass and a TypeScript class from scrat
       /data\.train_files: data\.custom_cls \(Broken from .*gen\.ts\): the constructor failed: no rows for you/);
     const bad = createRLDataloaders(data(dir, {}), null, { datasetClass: (await cls("BadRow"))! });
     assert.throws(() => [...bad.train], /data\.custom_cls \(BadRow from .*\): get\(0\) must return a row object .*got 7/);
-    await assert.rejects(cls("Nope"), /data\.custom_cls: .*gen\.ts has no export 'Nope' \(exports: BadRow, Broken, Generated/);
+    await assert.rejects(cls("Nope"), /data\.custom_cls module .*gen\.ts has no export 'Nope' \(exports: BadRow, Broken, Generated/);
     await assert.rejects(loadCustomDatasetClass({ custom_cls: { path: "my_dataset.py", name: "MyDataset" } }),
       /data\.custom_cls\.path=my_dataset\.py: verl's dataset classes are Python \(they take a Hugging Face tokenizer object .*JavaScript or TypeScript/);
     await assert.rejects(loadCustomDatasetClass({ custom_cls: { path: join(dir, "shout.mjs"), name: null } }), /data\.custom_cls\.name must name the class exported by .*shout\.mjs, got null/);

@@ -33,7 +33,8 @@ const INTS = COMB0 + MAX_HOSTS;
 const MSG_BYTES = 2048;
 const ST_OK = 0, ST_ABORTED = 1, ST_TIMEOUT = 2;
 /** Granularity of the leader's progress signals to the main thread (and of its copy-in pieces). */
-const WAKE_BYTES = 1 << 20;
+export const LEADER_WAKE_BYTES = 1 << 20;
+const WAKE_BYTES = LEADER_WAKE_BYTES;
 
 export const BRIDGE_OPS = { barrier: 1, broadcast: 2, sum: 10, max: 12, min: 13 } as const;
 export type BridgeOp = keyof typeof BRIDGE_OPS;

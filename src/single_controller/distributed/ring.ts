@@ -14,7 +14,7 @@
 // fails every waiting op at once.
 import type { Socket } from "node:net";
 import {
-  BridgeFailure, COMB0, COMB_SIG, COPIED, RECV0, RECV_SIG, dataRegion, mod, recvHalf, recvRegion, segment, waitAsync,
+  BridgeFailure, COMB0, COMB_SIG, COPIED, LEADER_WAKE_BYTES, RECV0, RECV_SIG, dataRegion, mod, recvHalf, recvRegion, segment, waitAsync,
   type BridgeBuffers, type BridgeDtype, type BridgeOp, type BridgeRequest,
 } from "./bridge.js";
 import { DataClient, encodeHead, type FrameHead } from "./data_link.js";
@@ -53,7 +53,7 @@ function splitHostPort(addr: string): [string, number] {
 }
 
 /** The least frame sent while more of a step is still to come (the leader signals progress per MiB). */
-const MIN_PIECE = 1 << 20;
+const MIN_PIECE = LEADER_WAKE_BYTES;
 
 interface Send {
   off: number;
