@@ -69,7 +69,6 @@ export class PPOTrainer {
   /** Grad norms per optimizer step of the last training step, per role (for skipGuard). */
   private stepGradNorms: Record<string, number[]> = {};
   /** The last step's batch with its rewards and advantages (for data.sampler's update). */
-  private trainedBatch: DataProto | null = null;
 
   constructor(readonly d: PpoTrainerDeps) {
     this.rng = new Rng(d.cfg.int("trainer.seed", 42) ^ 0x7a11);
@@ -120,9 +119,9 @@ export class PPOTrainer {
         const epoch = trainLoader.currentEpoch;
         if (epoch >= totalEpochs) break;
         const isLastStep = this.globalSteps >= total;
-        const metrics = await this.step(batch, epoch, isLastStep, resumable);
+        const { metrics, trained } = await this.step(batch, epoch, isLastStep, resumable);
         // as verl: the curriculum sampler sees the trained batch before the step is logged
-        if (this.trainedBatch) await trainLoader.updateSampler?.(this.trainedBatch);
+        await trainLoader.updateSampler?.(trained);
         this.log(metrics, this.globalSteps);
         for (const [role, norms] of Object.entries(this.stepGradNorms)) this.skipGuard.observe(role, norms, this.globalSteps);
         if (isLastStep) return { globalStep: this.globalSteps, history: this.history };
@@ -133,7 +132,7 @@ export class PPOTrainer {
   }
 
   /** One training step on one batch of prompts; returns the step's metrics. */
-  private async step(prompts: DataProto, epoch: number, isLastStep: boolean, resumable: Parameters<typeof saveTrainerCheckpoint>[2]): Promise<Record<string, number>> {
+  private async step(prompts: DataProto, epoch: number, isLastStep: boolean, resumable: Parameters<typeof saveTrainerCheckpoint>[2]): Promise<{ metrics: Record<string, number>; trained: DataProto }> {
     const { cfg, plan, workers } = this.d;
     const step = this.globalSteps;
     const timing: TimingRaw = {};
@@ -236,8 +235,7 @@ export class PPOTrainer {
         await timed(timing, "save_checkpoint", () => saveTrainerCheckpoint(this.d.checkpoints, step, resumable, soFar));
       }
     });
-    this.trainedBatch = batch;
-    return collect(timing);
+    return { metrics: collect(timing), trained: batch };
   }
 
   /** The step's logged metrics: the driver's, the workers' (reduced), data, timing and throughput. */
