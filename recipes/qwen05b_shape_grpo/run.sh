@@ -12,7 +12,8 @@
 #   ROLLOUT=tfjs STEPS=2 bash recipes/qwen05b_shape_grpo/run.sh
 #
 # Env: TOKENIZER (default ../shared/models/stories260K/tok512.bin), ROLLOUT (vllm), WORD (dog),
-# STEPS (5), OUT (outputs/qwen05b_shape_grpo). Extra arguments are passed to `verl train` as overrides.
+# STEPS (5), OUT (outputs/qwen05b_shape_grpo), DYNAMIC_BSZ_ON (1: micro-batches by token budget).
+# Extra arguments are passed to `verl train` as overrides.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../common.sh"
 
@@ -28,6 +29,18 @@ fi
 [[ "$WORD" =~ ^[a-zA-Z]+$ ]] || { echo "WORD must be one word of letters, got '$WORD'" >&2; exit 2; }
 
 M=actor_rollout_ref.model.override_config
+# Micro-batches by token budget, as verl's *_seq_balance examples run: on a GPU each micro-batch
+# costs ~0.6 s of host time recording its commands at this shape (docs/gpu.md, "Where an update's
+# time goes"), so one micro-batch of the whole mini-batch's ~5k tokens beats eight of 8 rows.
+# DYNAMIC_BSZ_ON=0 keeps the fixed micro-batches of ppo_micro_batch_size_per_gpu.
+DYNAMIC_BSZ=()
+if [ "${DYNAMIC_BSZ_ON:-1}" = "1" ]; then
+  DYNAMIC_BSZ=(
+    actor_rollout_ref.actor.use_dynamic_bsz=True actor_rollout_ref.actor.ppo_max_token_len_per_gpu=16384
+    actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=True actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=16384
+    actor_rollout_ref.ref.log_prob_use_dynamic_bsz=True actor_rollout_ref.ref.log_prob_max_token_len_per_gpu=16384
+  )
+fi
 if [ "$SMOKE" = "1" ]; then
   OUT="$OUTPUTS/smoke/qwen05b_shape_grpo"
   SHAPE=(+$M.hidden_size=64 +$M.intermediate_size=128 +$M.num_hidden_layers=2 +$M.num_attention_heads=4 +$M.num_key_value_heads=2)
@@ -37,6 +50,7 @@ if [ "$SMOKE" = "1" ]; then
     trainer.total_training_steps=2
     # one llama.cpp thread: its default spins on a small shared VM
     actor_rollout_ref.rollout.engine_kwargs.llama_cpp.threads=1
+    "${DYNAMIC_BSZ[@]}"
   )
 else
   SHAPE=(+$M.hidden_size=896 +$M.intermediate_size=4864 +$M.num_hidden_layers=24 +$M.num_attention_heads=14 +$M.num_key_value_heads=2)
@@ -44,6 +58,7 @@ else
     data.train_batch_size=16 data.max_response_length=64 actor_rollout_ref.rollout.n=4
     actor_rollout_ref.actor.ppo_mini_batch_size=16 actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8
     trainer.total_training_steps="$STEPS"
+    "${DYNAMIC_BSZ[@]}"
   )
 fi
 fresh_dir "$OUT/data"

@@ -74,8 +74,10 @@ export async function initBackend(requested: BackendName | string = "auto"): Pro
   if (!ok) throw new Error(`engine backend '${name}' failed to initialise`);
   await tf.ready();
   if (name === "webgpu") {
-    const { capFreeBufferPool } = await import("./webgpu_buffer_pool.js");
-    capFreeBufferPool((tf.backend() as unknown as { bufferManager: Parameters<typeof capFreeBufferPool>[0] }).bufferManager);
+    const { capFreeBufferPool, freePoolCapBytes, nvidiaGpuMemoryBytes } = await import("./webgpu_buffer_pool.js");
+    const env = process.env.VERL_WEBGPU_FREE_POOL_MB;
+    const cap = freePoolCapBytes(env, env ? undefined : nvidiaGpuMemoryBytes());
+    capFreeBufferPool((tf.backend() as unknown as { bufferManager: Parameters<typeof capFreeBufferPool>[0] }).bufferManager, cap);
   }
   if (process.env.VERL_FORBID_SYNC_READS === "1") {
     const { forbidSyncReads } = await import("./sync_reads.js");

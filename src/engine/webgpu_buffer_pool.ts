@@ -14,6 +14,8 @@
 // them once the submitted work that uses them is done, and tfjs returns a buffer to the pool only
 // after the commands recorded with it were submitted.
 
+import { spawnSync } from "node:child_process";
+
 /** The parts of tfjs-backend-webgpu's BufferManager this relies on (checked at install). */
 interface BufferManagerLike {
   freeBuffers: Map<string, GpuBufferLike[]>;
@@ -26,19 +28,56 @@ interface BufferManagerLike {
 
 interface GpuBufferLike { size: number; usage: number; destroy(): void }
 
-/** Default cap on the bytes parked in the free lists (VERL_WEBGPU_FREE_POOL_MB overrides it). */
+/**
+ * Cap on the bytes parked in the free lists where the GPU's memory is unknown (VERL_WEBGPU_FREE_POOL_MB
+ * overrides any default).
+ */
 export const DEFAULT_FREE_POOL_MB = 4096;
 
-export interface FreePoolStats { trims: number; bytesDestroyed: number; capBytes: number }
+/**
+ * Where the GPU's memory is known, the default cap is this share of it. A training step frees and
+ * asks again for far more than a few GB between its micro-batches and around the optimizer: on
+ * the H200 (141 GB) the 0.5B-shaped GRPO update destroyed and re-created 85 GB of buffers a step
+ * at a 4 GiB cap (update 9-10.5 s), ~18 GB at 32 GiB, none at 64 GiB (6.1-8 s; VERL_PROFILE_UPDATE=1,
+ * 2026-12-04). Half leaves the other half for live tensors.
+ */
+export const FREE_POOL_SHARE_OF_GPU = 0.5;
+
+export interface FreePoolStats {
+  trims: number; bytesDestroyed: number; capBytes: number;
+  /** buffers created (no free one of the size was parked) and their bytes: the churn a too-small cap causes */
+  created: number; bytesCreated: number;
+}
 
 const installed = new WeakMap<object, FreePoolStats>();
 
-/** The cap in bytes from VERL_WEBGPU_FREE_POOL_MB (a number of MiB >= 0), else the default. */
-export function freePoolCapBytes(env: string | undefined = process.env.VERL_WEBGPU_FREE_POOL_MB): number {
-  if (env === undefined || env === "") return DEFAULT_FREE_POOL_MB * 2 ** 20;
+/**
+ * The cap in bytes: VERL_WEBGPU_FREE_POOL_MB (a number of MiB >= 0) when set, else
+ * FREE_POOL_SHARE_OF_GPU of `gpuBytes` when known, else DEFAULT_FREE_POOL_MB.
+ */
+export function freePoolCapBytes(env: string | undefined = process.env.VERL_WEBGPU_FREE_POOL_MB, gpuBytes?: number): number {
+  if (env === undefined || env === "") {
+    return gpuBytes !== undefined && gpuBytes > 0 ? Math.floor(gpuBytes * FREE_POOL_SHARE_OF_GPU) : DEFAULT_FREE_POOL_MB * 2 ** 20;
+  }
   const mb = Number(env);
   if (!Number.isFinite(mb) || mb < 0) throw new Error(`VERL_WEBGPU_FREE_POOL_MB must be a number of MiB >= 0, got '${env}'`);
   return Math.floor(mb * 2 ** 20);
+}
+
+/**
+ * The smallest total memory nvidia-smi reports over the host's GPUs, in bytes; undefined where
+ * there is no nvidia-smi or it fails (WebGPU does not tell an adapter's memory).
+ */
+export function nvidiaGpuMemoryBytes(run: () => string | null = nvidiaSmiMemory): number | undefined {
+  const out = run();
+  if (!out) return undefined;
+  const mib = out.split("\n").map((l) => Number(l.trim())).filter((x) => Number.isFinite(x) && x > 0);
+  return mib.length ? Math.min(...mib) * 2 ** 20 : undefined;
+}
+
+function nvidiaSmiMemory(): string | null {
+  const r = spawnSync("nvidia-smi", ["--query-gpu=memory.total", "--format=csv,noheader,nounits"], { encoding: "utf8", timeout: 5000 });
+  return r.status === 0 && typeof r.stdout === "string" ? r.stdout : null;
 }
 
 /**
@@ -74,7 +113,7 @@ export function capFreeBufferPool(manager: BufferManagerLike, capBytes = freePoo
   for (const k of ["freeBuffers", "numBytesAllocated", "numBytesUsed", "acquireBuffer", "releaseBuffer"] as const) {
     if (!(k in manager)) throw new Error(`tfjs-backend-webgpu's BufferManager has no '${k}': the free-pool cap (src/engine/webgpu_buffer_pool.ts) needs updating for this tfjs version`);
   }
-  const stats: FreePoolStats = { trims: 0, bytesDestroyed: 0, capBytes };
+  const stats: FreePoolStats = { trims: 0, bytesDestroyed: 0, capBytes, created: 0, bytesCreated: 0 };
   const parkedAt = new WeakMap<object, number>();
   let releases = 0;
   const acquire = manager.acquireBuffer.bind(manager), release = manager.releaseBuffer.bind(manager);
@@ -84,7 +123,12 @@ export function capFreeBufferPool(manager: BufferManagerLike, capBytes = freePoo
   };
   manager.acquireBuffer = (size, usage, mappedAtCreation = false, reuse = true) => {
     const free = manager.numBytesAllocated - manager.numBytesUsed;
-    if (free > capBytes && !(reuse && (manager.freeBuffers.get(`${size}_${usage}`)?.length ?? 0) > 0)) {
+    const fresh = !(reuse && (manager.freeBuffers.get(`${size}_${usage}`)?.length ?? 0) > 0);
+    if (fresh) {
+      stats.created++;
+      stats.bytesCreated += size;
+    }
+    if (free > capBytes && fresh) {
       stats.bytesDestroyed += trimFreeBuffers(manager, Math.floor(capBytes / 2), parkedAt);
       stats.trims++;
     }
@@ -92,4 +136,9 @@ export function capFreeBufferPool(manager: BufferManagerLike, capBytes = freePoo
   };
   installed.set(manager, stats);
   return stats;
+}
+
+/** The statistics of a manager the cap is installed on (undefined otherwise). */
+export function freePoolStats(manager: object): FreePoolStats | undefined {
+  return installed.get(manager);
 }

@@ -175,9 +175,13 @@ export class DataParallelOptimizer {
     this.acc.add(grads);
   }
 
-  /** End of a mini-batch: all-reduce (with `scalars` appended), clip, step. */
-  async step(scalars: number[] = []): Promise<StepResult> {
-    if (this.onDevice) return this.stepOnDevice(scalars);
+  /**
+   * End of a mini-batch: all-reduce (with `scalars` appended), clip, step. `gradScale` multiplies
+   * the summed gradient first: 1 / the loss scale of 16-bit products, applied once to the sum
+   * rather than to every micro-batch's gradients (a power of two, so the same bits either way).
+   */
+  async step(scalars: number[] = [], gradScale = 1): Promise<StepResult> {
+    if (this.onDevice) return this.stepOnDevice(scalars, gradScale);
     // tf.variableGrads hands every gradient over at once when the backward pass ends, so buckets
     // cannot go out during it; what overlaps is the read-back of later buckets with the reduce
     // of earlier ones. Bucket bounds at multiples of the collective's alignment: the same bits
@@ -193,6 +197,7 @@ export class DataParallelOptimizer {
     const B = overlap ? bucketElems(this.collective.bucketAlignElems) : Math.max(1, buf.length);
     await allReduceBuckets(this.collective, buf, this.acc.takeBuckets(B), B);
     const flat = buf.subarray(0, n);
+    if (gradScale !== 1) for (let i = 0; i < n; i++) flat[i] = flat[i]! * gradScale;
     const summed = Float64Array.from(buf.subarray(n));
     const gradNorm = clipByGlobalNorm(flat, this.gradClip);
     const skipped = !Number.isFinite(gradNorm);
@@ -201,8 +206,10 @@ export class DataParallelOptimizer {
   }
 
   /** The same step with the gradient left on the backend (one rank): the norm is the only read. */
-  private async stepOnDevice(scalars: number[]): Promise<StepResult> {
-    const grad = this.acc.takeTensor();
+  private async stepOnDevice(scalars: number[], gradScale: number): Promise<StepResult> {
+    const taken = this.acc.takeTensor();
+    const grad = gradScale === 1 ? taken : tf.tidy(() => taken.mul(gradScale) as tf.Tensor1D);
+    if (grad !== taken) taken.dispose();
     try {
       const normT = tf.tidy(() => grad.square().sum().sqrt());
       const gradNorm = (await normT.data())[0]!;

@@ -5,7 +5,7 @@
 // the bookkeeping tested here (tfjs-backend-webgpu installs on request; the test skips without it).
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { capFreeBufferPool, freePoolCapBytes, DEFAULT_FREE_POOL_MB } from "../../src/engine/webgpu_buffer_pool.js";
+import { capFreeBufferPool, freePoolCapBytes, nvidiaGpuMemoryBytes, DEFAULT_FREE_POOL_MB, FREE_POOL_SHARE_OF_GPU } from "../../src/engine/webgpu_buffer_pool.js";
 
 interface Buf { size: number; usage: number; destroyed: boolean; destroy(): void }
 interface Manager {
@@ -89,6 +89,13 @@ test("a trim destroys the buffers parked longest: sizes every step reuses surviv
 
 test("VERL_WEBGPU_FREE_POOL_MB: MiB >= 0, else an error naming the variable", () => {
   assert.equal(freePoolCapBytes(undefined), DEFAULT_FREE_POOL_MB * 2 ** 20);
+  // a known GPU memory sets the default; the variable still wins
+  assert.equal(freePoolCapBytes(undefined, 143771 * 2 ** 20), Math.floor(143771 * 2 ** 20 * FREE_POOL_SHARE_OF_GPU));
+  assert.equal(freePoolCapBytes("512", 143771 * 2 ** 20), 512 * 2 ** 20);
+  // nvidia-smi's csv, one line per GPU: the smallest; nothing usable: unknown
+  assert.equal(nvidiaGpuMemoryBytes(() => "143771\n81559\n"), 81559 * 2 ** 20);
+  assert.equal(nvidiaGpuMemoryBytes(() => null), undefined);
+  assert.equal(nvidiaGpuMemoryBytes(() => "[N/A]\n"), undefined);
   assert.equal(freePoolCapBytes("512"), 512 * 2 ** 20);
   assert.equal(freePoolCapBytes("0"), 0);
   assert.throws(() => freePoolCapBytes("lots"), /VERL_WEBGPU_FREE_POOL_MB must be a number of MiB >= 0, got 'lots'/);

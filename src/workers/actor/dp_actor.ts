@@ -13,6 +13,8 @@ import {
 } from "../../trainer/ppo/core_algos/index.js";
 import { heartbeat } from "../../single_controller/heartbeat.js";
 import { Rng } from "../../utils/rng.js";
+import { phaseProfile } from "../../utils/phase_profile.js";
+import { freePoolStats } from "../../engine/webgpu_buffer_pool.js";
 import { DynamicLossScale } from "../../engine/loss_scale.js";
 import { matmulPrecision } from "../../engine/webgpu_kernels.js";
 import { column, miniBatches, microBatches, toTf, tokenAndSequenceCounts, TokenWeightedMeans, type MicroBatchSpec } from "../batching.js";
@@ -161,6 +163,9 @@ export class DataParallelPPOActor {
     const moe = this.model.config.moe;
     // 16-bit matrix products (fsdp_config.mixed_precision): the loss is scaled so small gradients survive them
     const lossScale = matmulPrecision() === "f32" ? 1 : (this.lossScale ??= new DynamicLossScale()).scale;
+    const prof = phaseProfile("actor.updatePolicy");
+    const manager = (tf.backend() as unknown as { bufferManager?: object }).bufferManager;
+    const pool0 = manager ? { ...freePoolStats(manager) } : undefined;
     for (let epoch = 0; epoch < epochs; epoch++) {
       for (const mini of miniBatches(batch, this.opts.miniBatchPerRank, shuffle ? this.rng : undefined)) {
         const info = optimizer.globalLossNorm(column(mini, "response_mask"), scaleFactor);
@@ -208,13 +213,12 @@ export class DataParallelPPOActor {
             parts = terms.map((t) => tf.keep(t));
             return lossScale === 1 ? loss : tf.mul(loss, lossScale);
           }, vars);
-          if (lossScale === 1) optimizer.accumulate(grads);
-          else {
-            const unscaled = tf.tidy(() => Object.fromEntries(Object.entries(grads).map(([k, g]) => [k, tf.mul(g, 1 / lossScale)])));
-            optimizer.accumulate(unscaled);
-            tf.dispose(Object.values(unscaled));
-          }
+          prof?.mark("record_forward_backward");
+          // scaled gradients are summed as they are; the step divides the sum by the scale once
+          optimizer.accumulate(grads);
+          prof?.mark("record_accumulate");
           const read = await readMicroScalars(parts, kept);
+          prof?.mark("wait_micro_batch");
           const vals = read.terms;
           // `value` may be one of `parts` (the bare policy loss): dispose each once.
           tf.dispose([...new Set<tf.Tensor>([value, ...parts, ...Object.values(grads)])]);
@@ -225,7 +229,9 @@ export class DataParallelPPOActor {
           }
           means.add(read.metrics, tokenAndSequenceCounts(column(micro, "response_mask")).tokens);
         }
-        const res = await optimizer.step([pgSum, klSum, entSum, auxSum, loadSum, ...means.pack()]);
+        prof?.mark("micro_batch_rest");
+        const res = await optimizer.step([pgSum, klSum, entSum, auxSum, loadSum, ...means.pack()], 1 / lossScale);
+        prof?.mark("optimizer_step");
         if (lossScale !== 1) this.lossScale!.update(res.skipped);
         for (const [k, v] of Object.entries(means.read(res.scalars.subarray(5)))) push(metrics, k, v);
         if (moe) {
@@ -241,6 +247,13 @@ export class DataParallelPPOActor {
         if (withEntropy) push(metrics, "actor/entropy", res.scalars[2]!);
         push(metrics, "actor/grad_norm", res.gradNorm);
       }
+    }
+    if (prof) {
+      const pool = manager ? freePoolStats(manager) : undefined;
+      prof.print(pool && pool0 ? {
+        buffersCreated: pool.created - (pool0.created ?? 0), gbCreated: (pool.bytesCreated - (pool0.bytesCreated ?? 0)) / 1e9,
+        trims: pool.trims - (pool0.trims ?? 0), gbDestroyed: (pool.bytesDestroyed - (pool0.bytesDestroyed ?? 0)) / 1e9,
+      } : {});
     }
     return metrics;
   }
