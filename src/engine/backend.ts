@@ -78,6 +78,14 @@ export async function initBackend(requested: BackendName | string = "auto"): Pro
     const env = process.env.VERL_WEBGPU_FREE_POOL_MB;
     const cap = freePoolCapBytes(env, env ? undefined : nvidiaGpuMemoryBytes());
     capFreeBufferPool((tf.backend() as unknown as { bufferManager: Parameters<typeof capFreeBufferPool>[0] }).bufferManager, cap);
+    // tfjs submits its command encoder every N dispatches (15 by default); under Node the flag only
+    // comes through tf.env (tfjs reads flags from a browser's URL), so VERL_WEBGPU_SUBMIT_BATCH sets it
+    const batch = process.env.VERL_WEBGPU_SUBMIT_BATCH;
+    if (batch !== undefined && batch !== "") {
+      const n = Number(batch);
+      if (!Number.isInteger(n) || n < 1) throw new Error(`VERL_WEBGPU_SUBMIT_BATCH must be a whole number of dispatches >= 1, got '${batch}'`);
+      tf.env().set("WEBGPU_DEFERRED_SUBMIT_BATCH_SIZE", n);
+    }
   }
   if (process.env.VERL_FORBID_SYNC_READS === "1") {
     const { forbidSyncReads } = await import("./sync_reads.js");
