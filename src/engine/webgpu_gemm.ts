@@ -118,6 +118,16 @@ const BF16_FN = `
         let b = bitcast<u32>(x);
         return bitcast<f32>((b + 0x7fffu + ((b >> 16u) & 1u)) & 0xffff0000u);
       }`;
+/**
+ * WGSL for producers that write a product's left operand directly as the direct kernel's padded f16
+ * words (saving the pack dispatch): `verlHalfPair(a, b)` is two values as one word, bf16-rounded
+ * first where asked, as PackPadProgram writes them.
+ */
+export function halfPairFn(rounding: Rounding): string {
+  const v = (e: string) => (rounding === "bf16" ? `verlBf16(${e})` : e);
+  return `${rounding === "bf16" ? BF16_FN : ""}
+      fn verlHalfPair(a : f32, b : f32) -> i32 { return bitcast<i32>(pack2x16float(vec2<f32>(${v("a")}, ${v("b")}))); }`;
+}
 const BF16_VEC4_FN = `
       fn verlBf16v(x : vec4<f32>) -> vec4<f32> {
         return vec4<f32>(verlBf16(x.x), verlBf16(x.y), verlBf16(x.z), verlBf16(x.w));

@@ -140,19 +140,20 @@ function kernel(name: string): (a: object) => TensorInfo {
  * padded product, then the [m, n] corner sliced out when padding was needed.
  */
 export function directMatMul(backend: Backend, a: TensorInfo, b: TensorInfo, s: GemmShape, outShape: number[],
-  opts: { tile?: DirectTile; rounding?: Rounding; bPacked?: boolean } = {}): TensorInfo {
+  opts: { tile?: DirectTile; rounding?: Rounding; bPacked?: boolean; aPacked?: boolean } = {}): TensorInfo {
   const t = opts.tile ?? state.direct, rounding = opts.rounding ?? (state.precision === "bf16" ? "bf16" : "f16");
   const { mP, nP, kP } = directPadding(s, t);
   const packOne = (x: TensorInfo, batch: number, rows: number, cols: number, rowsP: number, colsP: number) => {
     const p = new PackPadProgram(batch, rows, cols, rowsP, colsP, rounding);
     return backend.runWebGPUProgram(p, [x], "int32", p.uniformValues());
   };
-  const pa = s.transposeA ? packOne(a, s.batchA, s.k, s.m, kP, mP) : packOne(a, s.batchA, s.m, s.k, mP, kP);
+  // aPacked: a is already this product's padded f16 operand, written so by its producer (and owned by the caller)
+  const pa = opts.aPacked ? a : s.transposeA ? packOne(a, s.batchA, s.k, s.m, kP, mP) : packOne(a, s.batchA, s.m, s.k, mP, kP);
   // bPacked: b is already this product's padded f16 operand (a PackedMatrix's words), kept by its owner
   const pb = opts.bPacked ? b : s.transposeB ? packOne(b, s.batchB, s.n, s.k, nP, kP) : packOne(b, s.batchB, s.k, s.n, kP, nP);
   const prog = new DirectGemmProgram(s, t);
   const full = backend.runWebGPUProgram(prog, [pa, pb], "float32", prog.uniformValues());
-  backend.disposeData(pa.dataId);
+  if (!opts.aPacked) backend.disposeData(pa.dataId);
   if (!opts.bPacked) backend.disposeData(pb.dataId);
   let out = full;
   if (mP !== s.m || nP !== s.n) {
@@ -192,6 +193,24 @@ export class PackedMatrix {
     if (k !== this.k) throw new Error(`PackedMatrix: product of [${m}, ${k}] with a weight of ${this.k} rows`);
     const s: GemmShape = { batch: 1, m, n: this.n, k, transposeA: false, transposeB: this.transposed, batchA: 1, batchB: 1 };
     const info = directMatMul(tf.backend() as unknown as Backend, x, this.words, s, [m, this.n], { tile: this.tile, rounding: this.rounding, bPacked: true });
+    return tf.engine().makeTensorFromTensorInfo(info as tf.TensorInfo) as tf.Tensor2D;
+  }
+
+  /** The padded shape [mP, kP] a left operand of m rows must have to be multiplied by this weight pre-packed. */
+  leftPadding(m: number): { mP: number; kP: number } {
+    const { mP, kP } = directPadding({ batch: 1, m, n: this.n, k: this.k, transposeA: false, transposeB: this.transposed, batchA: 1, batchB: 1 }, this.tile);
+    return { mP, kP };
+  }
+
+  /**
+   * The product of m rows given as padded f16 words ([leftPadding(m).mP, kP / 2] int32, padding
+   * columns zero, rounded as this weight is), e.g. written by the decoder's normalisation: float32 [m, n].
+   */
+  matMulPacked(words: tf.Tensor, m: number): tf.Tensor2D {
+    const { mP, kP } = this.leftPadding(m);
+    if (words.dtype !== "int32" || words.size !== (mP * kP) / 2) throw new Error(`PackedMatrix: a packed left operand of ${m} rows needs ${(mP * kP) / 2} int32 words, got ${words.size} ${words.dtype}`);
+    const s: GemmShape = { batch: 1, m, n: this.n, k: this.k, transposeA: false, transposeB: this.transposed, batchA: 1, batchB: 1 };
+    const info = directMatMul(tf.backend() as unknown as Backend, words, this.words, s, [m, this.n], { tile: this.tile, rounding: this.rounding, bPacked: true, aPacked: true });
     return tf.engine().makeTensorFromTensorInfo(info as tf.TensorInfo) as tf.Tensor2D;
   }
 

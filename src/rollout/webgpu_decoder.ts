@@ -28,6 +28,7 @@ import type { DirectTile } from "../engine/webgpu_gemm.js";
 import {
   AttentionProgram, CacheCopyProgram, CacheWriteProgram, EmbedProgram, Fp8ActivationProgram, RmsNormProgram, SamplerProgram, SwiGluProgram,
   placementUniforms, type DecodeShape, type GpuProgram, type Placement, type UniformValue,
+  type PackedOut,
 } from "./webgpu_programs.js";
 
 interface TensorInfoLike { dataId: object; shape: number[]; dtype: string }
@@ -253,6 +254,35 @@ class DecodeStep {
     return tf.matMul(x as tf.Tensor2D, w, false, !this.w.transposed);
   }
 
+  /**
+   * Where `w` is a packed 16-bit weight and the inputs are not fp8-rounded, the producer of its left
+   * operand writes the padded f16 words itself (one dispatch fewer a product, issue 23's item 4).
+   */
+  private packedOut(w: Weight, rows: number): PackedOut | undefined {
+    if (!(w instanceof PackedMatrix) || rolloutQuantization(this.model)) return undefined;
+    const { mP, kP } = w.leftPadding(rows);
+    return { rowsP: mP, colsP: kP, rounding: w.rounding };
+  }
+
+  /** rmsNorm(x) times w (its input fp8-rounded under fp8 rollout, except for the LM head: `quantized` false). */
+  private normProduct(x: tf.Tensor, norm: tf.Tensor, rows: number, w: Weight, quantized = true): tf.Tensor2D {
+    const pk = this.packedOut(w, rows);
+    if (!pk) {
+      const y = this.rmsNorm(x, norm, rows);
+      return this.mm(quantized ? this.qa(y, rows) : y, w);
+    }
+    const words = this.program(new RmsNormProgram(this.s.dim, this.s.normEps, rows, pk), [x, norm], "int32", [{ type: "int32", data: [rows] }]);
+    return (w as PackedMatrix).matMulPacked(words, rows);
+  }
+
+  /** SwiGLU of [gate | up] times the down projection. */
+  private swiGluProduct(gu: tf.Tensor, rows: number, w: Weight): tf.Tensor2D {
+    const pk = this.packedOut(w, rows), count = [{ type: "int32" as const, data: [rows] }];
+    if (!pk) return this.mm(this.qa(this.program(new SwiGluProgram(this.s.hiddenDim, rows), [gu], "float32", count), rows), w);
+    const words = this.program(new SwiGluProgram(this.s.hiddenDim, rows, pk), [gu], "int32", count);
+    return (w as PackedMatrix).matMulPacked(words, rows);
+  }
+
   private rmsNorm(x: tf.Tensor, weight: tf.Tensor, rows: number): tf.Tensor {
     return this.program(new RmsNormProgram(this.s.dim, this.s.normEps, rows), [x, weight], "float32", [{ type: "int32", data: [rows] }]);
   }
@@ -282,14 +312,13 @@ class DecodeStep {
     for (let l = 0; l < model.config.nLayers; l++) {
       const L = this.w.layers[l]!, p = (n: string) => model.p(`model.layers.${l}.${n}`), cache = sess.caches[l]!;
       const next = tf.tidy(() => {
-        let qkv: tf.Tensor = this.mm(this.qa(this.rmsNorm(x, p("input_layernorm.weight"), N), N), L.wqkv);
+        let qkv: tf.Tensor = this.normProduct(x, p("input_layernorm.weight"), N, L.wqkv);
         if (model.config.qkNorm) qkv = this.headNorms(qkv, l, N);
         this.backend.runWebGPUProgram(placed(new CacheWriteProgram(s, N, cache.size, sess.half)), [qkv, L.bqkv, sess.rope, posT, ...extra], cache.dtype, uni, cache);
         const att = this.program(placed(new AttentionProgram(s, N, sess.half)), [qkv, L.bqkv, sess.rope, posT, sess.mask, cache, ...extra], "float32", uni);
         const h = tf.add(x, this.mm(this.qa(att, N), L.wo));
-        const gu = this.mm(this.qa(this.rmsNorm(h, p("post_attention_layernorm.weight"), N), N), L.wgu);
-        const act = this.program(new SwiGluProgram(s.hiddenDim, N), [gu], "float32", count);
-        return tf.add(h, this.mm(this.qa(act, N), L.wd));
+        const gu = this.normProduct(h, p("post_attention_layernorm.weight"), N, L.wgu);
+        return tf.add(h, this.swiGluProduct(gu, N, L.wd));
       });
       x.dispose();
       x = next;
@@ -298,7 +327,7 @@ class DecodeStep {
     return tf.tidy(() => {
       const rows = N / place.tPer;
       const last = place.tPer === 1 ? x : x.reshape([rows, place.tPer, s.dim]).slice([0, place.tPer - 1, 0], [rows, 1, s.dim]).reshape([rows, s.dim]);
-      const out = this.mm(this.rmsNorm(last, model.p("model.norm.weight"), rows), this.w.lmHead);
+      const out = this.normProduct(last, model.p("model.norm.weight"), rows, this.w.lmHead, false);
       x.dispose();
       return out;
     });

@@ -6,6 +6,14 @@
 // With `output` given the program writes into an existing tensor: that is how the KV cache
 // is updated in place.
 
+import { halfPairFn, type Rounding } from "../engine/webgpu_gemm.js";
+
+/**
+ * A producer that writes its result as the next product's left operand: padded f16 words [rowsP,
+ * colsP / 2] (int32), zero past the real rows and columns, so the product needs no pack dispatch.
+ */
+export interface PackedOut { rowsP: number; colsP: number; rounding: Rounding }
+
 export interface DecodeShape {
   dim: number; hiddenDim: number; nHeads: number; nKvHeads: number; headDim: number; vocabSize: number; normEps: number;
 }
@@ -68,7 +76,10 @@ export class EmbedProgram extends FlatProgram {
   }
 }
 
-/** One workgroup of 256 per row: result = x / sqrt(mean(x^2) + eps) * w. */
+/**
+ * One workgroup of 256 per row: result = x / sqrt(mean(x^2) + eps) * w; with `packed`, written as
+ * the next product's padded f16 operand (rows up to rowsP, the extra ones zero).
+ */
 export class RmsNormProgram implements GpuProgram {
   variableNames = ["x", "w"];
   uniforms = "nRows : i32,";
@@ -77,14 +88,28 @@ export class RmsNormProgram implements GpuProgram {
   dispatch: [number, number, number];
   outputShape: number[];
   shaderKey: string;
-  constructor(private readonly D: number, private readonly eps: number, N: number) {
-    this.outputShape = [N, D];
-    this.dispatch = grid(N);
-    this.shaderKey = `verlRmsNorm_${D}_${eps}`;
+  constructor(private readonly D: number, private readonly eps: number, N: number, private readonly packed?: PackedOut) {
+    this.outputShape = packed ? [(packed.rowsP * packed.colsP) / 2] : [N, D];
+    this.dispatch = grid(packed ? packed.rowsP : N);
+    this.shaderKey = `verlRmsNorm_${D}_${eps}${packed ? `_packed${packed.colsP}_${packed.rounding}` : ""}`;
   }
   getUserCode(): string {
-    const D = this.D;
-    return `
+    const D = this.D, pk = this.packed;
+    const write = pk
+      ? `${""}
+        let W = ${pk.colsP / 2};
+        for (var j = tid; j < W; j = j + 256) {
+          var a = 0.0;
+          var b = 0.0;
+          if (live && 2 * j < ${D}) { a = x[row * ${D} + 2 * j] * r * w[2 * j]; }
+          if (live && 2 * j + 1 < ${D}) { b = x[row * ${D} + 2 * j + 1] * r * w[2 * j + 1]; }
+          result[row * W + j] = verlHalfPair(a, b);
+        }`
+      : `
+        if (live) {
+          for (var d = tid; d < ${D}; d = d + 256) { result[row * ${D} + d] = x[row * ${D} + d] * r * w[d]; }
+        }`;
+    return `${pk ? halfPairFn(pk.rounding) : ""}
       var<workgroup> partial : array<f32, 256>;
       fn main(index : i32) {
         let row = index / 256;
@@ -100,10 +125,7 @@ export class RmsNormProgram implements GpuProgram {
           if (tid < s) { partial[tid] = partial[tid] + partial[tid + s]; }
           workgroupBarrier();
         }
-        let r = 1.0 / sqrt(partial[0] / ${f32(D)} + ${f32(this.eps)});
-        if (live) {
-          for (var d = tid; d < ${D}; d = d + 256) { result[row * ${D} + d] = x[row * ${D} + d] * r * w[d]; }
-        }
+        let r = 1.0 / sqrt(partial[0] / ${f32(D)} + ${f32(this.eps)});${write}
       }`;
   }
 }
@@ -157,12 +179,29 @@ export class SwiGluProgram extends FlatProgram {
   variableNames = ["gu"];
   uniforms = "nRows : i32,";
   shaderKey: string;
-  constructor(private readonly F: number, N: number) {
-    super([N, F], N * F);
-    this.shaderKey = `verlSwiGlu_${F}`;
+  /** with `packed`: written as the down product's padded f16 operand */
+  constructor(private readonly F: number, N: number, private readonly packed?: PackedOut) {
+    super(packed ? [(packed.rowsP * packed.colsP) / 2] : [N, F], packed ? (packed.rowsP * packed.colsP) / 2 : N * F);
+    this.shaderKey = `verlSwiGlu_${F}${packed ? `_packed${packed.colsP}_${packed.rounding}` : ""}`;
   }
   getUserCode(): string {
-    const F = this.F;
+    const F = this.F, pk = this.packed;
+    if (pk) {
+      const W = pk.colsP / 2;
+      return `${halfPairFn(pk.rounding)}
+      fn verlAct(n : i32, f : i32) -> f32 {
+        if (n >= uniforms.nRows || f >= ${F}) { return 0.0; }
+        let g = gu[n * ${2 * F} + f];
+        return g / (1.0 + exp(-g)) * gu[n * ${2 * F} + ${F} + f];
+      }
+      fn main(index : i32) {
+        if (index < ${(pk.rowsP * pk.colsP) / 2}) {
+          let n = index / ${W};
+          let j = index - n * ${W};
+          result[index] = verlHalfPair(verlAct(n, 2 * j), verlAct(n, 2 * j + 1));
+        }
+      }`;
+    }
     return `
       fn main(index : i32) {
         if (index < uniforms.nRows * ${F}) {
