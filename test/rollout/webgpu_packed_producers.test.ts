@@ -6,18 +6,9 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import * as tf from "@tensorflow/tfjs";
-import { initBackend } from "../../src/engine/backend.js";
+import { webgpuOrReason } from "../engine/webgpu_adapter.js";
 import { PackPadProgram, type Rounding } from "../../src/engine/webgpu_gemm.js";
 import { RmsNormProgram, SwiGluProgram, type GpuProgram, type UniformValue } from "../../src/rollout/webgpu_programs.js";
-
-async function webgpu(): Promise<string> {
-  try {
-    await initBackend("webgpu");
-    return "";
-  } catch (e) {
-    return `no WebGPU adapter here (${(e as Error).message.split("\n")[0]})`;
-  }
-}
 
 type Runner = { runWebGPUProgram(p: GpuProgram, inputs: tf.TensorInfo[], dtype: string, uniforms: UniformValue[]): tf.TensorInfo };
 const run = (p: GpuProgram, inputs: tf.Tensor[], dtype: "float32" | "int32", uniforms: UniformValue[]): tf.Tensor =>
@@ -34,7 +25,7 @@ async function packedOf(y: tf.Tensor, rows: number, cols: number, rowsP: number,
 
 for (const rounding of ["f16", "bf16"] as const) {
   test(`RMSNorm and SwiGLU written as packed ${rounding} operands equal the f32 output packed by PackPad`, async (t) => {
-    const why = await webgpu();
+    const why = await webgpuOrReason();
     if (why) return t.skip(why);
     const N = 5, D = 90, F = 70, rowsP = 32, colsD = 96, colsF = 80; // odd-sized rows and padding on both sides
     const x = tf.randomNormal([N, D], 0, 3, "float32", 7), w = tf.randomNormal([D], 1, 0.2, "float32", 8), gu = tf.randomNormal([N, 2 * F], 0, 2, "float32", 9);
