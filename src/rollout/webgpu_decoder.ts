@@ -26,7 +26,7 @@ import { isGreedy, type SamplingParams } from "./sampling.js";
 import { PackedMatrix, tensorCoreSupport, type MatmulPrecision } from "../engine/webgpu_kernels.js";
 import type { DirectTile } from "../engine/webgpu_gemm.js";
 import {
-  AttentionProgram, CacheCopyProgram, CacheWriteProgram, EmbedProgram, Fp8ActivationProgram, RmsNormProgram, SamplerProgram, SwiGluProgram,
+  AttentionProgram, CacheCopyProgram, CacheWriteProgram, EmbedProgram, Fp8ActivationProgram, QkNormProgram, RmsNormProgram, SamplerProgram, SwiGluProgram,
   placementUniforms, type DecodeShape, type GpuProgram, type Placement, type UniformValue,
   type PackedOut,
 } from "./webgpu_programs.js";
@@ -289,13 +289,8 @@ class DecodeStep {
 
   /** Qwen3: each q and k head RMS-normed over head_dim (q_norm, k_norm) before the programs rotate and cache them. */
   private headNorms(qkv: tf.Tensor, l: number, N: number): tf.Tensor {
-    const c = this.model.config, hd = c.headDim, p = (n: string) => this.model.p(`model.layers.${l}.self_attn.${n}`);
-    const [q, k, v] = tf.split(qkv, [c.nHeads * hd, c.nKvHeads * hd, c.nKvHeads * hd], 1);
-    const norm = (t: tf.Tensor, w: tf.Tensor, heads: number) => {
-      const r = t.reshape([N * heads, hd]);
-      return r.mul(tf.rsqrt(r.square().mean(-1, true).add(c.normEps))).mul(w).reshape([N, heads * hd]);
-    };
-    return tf.concat([norm(q!, p("q_norm.weight"), c.nHeads), norm(k!, p("k_norm.weight"), c.nKvHeads), v!], 1);
+    const p = (n: string) => this.model.p(`model.layers.${l}.self_attn.${n}`);
+    return this.program(new QkNormProgram(this.s, N), [qkv, p("q_norm.weight"), p("k_norm.weight")], "float32", [{ type: "int32", data: [N] }]);
   }
 
   /**

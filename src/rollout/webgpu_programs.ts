@@ -214,6 +214,45 @@ export class SwiGluProgram extends FlatProgram {
   }
 }
 
+/**
+ * Qwen3's q_norm / k_norm: each q head and each k head of the fused qkv rows RMS-normed over
+ * head_dim and scaled by its weight, v copied; one invocation a (token, head). One dispatch where
+ * the tfjs ops took about fifteen a layer.
+ */
+export class QkNormProgram extends FlatProgram {
+  variableNames = ["qkv", "qn", "kn"];
+  uniforms = "nRows : i32,";
+  shaderKey: string;
+  constructor(private readonly s: Pick<DecodeShape, "nHeads" | "nKvHeads" | "headDim" | "normEps">, N: number) {
+    const heads = s.nHeads + 2 * s.nKvHeads;
+    super([N, heads * s.headDim], N * heads);
+    this.shaderKey = `verlQkNorm_${s.nHeads}_${s.nKvHeads}_${s.headDim}_${s.normEps}`;
+  }
+  getUserCode(): string {
+    const { nHeads: H, nKvHeads: KV, headDim: HD, normEps } = this.s, heads = H + 2 * KV;
+    return `
+      fn main(index : i32) {
+        if (index < uniforms.nRows * ${heads}) {
+          let n = index / ${heads};
+          let h = index - n * ${heads};
+          let base = n * ${heads * HD} + h * ${HD};
+          if (h >= ${H + KV}) {
+            for (var d = 0; d < ${HD}; d = d + 1) { result[base + d] = qkv[base + d]; }
+            return;
+          }
+          var ss = 0.0;
+          for (var d = 0; d < ${HD}; d = d + 1) { let v = qkv[base + d]; ss = ss + v * v; }
+          let r = inverseSqrt(ss / ${f32(HD)} + ${f32(normEps)});
+          for (var d = 0; d < ${HD}; d = d + 1) {
+            var w = kn[d];
+            if (h < ${H}) { w = qn[d]; }
+            result[base + d] = qkv[base + d] * r * w;
+          }
+        }
+      }`;
+  }
+}
+
 // Uniforms shared by the two programs that place tokens in the cache: token n belongs to
 // cache row n / tPer at column slot0 + n % tPer, rotary position pos[n] + posAdd; the KV
 // cache of a layer is [2 (k, v), rows, kvHeads, maxLen, headDim], v at vOff; rope is
