@@ -281,6 +281,7 @@ async function sweep(a: Args): Promise<void> {
       problems.push({ name, s, x, y, ref: reference(x, y, ta, tb) });
     }
     for (const c of chosen) {
+      if (left() < reserve) { emit("sweep", { kernel: c.name, params: c.params, toggles }, { skipped: "budget" }); continue; }
       // the check problem of each transpose layout the shapes use (its "large" class; the check is the same for both sizes)
       const classes = [...new Set(problems.map((p) => productClass({ ...p.s, m: 4096, n: 4096 })))];
       const checks = [];

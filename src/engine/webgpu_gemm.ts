@@ -516,28 +516,35 @@ function keyShape(s: GemmShape, pad: { mP: number; nP: number; kP: number }, bak
   return `${s.transposeA ? "T" : "N"}${s.transposeB ? "T" : "N"}${baked ? `_ld${rowStrides(s, pad).join("_")}` : ""}`;
 }
 
-/**
- * C[b] (float32 [batch, mP, nP]) = op(A[b]) op(B[b]) from padded f16 operands: A as [mP, kP]
- * (or [kP, mP] transposed), B as [kP, nP] (or [nP, kP]).
- */
-export class DirectGemmProgram implements GpuProgram {
+/** What the direct and staged kernels share: padded operands, one workgroup per output tile of sgM x sgN subgroups of tm x tn fragments. */
+abstract class PaddedGemmProgram implements GpuProgram {
   variableNames = ["a", "b"];
   outputShape: number[];
-  shaderKey: string;
+  abstract shaderKey: string;
   dispatchLayout = { x: [2], y: [1], z: [0] };
   dispatch: [number, number, number];
   workgroupSize: [number, number, number];
   uniforms = "mP : i32, nP : i32, kP : i32, strideA : i32, strideB : i32,";
-  readonly pad: { mP: number; nP: number; kP: number };
-  constructor(private readonly s: GemmShape, private readonly t: DirectTile) {
-    if (![1, 2, 4].includes(t.unroll)) throw new Error(`DirectGemmProgram: unroll ${t.unroll} is not 1, 2 or 4`);
-    this.pad = directPadding(s, t);
-    this.outputShape = [s.batch, this.pad.mP, this.pad.nP];
+  constructor(protected readonly s: GemmShape, t: { sgM: number; sgN: number; tm: number; tn: number }, readonly pad: { mP: number; nP: number; kP: number }) {
+    this.outputShape = [s.batch, pad.mP, pad.nP];
     this.workgroupSize = [32 * t.sgM * t.sgN, 1, 1];
-    this.dispatch = [this.pad.nP / (16 * t.tn * t.sgN), this.pad.mP / (16 * t.tm * t.sgM), s.batch];
-    this.shaderKey = `verlDirectGemm_${t.sgM}x${t.sgN}_${t.tm}x${t.tn}_u${t.unroll}${t.prefetch ? "p" : ""}_${keyShape(s, this.pad, !!t.baked)}`;
+    this.dispatch = [pad.nP / (16 * t.tn * t.sgN), pad.mP / (16 * t.tm * t.sgM), s.batch];
   }
   uniformValues(): UniformValue[] { return paddedUniforms(this.s, this.pad); }
+  abstract getUserCode(): string;
+}
+
+/**
+ * C[b] (float32 [batch, mP, nP]) = op(A[b]) op(B[b]) from padded f16 operands: A as [mP, kP]
+ * (or [kP, mP] transposed), B as [kP, nP] (or [nP, kP]).
+ */
+export class DirectGemmProgram extends PaddedGemmProgram {
+  shaderKey: string;
+  constructor(s: GemmShape, private readonly t: DirectTile) {
+    if (![1, 2, 4].includes(t.unroll)) throw new Error(`DirectGemmProgram: unroll ${t.unroll} is not 1, 2 or 4`);
+    super(s, t, directPadding(s, t));
+    this.shaderKey = `verlDirectGemm_${t.sgM}x${t.sgN}_${t.tm}x${t.tn}_u${t.unroll}${t.prefetch ? "p" : ""}_${keyShape(s, this.pad, !!t.baked)}`;
+  }
   getUserCode(): string {
     const { s, t } = this;
     const aFrag = (i: number, k: string) => s.transposeA
@@ -612,10 +619,11 @@ export class DirectGemmProgram implements GpuProgram {
 // fragment offset and row stride a multiple of `pad` halves (16 by default: 32 bytes), reads the
 // padded operands PackPadProgram writes (8 halves a load, no bounds checks, no edge tiles: the
 // output is padded), and stores its results straight to storage. `pad: 8` rebuilds the old
-// alignment, to tell on the device whether alignment was the cause.
+// alignment, to tell on the device whether alignment was the cause; `pad: 0` (rows of exactly the
+// tile, still multiples of 16) lets 128 x 128 tiles double-buffer in 48 KiB in every layout.
 
 /** Staged tile: sgM x sgN subgroups of tm x tn fragments, kf fragments of K a stage, 1 or 2 buffers. */
-export interface StagedTile { sgM: number; sgN: number; tm: number; tn: number; kf: number; buffers: 1 | 2; pad: 8 | 16 }
+export interface StagedTile { sgM: number; sgN: number; tm: number; tn: number; kf: number; buffers: 1 | 2; pad: 0 | 8 | 16 }
 
 export function stagedPadding(s: GemmShape, t: StagedTile): { mP: number; nP: number; kP: number } {
   return { mP: roundUp(s.m, 16 * t.tm * t.sgM), nP: roundUp(s.n, 16 * t.tn * t.sgN), kP: roundUp(s.k, 16 * t.kf) };
@@ -636,26 +644,15 @@ export const stagedKernel = (t: StagedTile): PaddedGemmKernel => ({
   workgroupBytes: (s) => stagedLayout(t, s).bytes,
 });
 
-export class StagedF16GemmProgram implements GpuProgram {
-  variableNames = ["a", "b"];
-  outputShape: number[];
+export class StagedF16GemmProgram extends PaddedGemmProgram {
   shaderKey: string;
-  dispatchLayout = { x: [2], y: [1], z: [0] };
-  dispatch: [number, number, number];
-  workgroupSize: [number, number, number];
-  uniforms = "mP : i32, nP : i32, kP : i32, strideA : i32, strideB : i32,";
   // the packed operands as vec4<i32>: 8 halves a load
   variableComponents = [4, 4];
-  readonly pad: { mP: number; nP: number; kP: number };
-  constructor(private readonly s: GemmShape, private readonly t: StagedTile) {
-    if (t.pad !== 8 && t.pad !== 16) throw new Error(`StagedF16GemmProgram: pad ${t.pad} is not 8 or 16 halves`);
-    this.pad = stagedPadding(s, t);
-    this.outputShape = [s.batch, this.pad.mP, this.pad.nP];
-    this.workgroupSize = [32 * t.sgM * t.sgN, 1, 1];
-    this.dispatch = [this.pad.nP / (16 * t.tn * t.sgN), this.pad.mP / (16 * t.tm * t.sgM), s.batch];
+  constructor(s: GemmShape, private readonly t: StagedTile) {
+    if (![0, 8, 16].includes(t.pad)) throw new Error(`StagedF16GemmProgram: pad ${t.pad} is not 0, 8 or 16 halves`);
+    super(s, t, stagedPadding(s, t));
     this.shaderKey = `verlStagedF16Gemm_${t.sgM}x${t.sgN}_${t.tm}x${t.tn}_k${t.kf}_b${t.buffers}_p${t.pad}_${keyShape(s, this.pad, false)}`;
   }
-  uniformValues(): UniformValue[] { return paddedUniforms(this.s, this.pad); }
 
   /** Copy of one operand's tile (rows x cols halves, cols contiguous in storage) into workgroup memory through registers. */
   private copy(name: string, rows: number, cols: number, row0: string, col0: string, ld: string, stride: number): { load: string; store: (base: string) => string; regs: string } {

@@ -139,6 +139,71 @@ function tfKernel(name: string): (a: object) => TensorInfo {
 }
 
 /**
+ * Packed f16 copies of weights, kept across the products of an optimizer step: the forward
+ * product and the backward product with a weight pack it once each (two layouts) instead of once
+ * a product. Only data that belongs to a tf.Variable is kept (activations change every product);
+ * an optimizer update assigns a variable new data, so the next product packs again, and the old
+ * copies are freed when the old data is released (the backend's disposeData is wrapped for that).
+ * Nothing in verl-ts writes a variable's buffer in place (assign replaces the data).
+ * VERL_GEMM_WEIGHT_CACHE=0 turns it off.
+ */
+export class PackedWeightCache {
+  /** copies packed so far (tests check that an unchanged weight is not packed again) */
+  packs = 0;
+  private readonly byData = new Map<object, Map<string, TensorInfo>>();
+  private readonly release: (id: object) => boolean;
+
+  constructor(private readonly backend: Backend & { disposeData(id: object, force?: boolean): boolean }) {
+    const dispose = backend.disposeData.bind(backend);
+    this.release = dispose;
+    backend.disposeData = (id: object, force?: boolean): boolean => {
+      const gone = dispose(id, force);
+      if (gone) this.forget(id);
+      return gone;
+    };
+  }
+
+  /** x's packed copy in this layout: kept (owned false: the caller must not free it) when x is a variable's data. */
+  get(x: TensorInfo, layout: string, pack: () => TensorInfo): { info: TensorInfo; owned: boolean } {
+    if (!isVariableData(x.dataId)) { this.packs++; return { info: pack(), owned: true }; }
+    let m = this.byData.get(x.dataId);
+    if (!m) this.byData.set(x.dataId, (m = new Map()));
+    let info = m.get(layout);
+    if (!info) { this.packs++; info = pack(); m.set(layout, info); }
+    return { info, owned: false };
+  }
+
+  /** Weights with copies kept. */
+  get size(): number { return this.byData.size; }
+
+  private forget(id: object): void {
+    const m = this.byData.get(id);
+    if (!m) return;
+    this.byData.delete(id);
+    for (const info of m.values()) this.release(info.dataId);
+  }
+
+  /** Frees every copy. */
+  clear(): void { for (const id of [...this.byData.keys()]) this.forget(id); }
+}
+
+/** Whether the data belongs to a tf.Variable (the engine's registry: a few hundred entries, read per product). */
+function isVariableData(id: object): boolean {
+  const vars = tf.engine().state.registeredVariables;
+  for (const name in vars) if (vars[name]!.dataId === id) return true;
+  return false;
+}
+
+const weightCaches = new WeakMap<object, PackedWeightCache>();
+/** This backend's weight cache (made on first use), or none under VERL_GEMM_WEIGHT_CACHE=0. */
+export function packedWeightCache(backend: Backend): PackedWeightCache | undefined {
+  if (process.env.VERL_GEMM_WEIGHT_CACHE === "0") return undefined;
+  let c = weightCaches.get(backend);
+  if (!c) weightCaches.set(backend, (c = new PackedWeightCache(backend)));
+  return c;
+}
+
+/**
  * One product with the direct kernel: both operands packed to zero-padded f16 copies, the
  * padded product, then the [m, n] corner sliced out when padding was needed.
  */
@@ -158,7 +223,7 @@ function workgroupLimit(backend: Backend): number {
  * padded product, then the [m, n] corner sliced out when padding was needed.
  */
 export function paddedMatMul(backend: Backend, a: TensorInfo, b: TensorInfo, s: GemmShape, outShape: number[], kernel: PaddedGemmKernel,
-  opts: { rounding?: Rounding; bPacked?: boolean } = {}): TensorInfo {
+  opts: { rounding?: Rounding; bPacked?: boolean; weights?: PackedWeightCache } = {}): TensorInfo {
   const rounding = opts.rounding ?? (state.precision === "bf16" ? "bf16" : "f16");
   const limit = workgroupLimit(backend), bytes = kernel.workgroupBytes(s);
   // checked here: under skip_validation an oversized pipeline is built anyway and crashes the process (docs/gpu.md)
@@ -169,11 +234,17 @@ export function paddedMatMul(backend: Backend, a: TensorInfo, b: TensorInfo, s: 
     return backend.runWebGPUProgram(p, [x], "int32", p.uniformValues());
   };
   const pa = s.transposeA ? packOne(a, s.batchA, s.k, s.m, kP, mP) : packOne(a, s.batchA, s.m, s.k, mP, kP);
-  const pb = opts.bPacked ? b : s.transposeB ? packOne(b, s.batchB, s.n, s.k, nP, kP) : packOne(b, s.batchB, s.k, s.n, kP, nP);
+  const packB = () => s.transposeB ? packOne(b, s.batchB, s.n, s.k, nP, kP) : packOne(b, s.batchB, s.k, s.n, kP, nP);
+  let pb = b, ownB = false;
+  if (!opts.bPacked) {
+    const layout = `${rounding}:${s.batchB}:${s.transposeB ? `${s.n}x${s.k}->${nP}x${kP}` : `${s.k}x${s.n}->${kP}x${nP}`}`;
+    const got = opts.weights ? opts.weights.get(b, layout, packB) : { info: packB(), owned: true };
+    pb = got.info; ownB = got.owned;
+  }
   const prog = kernel.program(s);
   const full = backend.runWebGPUProgram(prog, [pa, pb], "float32", prog.uniformValues());
   backend.disposeData(pa.dataId);
-  if (!opts.bPacked) backend.disposeData(pb.dataId);
+  if (ownB) backend.disposeData(pb.dataId);
   let out = full;
   if (mP !== s.m || nP !== s.n) {
     out = tfKernel("Slice")({ inputs: { x: full }, backend, attrs: { begin: [0, 0, 0], size: [s.batch, s.m, s.n] } });
@@ -243,7 +314,7 @@ function tensorCoreCandidate(name: string, params: Record<string, unknown>, kern
 }
 
 const D = (sgM: number, sgN: number, tm: number, tn: number, unroll: 1 | 2 | 4, prefetch = false, baked = false): DirectTile => ({ sgM, sgN, tm, tn, unroll, prefetch, baked });
-const S = (sgM: number, sgN: number, tm: number, tn: number, kf: number, buffers: 1 | 2, pad: 8 | 16 = 16): StagedTile => ({ sgM, sgN, tm, tn, kf, buffers, pad });
+const S = (sgM: number, sgN: number, tm: number, tn: number, kf: number, buffers: 1 | 2, pad: 0 | 8 | 16 = 16): StagedTile => ({ sgM, sgN, tm, tn, kf, buffers, pad });
 /**
  * What the tuner tries, in order (a tie keeps the earlier): the H200's best direct kernel first,
  * the issue's probe form (one subgroup of 4 x 4 fragments), 2 x 4 / 4 x 2 subgroups, K unrolled,
@@ -255,7 +326,7 @@ export const TENSOR_CORE_TILES: { direct: DirectTile[]; staged: StagedTile[] } =
     D(2, 4, 4, 4, 1), D(4, 2, 4, 4, 1), D(2, 4, 4, 4, 1, false, true), D(4, 2, 4, 4, 1, false, true),
     D(2, 2, 4, 4, 2, false, true), D(2, 2, 4, 4, 4, false, true), D(2, 2, 4, 4, 1, true, true), D(1, 1, 4, 4, 1, true, true), D(1, 1, 4, 4, 2, true, true),
   ],
-  staged: [S(2, 2, 4, 4, 2, 1), S(2, 2, 4, 4, 2, 2), S(2, 4, 4, 2, 2, 2), S(2, 2, 4, 4, 4, 1), S(4, 4, 2, 2, 2, 2)],
+  staged: [S(2, 2, 4, 4, 2, 1), S(2, 2, 4, 4, 2, 2), S(2, 2, 4, 4, 2, 2, 0), S(2, 4, 4, 2, 2, 2), S(2, 2, 4, 4, 4, 1), S(4, 4, 2, 2, 2, 2, 0)],
 };
 export const TENSOR_CORE_CANDIDATES: readonly TensorCoreCandidate[] = [...TENSOR_CORE_TILES.direct.map(directCandidate), ...TENSOR_CORE_TILES.staged.map(stagedCandidate)];
 
@@ -352,7 +423,7 @@ function batchMatMul(args: KernelArgs): TensorInfo {
   const k = g ? kernelFor(g.shape) : null;
   if (!g || !k) { state.fallbacks++; return state.original!(args); }
   state.calls++;
-  return paddedMatMul(args.backend, a, b, g.shape, g.outShape, k);
+  return paddedMatMul(args.backend, a, b, g.shape, g.outShape, k, { weights: packedWeightCache(args.backend) });
 }
 
 /** verl's FSDP mixed-precision section as verl-ts runs it. */

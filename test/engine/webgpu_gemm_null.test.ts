@@ -26,7 +26,7 @@ const SUBGROUP_RULE = /^The x-dimension of workgroup_size \(\d+\) must be a mult
 /** Staged tiles small enough for the null device's 16 KiB, so the staged generator's every branch compiles here. */
 const SMALL_STAGED = [
   { sgM: 2, sgN: 2, tm: 1, tn: 1, kf: 1, buffers: 1, pad: 16 }, { sgM: 2, sgN: 2, tm: 1, tn: 1, kf: 1, buffers: 2, pad: 16 },
-  { sgM: 2, sgN: 2, tm: 1, tn: 2, kf: 2, buffers: 2, pad: 8 }, { sgM: 4, sgN: 1, tm: 1, tn: 2, kf: 1, buffers: 2, pad: 16 },
+  { sgM: 2, sgN: 2, tm: 1, tn: 2, kf: 2, buffers: 2, pad: 8 }, { sgM: 4, sgN: 1, tm: 1, tn: 2, kf: 1, buffers: 2, pad: 16 }, { sgM: 2, sgN: 2, tm: 2, tn: 2, kf: 2, buffers: 2, pad: 0 },
 ] as const;
 
 async function compileOutcome(c: Candidate, cls: string): Promise<{ thrown?: string; deviceError?: string | null }> {
