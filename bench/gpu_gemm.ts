@@ -14,7 +14,7 @@ import { initBackend } from "../src/engine/backend.js";
 import { webGpuInfo, webGpuSummary } from "../src/engine/webgpu.js";
 import { DEFAULT_TILE, fitTile, gemmFlops, tileBytes, type GemmShape, type GemmTile } from "../src/engine/webgpu_gemm.js";
 import { directPadding, type DirectTile } from "../src/engine/webgpu_gemm.js";
-import { directMatMul, gemmAutotuner, gemmShape, setMatmulPrecision, tensorCoreMatMul, tensorCoreStats, tensorCoreSupport, TENSOR_CORE_CANDIDATES,
+import { directMatMul, gemmAutotuner, gemmShape, packOperand, paddedMatMul, setMatmulPrecision, tensorCoreMatMul, tensorCoreStats, tensorCoreSupport, TENSOR_CORE_CANDIDATES,
   stagedCandidate, webGpuTimer, type TensorCoreCandidate } from "../src/engine/webgpu_kernels.js";
 import { DEFAULT_DAWN_FLAGS } from "../src/engine/webgpu.js";
 import { productClass, relativeError } from "../src/engine/gemm_autotune.js";
@@ -272,6 +272,8 @@ async function sweep(a: Args): Promise<void> {
   const chosen = a.candidates ? all.filter((c) => a.candidates!.some((n) => c.name === n || c.name.includes(n))) : all;
   // operands and f32 references once per shape (ms of tfjs's own kernel too)
   const problems: { name: string; s: GemmShape; x: tf.Tensor; y: tf.Tensor; ref: tf.Tensor }[] = [];
+  /** kernel -> shape -> "TFLOP/s with packing / kernel alone", for one short line at the end */
+  const summary: Record<string, Record<string, string>> = {};
   // the tuner reserves a quarter of the budget (at least 20 s) for its choices at the end
   const reserve = Math.max(20, a.budgetS / 4);
   try {
@@ -296,12 +298,25 @@ async function sweep(a: Args): Promise<void> {
             const out = c.matMul(p.x, p.y, p.s);
             const rel = await relativeError(out, p.ref);
             out.dispose();
-            figures[p.name] = { shape: `${p.s.m}x${p.s.n}x${p.s.k}${p.s.transposeB ? " NT" : ""}`, ms: +ms.toFixed(3), tflops: +(gemmFlops(p.s) / ms / 1e9).toFixed(1), rel_err: rel };
+            // the kernel alone: both operands packed once beforehand (the trainer keeps weights packed; the probe had no packing)
+            const be = backend(), pa = packOperand(be, p.x as unknown as TI, p.s, c.kernel, "a", "f16"), pb = packOperand(be, p.y as unknown as TI, p.s, c.kernel, "b", "f16");
+            let kms: number;
+            try {
+              kms = await webGpuTimer(c, () => { be.disposeData(paddedMatMul(be, pa, pb, p.s, [1, p.s.m, p.s.n], c.kernel, { aPacked: true, bPacked: true }).dataId); }, p.s);
+            } finally {
+              be.disposeData(pa.dataId);
+              be.disposeData(pb.dataId);
+            }
+            const tflops = gemmFlops(p.s) / ms / 1e9, kernelTflops = gemmFlops(p.s) / kms / 1e9;
+            figures[p.name] = { shape: `${p.s.m}x${p.s.n}x${p.s.k}${p.s.transposeB ? " NT" : ""}`, ms: +ms.toFixed(3), tflops: +tflops.toFixed(1),
+              kernel_ms: +kms.toFixed(3), kernel_tflops: +kernelTflops.toFixed(1), rel_err: rel };
+            (summary[c.name] ??= {})[p.name] = `${tflops.toPrecision(3)}/${kernelTflops.toPrecision(3)}`;
           } catch (e) {
             figures[p.name] = { error: (e as Error).message };
           }
         }
       }
+      if (!checks.every((r) => r.ok)) summary[c.name] = { failed: checks.map((r) => `${r.cls}: ${r.reason?.slice(0, 110)}${r.shift != null ? ` (shift ${r.shift})` : ""}`).join("; ") };
       emit("sweep", { kernel: c.name, params: c.params, toggles }, {
         compile_ok: compileOk, max_rel_err: Math.max(...checks.map((r) => r.relErr ?? NaN)),
         checks: checks.map((r) => ({ cls: r.cls, ok: r.ok, rel_err: r.relErr, reason: r.reason, shift: r.shift })), ...figures,
@@ -328,6 +343,7 @@ async function sweep(a: Args): Promise<void> {
     });
   }
   setMatmulPrecision("f32");
+  emit("sweep_summary", { toggles, figures: "TFLOP/s with both packing passes / kernel alone" }, summary);
   emit("sweep_done", { toggles }, { seconds: (performance.now() - t0) / 1000 });
 }
 

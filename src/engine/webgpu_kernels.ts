@@ -217,33 +217,48 @@ function workgroupLimit(backend: Backend): number {
   return (backend as { device?: { limits?: { maxComputeWorkgroupStorageSize?: number } } }).device?.limits?.maxComputeWorkgroupStorageSize ?? 0;
 }
 
+/** An operand's stored extents (rows, cols) and their padded sizes for this kernel. */
+function operandExtents(s: GemmShape, kernel: PaddedGemmKernel, which: "a" | "b"): { batch: number; rows: number; cols: number; rowsP: number; colsP: number } {
+  const { mP, nP, kP } = kernel.padding(s);
+  if (which === "a") return s.transposeA ? { batch: s.batchA, rows: s.k, cols: s.m, rowsP: kP, colsP: mP } : { batch: s.batchA, rows: s.m, cols: s.k, rowsP: mP, colsP: kP };
+  return s.transposeB ? { batch: s.batchB, rows: s.n, cols: s.k, rowsP: nP, colsP: kP } : { batch: s.batchB, rows: s.k, cols: s.n, rowsP: kP, colsP: nP };
+}
+
+/** What identifies a packed operand's words: rounding, batch, extents and padding. */
+function operandLayout(s: GemmShape, kernel: PaddedGemmKernel, which: "a" | "b", rounding: Rounding): string {
+  const e = operandExtents(s, kernel, which);
+  return `${rounding}:${e.batch}:${e.rows}x${e.cols}->${e.rowsP}x${e.colsP}`;
+}
+
+/** One operand as the kernel's zero-padded f16 words (int32, two halves a word). */
+export function packOperand(backend: Backend, x: TensorInfo, s: GemmShape, kernel: PaddedGemmKernel, which: "a" | "b", rounding: Rounding): TensorInfo {
+  const e = operandExtents(s, kernel, which);
+  const p = new PackPadProgram(e.batch, e.rows, e.cols, e.rowsP, e.colsP, rounding);
+  return backend.runWebGPUProgram(p, [x], "int32", p.uniformValues());
+}
+
 /**
  * One product with a kernel on padded f16 operands (direct or staged): both operands packed to
- * zero-padded f16 copies (b not, when bPacked: it is already this kernel's padded operand), the
+ * zero-padded f16 copies (not when aPacked/bPacked: it is already this kernel's padded operand), the
  * padded product, then the [m, n] corner sliced out when padding was needed.
  */
 export function paddedMatMul(backend: Backend, a: TensorInfo, b: TensorInfo, s: GemmShape, outShape: number[], kernel: PaddedGemmKernel,
-  opts: { rounding?: Rounding; bPacked?: boolean; weights?: PackedWeightCache } = {}): TensorInfo {
+  opts: { rounding?: Rounding; aPacked?: boolean; bPacked?: boolean; weights?: PackedWeightCache } = {}): TensorInfo {
   const rounding = opts.rounding ?? (state.precision === "bf16" ? "bf16" : "f16");
   const limit = workgroupLimit(backend), bytes = kernel.workgroupBytes(s);
   // checked here: under skip_validation an oversized pipeline is built anyway and crashes the process (docs/gpu.md)
   if (limit > 0 && bytes > limit) throw new Error(`tensor-core kernel needs ${bytes} bytes of workgroup memory, the device allows ${limit}`);
-  const { mP, nP, kP } = kernel.padding(s);
-  const packOne = (x: TensorInfo, batch: number, rows: number, cols: number, rowsP: number, colsP: number) => {
-    const p = new PackPadProgram(batch, rows, cols, rowsP, colsP, rounding);
-    return backend.runWebGPUProgram(p, [x], "int32", p.uniformValues());
-  };
-  const pa = s.transposeA ? packOne(a, s.batchA, s.k, s.m, kP, mP) : packOne(a, s.batchA, s.m, s.k, mP, kP);
-  const packB = () => s.transposeB ? packOne(b, s.batchB, s.n, s.k, nP, kP) : packOne(b, s.batchB, s.k, s.n, kP, nP);
+  const { mP, nP } = kernel.padding(s);
+  const pa = opts.aPacked ? a : packOperand(backend, a, s, kernel, "a", rounding);
   let pb = b, ownB = false;
   if (!opts.bPacked) {
-    const layout = `${rounding}:${s.batchB}:${s.transposeB ? `${s.n}x${s.k}->${nP}x${kP}` : `${s.k}x${s.n}->${kP}x${nP}`}`;
-    const got = opts.weights ? opts.weights.get(b, layout, packB) : { info: packB(), owned: true };
+    const got = opts.weights ? opts.weights.get(b, operandLayout(s, kernel, "b", rounding), () => packOperand(backend, b, s, kernel, "b", rounding))
+      : { info: packOperand(backend, b, s, kernel, "b", rounding), owned: true };
     pb = got.info; ownB = got.owned;
   }
   const prog = kernel.program(s);
   const full = backend.runWebGPUProgram(prog, [pa, pb], "float32", prog.uniformValues());
-  backend.disposeData(pa.dataId);
+  if (!opts.aPacked) backend.disposeData(pa.dataId);
   if (ownB) backend.disposeData(pb.dataId);
   let out = full;
   if (mP !== s.m || nP !== s.n) {
