@@ -268,7 +268,10 @@ const SWEEP_EXTRA: TensorCoreCandidate[] = [stagedCandidate({ sgM: 2, sgN: 2, tm
 async function sweep(a: Args): Promise<void> {
   const t0 = performance.now(), left = () => a.budgetS - (performance.now() - t0) / 1000;
   const tuner = gemmAutotuner(), toggles = webGpuInfo.flags;
-  const all = [...TENSOR_CORE_CANDIDATES, ...SWEEP_EXTRA];
+  // the baseline, the probe's form, then the staged kernels (the alignment question), then the other direct variants: if the budget runs out, it is on those
+  const first = ["direct_2x2_4x4", "direct_1x1_4x4"];
+  const all = [...TENSOR_CORE_CANDIDATES, ...SWEEP_EXTRA].sort((x, y) => rank(x) - rank(y));
+  function rank(c: TensorCoreCandidate): number { return first.includes(c.name) ? first.indexOf(c.name) : c.params.kind === "staged" ? 2 : 3; }
   const chosen = a.candidates ? all.filter((c) => a.candidates!.some((n) => c.name === n || c.name.includes(n))) : all;
   // operands and f32 references once per shape (ms of tfjs's own kernel too)
   const problems: { name: string; s: GemmShape; x: tf.Tensor; y: tf.Tensor; ref: tf.Tensor }[] = [];

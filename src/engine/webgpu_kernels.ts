@@ -7,12 +7,11 @@
 // kernel, which stays the reference and the fallback.
 import * as tf from "@tensorflow/tfjs";
 import {
-  DEFAULT_DIRECT_TILE, DEFAULT_TILE, GemmProgram, PackF16Program, PackPadProgram, directKernel, directPadding, fitTile, operandFormat,
-  type DirectTile, type GemmShape, type GemmTile, type PaddedGemmKernel, type Rounding,
+  DEFAULT_DIRECT_TILE, DEFAULT_TILE, GemmProgram, PackF16Program, PackPadProgram, directKernel, directPadding, fitTile, operandFormat, stagedKernel,
+  type DirectTile, type GemmShape, type GemmTile, type PaddedGemmKernel, type Rounding, type StagedTile,
 } from "./webgpu_gemm.js";
 import type { GpuProgram, UniformValue } from "../rollout/webgpu_programs.js";
 import { GemmAutotuner, productClass, type ErrorCapture, type GemmCandidate, type GemmChoice, type GemmTimer } from "./gemm_autotune.js";
-import { stagedKernel, type StagedTile } from "./webgpu_gemm.js";
 import { logger } from "../utils/logger.js";
 
 export type MatmulPrecision = "f32" | "f16" | "bf16";
@@ -153,7 +152,7 @@ export class PackedWeightCache {
   private readonly byData = new Map<object, Map<string, TensorInfo>>();
   private readonly release: (id: object) => boolean;
 
-  constructor(private readonly backend: Backend & { disposeData(id: object, force?: boolean): boolean }) {
+  constructor(backend: Backend & { disposeData(id: object, force?: boolean): boolean }) {
     const dispose = backend.disposeData.bind(backend);
     this.release = dispose;
     backend.disposeData = (id: object, force?: boolean): boolean => {
@@ -182,9 +181,6 @@ export class PackedWeightCache {
     this.byData.delete(id);
     for (const info of m.values()) this.release(info.dataId);
   }
-
-  /** Frees every copy. */
-  clear(): void { for (const id of [...this.byData.keys()]) this.forget(id); }
 }
 
 /** Whether the data belongs to a tf.Variable (the engine's registry: a few hundred entries, read per product). */
