@@ -37,7 +37,7 @@ function parseShape(v: string): SweepShape {
 function parseDirect(s: string): DirectTile {
   const [sgM, sgN, tm, tn, unroll] = s.split("x").map(Number);
   if (![sgM, sgN, tm, tn, unroll].every((v) => Number.isInteger(v) && v! > 0)) throw new Error(`bench/gpu_gemm: direct tile '${s}' is not SGMxSGNxTMxTNxUNROLL`);
-  return { sgM: sgM!, sgN: sgN!, tm: tm!, tn: tn!, unroll: unroll === 2 ? 2 : 1 };
+  return { sgM: sgM!, sgN: sgN!, tm: tm!, tn: tn!, unroll: unroll === 4 ? 4 : unroll === 2 ? 2 : 1 };
 }
 const DIRECT = ["1x1x4x4x1", "2x2x4x4x1", "2x2x4x4x2", "4x1x4x4x1", "1x4x4x4x1", "2x2x2x4x1", "2x2x4x2x1", "2x4x2x2x1", "4x4x2x2x1", "2x2x2x2x2"];
 
