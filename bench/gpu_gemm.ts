@@ -1,6 +1,11 @@
 // The tensor-core GEMM of issue 23 (src/engine/webgpu_gemm.ts) on the GPU, in one process:
-//   bash scripts/gpu-run.sh node dist/bench/gpu_gemm.js [--only adapter,validate,check,sweep,registry,f32]
+//   bash scripts/gpu-run.sh node dist/bench/gpu_gemm.js [--only adapter,validate,check,sweep,staged_old,direct,registry]
 //     [--size 4096] [--reps 10] [--tiles BMxBNxBKxSGMxSGNxBUF,...] [--formats f32,packed]
+//     [--budget-s 140] [--toggles default,disable_robustness] [--candidates NAME,...] [--classes NT/large,...]
+// `sweep` runs every autotuner candidate (src/engine/gemm_autotune.ts, webgpu_kernels.ts) at
+// 4096^3 and the model's shapes, one JSON line each, then the autotuner's choice per class;
+// with --toggles it runs once per Dawn toggle set (a child process each, extra toggles joined by
+// "+" appended to VERL_DAWN_FLAGS or the defaults), the budget split between them.
 // `validate` is meant for a run with Dawn's validation on (VERL_DAWN_FLAGS without
 // skip_validation): it reports every uncaptured device error and the error scope around one
 // product. One JSON line per measurement; each part is caught on its own.
@@ -9,14 +14,30 @@ import { initBackend } from "../src/engine/backend.js";
 import { webGpuInfo, webGpuSummary } from "../src/engine/webgpu.js";
 import { DEFAULT_TILE, fitTile, gemmFlops, tileBytes, type GemmShape, type GemmTile } from "../src/engine/webgpu_gemm.js";
 import { directPadding, type DirectTile } from "../src/engine/webgpu_gemm.js";
-import { directMatMul, gemmShape, setMatmulPrecision, tensorCoreMatMul, tensorCoreStats, tensorCoreSupport } from "../src/engine/webgpu_kernels.js";
+import { directMatMul, gemmAutotuner, gemmShape, packOperand, paddedMatMul, setMatmulPrecision, tensorCoreMatMul, tensorCoreStats, tensorCoreSupport, TENSOR_CORE_CANDIDATES,
+  stagedCandidate, webGpuTimer, type TensorCoreCandidate } from "../src/engine/webgpu_kernels.js";
+import { DEFAULT_DAWN_FLAGS } from "../src/engine/webgpu.js";
+import { productClass, relativeError } from "../src/engine/gemm_autotune.js";
+import { spawnSync } from "node:child_process";
 
-interface Args { only: Set<string>; size: number; reps: number; tiles: GemmTile[]; formats: string[]; direct: DirectTile[]; kernel: "direct" | "staged" }
+interface Args {
+  only: Set<string>; size: number; reps: number; tiles: GemmTile[]; formats: string[]; direct: DirectTile[]; kernel: "direct" | "staged";
+  budgetS: number; toggles: string[] | null; candidates: string[] | null; classes: string[]; shapes: SweepShape[];
+}
+/** name, m, n, k, transposeA, transposeB */
+type SweepShape = [string, number, number, number, boolean, boolean];
+/** NAME:MxNxK[:TN|NT|TT|NN] */
+function parseShape(v: string): SweepShape {
+  const [name, dims, t = "NN"] = v.split(":");
+  const [m, n, k] = (dims ?? "").split("x").map(Number);
+  if (!name || ![m, n, k].every((d) => Number.isInteger(d) && d! > 0) || !/^[NT][NT]$/.test(t)) throw new Error(`bench/gpu_gemm: shape '${v}' is not NAME:MxNxK[:NT]`);
+  return [name, m!, n!, k!, t[0] === "T", t[1] === "T"];
+}
 
 function parseDirect(s: string): DirectTile {
   const [sgM, sgN, tm, tn, unroll] = s.split("x").map(Number);
   if (![sgM, sgN, tm, tn, unroll].every((v) => Number.isInteger(v) && v! > 0)) throw new Error(`bench/gpu_gemm: direct tile '${s}' is not SGMxSGNxTMxTNxUNROLL`);
-  return { sgM: sgM!, sgN: sgN!, tm: tm!, tn: tn!, unroll: unroll === 2 ? 2 : 1 };
+  return { sgM: sgM!, sgN: sgN!, tm: tm!, tn: tn!, unroll: unroll === 4 ? 4 : unroll === 2 ? 2 : 1 };
 }
 const DIRECT = ["1x1x4x4x1", "2x2x4x4x1", "2x2x4x4x2", "4x1x4x4x1", "1x4x4x4x1", "2x2x2x4x1", "2x2x4x2x1", "2x4x2x2x1", "4x4x2x2x1", "2x2x2x2x2"];
 
@@ -29,7 +50,8 @@ function parseTile(s: string): GemmTile {
 const SWEEP = ["128x128x32x2x4x2", "128x128x16x2x4x2", "128x128x32x4x2x2", "128x128x64x2x4x1", "128x256x16x2x4x2", "256x128x16x4x2x2", "128x256x32x2x4x1", "64x128x32x2x2x2", "64x64x32x2x2x2"];
 
 function parseArgs(argv: string[]): Args {
-  const a: Args = { only: new Set(["adapter", "check", "sweep", "registry", "f32"]), size: 4096, reps: 10, tiles: SWEEP.map(parseTile), formats: ["packed", "f32"], direct: DIRECT.map(parseDirect), kernel: "direct" };
+  const a: Args = { only: new Set(["adapter", "check", "sweep", "registry"]), size: 4096, reps: 10, tiles: SWEEP.map(parseTile), formats: ["packed", "f32"], direct: DIRECT.map(parseDirect), kernel: "direct",
+    budgetS: 140, toggles: null, candidates: null, classes: ["NN/large", "NT/large", "TN/large", "NT/small"], shapes: SWEEP_SHAPES };
   for (let i = 0; i < argv.length; i += 2) {
     const k = argv[i], v = argv[i + 1];
     if (v === undefined) throw new Error(`bench/gpu_gemm: '${k}' needs a value`);
@@ -40,6 +62,11 @@ function parseArgs(argv: string[]): Args {
     else if (k === "--formats") a.formats = v.split(",");
     else if (k === "--direct") a.direct = v.split(",").map(parseDirect);
     else if (k === "--kernel") a.kernel = v === "staged" ? "staged" : "direct";
+    else if (k === "--budget-s") a.budgetS = Number(v);
+    else if (k === "--toggles") a.toggles = v.split(",");
+    else if (k === "--candidates") a.candidates = v.split(",");
+    else if (k === "--classes") a.classes = v.split(",");
+    else if (k === "--shapes") a.shapes = v.split(",").map(parseShape);
     else throw new Error(`bench/gpu_gemm: unknown argument '${k}'`);
   }
   return a;
@@ -180,7 +207,8 @@ async function check(): Promise<void> {
   }
 }
 
-async function sweep(a: Args): Promise<void> {
+/** The first staged kernel (GemmProgram) over tiles and operand formats (the part named `sweep` before the autotuner). */
+async function stagedOld(a: Args): Promise<void> {
   const N = a.size;
   for (const layout of [[false, false], [false, true]] as const) {
     const s: GemmShape = { batch: 1, m: N, n: N, k: N, transposeA: layout[0], transposeB: layout[1], batchA: 1, batchB: 1 };
@@ -224,6 +252,104 @@ async function sweepDirect(a: Args): Promise<void> {
   }
 }
 
+/** The sweep's problems: the square product both ways and the 0.5B model's largest shapes. */
+const SWEEP_SHAPES: SweepShape[] = [
+  ["square_NN", 4096, 4096, 4096, false, false], ["square_NT", 4096, 4096, 4096, false, true],
+  ["x_wT_up_NT", 6144, 4864, 896, false, true], ["down_NN", 6144, 896, 4864, false, false], ["lm_head_NT", 512, 151936, 896, false, true],
+];
+/** Sweep-only candidates: the staged kernel with the old 8-half alignment, to tell on the device whether alignment was the shift's cause. */
+const SWEEP_EXTRA: TensorCoreCandidate[] = [stagedCandidate({ sgM: 2, sgN: 2, tm: 4, tn: 4, kf: 2, buffers: 2, pad: 8 }), stagedCandidate({ sgM: 2, sgN: 2, tm: 4, tn: 4, kf: 2, buffers: 1, pad: 8 })];
+
+/**
+ * Every autotuner candidate: its check (the tuner's own, on the small problem of each transpose
+ * layout the shapes use), then ms and TFLOP/s at each shape with the error against tfjs's f32
+ * product there; then the autotuner's choice per class. Stops timing when the budget runs out.
+ */
+async function sweep(a: Args): Promise<void> {
+  const t0 = performance.now(), left = () => a.budgetS - (performance.now() - t0) / 1000;
+  const tuner = gemmAutotuner(), toggles = webGpuInfo.flags;
+  // the baseline, the probe's form, then the staged kernels (the alignment question), then the other direct variants: if the budget runs out, it is on those
+  const first = ["direct_2x2_4x4", "direct_1x1_4x4"];
+  const all = [...TENSOR_CORE_CANDIDATES, ...SWEEP_EXTRA].sort((x, y) => rank(x) - rank(y));
+  function rank(c: TensorCoreCandidate): number { return first.includes(c.name) ? first.indexOf(c.name) : c.params.kind === "staged" ? 2 : 3; }
+  const chosen = a.candidates ? all.filter((c) => a.candidates!.some((n) => c.name === n || c.name.includes(n))) : all;
+  // operands and f32 references once per shape (ms of tfjs's own kernel too)
+  const problems: { name: string; s: GemmShape; x: tf.Tensor; y: tf.Tensor; ref: tf.Tensor }[] = [];
+  /** kernel -> shape -> "TFLOP/s with packing / kernel alone", for one short line at the end */
+  const summary: Record<string, Record<string, string>> = {};
+  // the tuner reserves a quarter of the budget (at least 20 s) for its choices at the end
+  const reserve = Math.max(20, a.budgetS / 4);
+  try {
+    for (const [name, m, n, k, ta, tb] of a.shapes) {
+      const s: GemmShape = { batch: 1, m, n, k, transposeA: ta, transposeB: tb, batchA: 1, batchB: 1 };
+      const [x, y] = operands(s);
+      problems.push({ name, s, x, y, ref: reference(x, y, ta, tb) });
+    }
+    for (const c of chosen) {
+      if (left() < reserve) { emit("sweep", { kernel: c.name, params: c.params, toggles }, { skipped: "budget" }); continue; }
+      // the check problem of each transpose layout the shapes use (its "large" class; the check is the same for both sizes)
+      const classes = [...new Set(problems.map((p) => productClass({ ...p.s, m: 4096, n: 4096 })))];
+      const checks = [];
+      for (const cls of classes) checks.push({ cls, ...(await tuner.check(c, cls)) });
+      const compileOk = checks.every((r) => !/device error|failed to run/.test(r.reason ?? ""));
+      const figures: Record<string, object> = {};
+      if (checks.every((r) => r.ok)) {
+        for (const p of problems) {
+          if (left() < reserve) { figures[p.name] = { skipped: "budget" }; continue; }
+          try {
+            const ms = await webGpuTimer(c, () => { c.matMul(p.x, p.y, p.s).dispose(); }, p.s);
+            const out = c.matMul(p.x, p.y, p.s);
+            const rel = await relativeError(out, p.ref);
+            out.dispose();
+            // the kernel alone: both operands packed once beforehand (the trainer keeps weights packed; the probe had no packing)
+            const be = backend(), pa = packOperand(be, p.x as unknown as TI, p.s, c.kernel, "a", "f16"), pb = packOperand(be, p.y as unknown as TI, p.s, c.kernel, "b", "f16");
+            let kms: number;
+            try {
+              kms = await webGpuTimer(c, () => { be.disposeData(paddedMatMul(be, pa, pb, p.s, [1, p.s.m, p.s.n], c.kernel, { aPacked: true, bPacked: true }).dataId); }, p.s);
+            } finally {
+              be.disposeData(pa.dataId);
+              be.disposeData(pb.dataId);
+            }
+            const tflops = gemmFlops(p.s) / ms / 1e9, kernelTflops = gemmFlops(p.s) / kms / 1e9;
+            figures[p.name] = { shape: `${p.s.m}x${p.s.n}x${p.s.k}${p.s.transposeB ? " NT" : ""}`, ms: +ms.toFixed(3), tflops: +tflops.toFixed(1),
+              kernel_ms: +kms.toFixed(3), kernel_tflops: +kernelTflops.toFixed(1), rel_err: rel };
+            (summary[c.name] ??= {})[p.name] = `${tflops.toPrecision(3)}/${kernelTflops.toPrecision(3)}`;
+          } catch (e) {
+            figures[p.name] = { error: (e as Error).message };
+          }
+        }
+      }
+      if (!checks.every((r) => r.ok)) summary[c.name] = { failed: checks.map((r) => `${r.cls}: ${r.reason?.slice(0, 110)}${r.shift != null ? ` (shift ${r.shift})` : ""}`).join("; ") };
+      emit("sweep", { kernel: c.name, params: c.params, toggles }, {
+        compile_ok: compileOk, max_rel_err: Math.max(...checks.map((r) => r.relErr ?? NaN)),
+        checks: checks.map((r) => ({ cls: r.cls, ok: r.ok, rel_err: r.relErr, reason: r.reason, shift: r.shift })), ...figures,
+      });
+    }
+    for (const p of problems) {
+      if (left() < reserve) break;
+      const ms = await timeIt(() => reference(p.x, p.y, p.s.transposeA, p.s.transposeB), 3);
+      emit("sweep_f32", { shape: p.name }, { ms, tflops: gemmFlops(p.s) / ms / 1e9 });
+    }
+  } finally {
+    for (const p of problems) tf.dispose([p.x, p.y, p.ref]);
+  }
+  setMatmulPrecision("f16");
+  for (const cls of a.classes) {
+    if (left() < 5) { emit("autotune", { cls }, { skipped: "budget" }); continue; }
+    await part("autotune", async () => {
+      const ch = await tuner.tune(cls);
+      emit("autotune", { cls, toggles }, {
+        chosen: ch.candidate?.name ?? "f32 (tfjs)", pinned: ch.pinned,
+        ranking: ch.reports.filter((r) => r.ms !== undefined).sort((x, y) => x.ms! - y.ms!).map((r) => ({ kernel: r.name, ms: +r.ms!.toFixed(3), tflops: +r.tflops!.toFixed(1) })),
+        skipped: ch.reports.filter((r) => !r.ok).map((r) => ({ kernel: r.name, reason: r.reason, shift: r.shift })),
+      });
+    });
+  }
+  setMatmulPrecision("f32");
+  emit("sweep_summary", { toggles, figures: "TFLOP/s with both packing passes / kernel alone" }, summary);
+  emit("sweep_done", { toggles }, { seconds: (performance.now() - t0) / 1000 });
+}
+
 /** Through the registered kernel: tf.matMul with 16-bit products asked for, at the model's shapes. */
 async function registry(a: Args): Promise<void> {
   const cases: [string, number, number, number, boolean, boolean][] = [
@@ -253,8 +379,29 @@ async function registry(a: Args): Promise<void> {
   }
 }
 
+/** --toggles: the sweep once per toggle set, each in a child process (Dawn's toggles are fixed per process). */
+function sweepPerToggles(a: Args, argv: string[]): void {
+  const sets = a.toggles!, base = process.env.VERL_DAWN_FLAGS ?? DEFAULT_DAWN_FLAGS;
+  const rest: string[] = [];
+  for (let i = 0; i < argv.length; i += 2) if (argv[i] !== "--toggles" && argv[i] !== "--budget-s") rest.push(argv[i]!, argv[i + 1]!);
+  const t0 = performance.now();
+  for (let i = 0; i < sets.length; i++) {
+    const left = a.budgetS - (performance.now() - t0) / 1000;
+    const share = Math.floor(left / (sets.length - i));
+    const extra = sets[i] === "default" ? [] : sets[i]!.split("+");
+    // the extra toggles join the enable-dawn-features list (splitFlags keeps a toggle list as one flag)
+    const flags = extra.length === 0 ? base : base.includes("enable-dawn-features=") ? `${base},${extra.join(",")}` : `${base},enable-dawn-features=${extra.join(",")}`;
+    emit("toggles", { set: sets[i], flags }, { budget_s: share });
+    const r = spawnSync(process.execPath, [...process.execArgv, process.argv[1]!, ...rest, "--budget-s", String(share)], {
+      stdio: "inherit", env: { ...process.env, VERL_DAWN_FLAGS: flags }, timeout: (share + 30) * 1000,
+    });
+    if (r.status !== 0) emit("toggles", { set: sets[i], flags }, { error: `child exited with ${r.status ?? r.signal}` });
+  }
+}
+
 async function main(): Promise<void> {
-  const a = parseArgs(process.argv.slice(2));
+  const argv = process.argv.slice(2), a = parseArgs(argv);
+  if (a.toggles) { sweepPerToggles(a, argv); return; }
   await initBackend("webgpu");
   if (a.only.has("adapter")) await part("adapter", adapter);
   if (!tensorCoreSupport.available) { emit("tensor_cores", {}, { skipped: tensorCoreSupport.reason }); process.exit(0); }
@@ -264,6 +411,7 @@ async function main(): Promise<void> {
   if (a.only.has("debug")) await part("debug", debug);
   if (a.only.has("check")) await part("check", check);
   kernelKind = a.kernel;
+  if (a.only.has("staged_old")) await part("staged_old", () => stagedOld(a));
   if (a.only.has("sweep")) await part("sweep", () => sweep(a));
   if (a.only.has("direct")) await part("sweep_direct", () => sweepDirect(a));
   if (a.only.has("registry")) await part("registry", () => registry(a));

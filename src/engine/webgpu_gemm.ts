@@ -447,8 +447,14 @@ export class PackPadProgram implements GpuProgram {
   }
 }
 
-/** Direct kernel shape: subgroups per workgroup and fragments per subgroup, K steps unrolled. */
-export interface DirectTile { sgM: number; sgN: number; tm: number; tn: number; unroll: 1 | 2 }
+/**
+ * Direct kernel shape: subgroups per workgroup and fragments per subgroup, K steps unrolled.
+ * `prefetch`: the next K step's fragments are loaded (into registers) before this step's
+ * products, so loads overlap the tensor cores. `baked`: the padded extents are constants of the
+ * shader (one pipeline per shape) instead of uniforms, so the driver sees constant strides that
+ * are multiples of 16 (the issue's fast probe had its sizes baked in).
+ */
+export interface DirectTile { sgM: number; sgN: number; tm: number; tn: number; unroll: 1 | 2 | 4; prefetch?: boolean; baked?: boolean }
 /** The best of the H200 sweep (docs/gpu.md): 2 x 2 subgroups of 4 x 4 fragments, 128 x 128 a workgroup. */
 export const DEFAULT_DIRECT_TILE: DirectTile = { sgM: 2, sgN: 2, tm: 4, tn: 4, unroll: 1 };
 
@@ -457,73 +463,292 @@ export function directPadding(s: GemmShape, t: DirectTile): { mP: number; nP: nu
   return { mP: roundUp(s.m, 16 * t.tm * t.sgM), nP: roundUp(s.n, 16 * t.tn * t.sgN), kP: roundUp(s.k, 16 * t.unroll) };
 }
 
+const FRAG_L = "subgroup_matrix_left<f16, 16, 16>", FRAG_R = "subgroup_matrix_right<f16, 16, 16>", FRAG_C = "subgroup_matrix_result<f32, 16, 16>";
+const TC_ENABLES = `
+      enable f16;
+      enable chromium_experimental_subgroup_matrix;
+      diagnostic(off, chromium.subgroup_matrix_uniformity);`;
+
+/** A product kernel on padded f16 operands (PackPadProgram's layout): its padding and its program. */
+export interface PaddedGemmKernel {
+  padding(s: GemmShape): { mP: number; nP: number; kP: number };
+  program(s: GemmShape): GpuProgram & { uniformValues(): UniformValue[] };
+  /** workgroup memory the program needs (bytes; 0 for none) */
+  workgroupBytes(s: GemmShape): number;
+}
+
+export const directKernel = (t: DirectTile): PaddedGemmKernel => ({
+  padding: (s) => directPadding(s, t),
+  program: (s) => new DirectGemmProgram(s, t),
+  workgroupBytes: () => 16,
+});
+
+/** Uniform values of a padded product: extents and per-batch operand strides (0: broadcast). */
+function paddedUniforms(s: GemmShape, pad: { mP: number; nP: number; kP: number }): UniformValue[] {
+  const { mP, nP, kP } = pad, i = (v: number): UniformValue => ({ type: "int32", data: [v] });
+  return [i(mP), i(nP), i(kP), i(s.batchA > 1 ? mP * kP : 0), i(s.batchB > 1 ? kP * nP : 0)];
+}
+
+/** WGSL lines reading the padded extents and batch offsets (uniforms). */
+function extentLines(): string {
+  return `
+        let mP = u32(uniforms.mP);
+        let nP = u32(uniforms.nP);
+        let kP = u32(uniforms.kP);
+        let aOff = wid.z * u32(uniforms.strideA);
+        let bOff = wid.z * u32(uniforms.strideB);`;
+}
+
+/** Row strides of the padded operands and result in storage: A's, B's, C's. */
+function rowStrides(s: GemmShape, pad: { mP: number; nP: number; kP: number }): [number, number, number] {
+  return [s.transposeA ? pad.mP : pad.kP, s.transposeB ? pad.kP : pad.nP, pad.nP];
+}
+
 /**
- * C[b] (float32 [batch, mP, nP]) = op(A[b]) op(B[b]) from padded f16 operands: A as [mP, kP]
- * (or [kP, mP] transposed), B as [kP, nP] (or [nP, kP]).
+ * WGSL lines naming the row strides lda, ldb, ldc: constants when baked (only the strides: the
+ * extents that vary between products of one weight, such as the token count, stay uniforms, so a
+ * training run compiles one pipeline per weight shape, not per batch), else the uniforms' extents.
  */
-export class DirectGemmProgram implements GpuProgram {
+function strideLines(s: GemmShape, pad: { mP: number; nP: number; kP: number }, baked: boolean): string {
+  if (!baked) return `
+        let lda = ${s.transposeA ? "mP" : "kP"};
+        let ldb = ${s.transposeB ? "kP" : "nP"};
+        let ldc = nP;`;
+  const [a, b, c] = rowStrides(s, pad);
+  return `
+        const lda = ${a}u;
+        const ldb = ${b}u;
+        const ldc = ${c}u;`;
+}
+
+/** The shader key's shape part: transposes, and the strides when they are baked in. */
+function keyShape(s: GemmShape, pad: { mP: number; nP: number; kP: number }, baked: boolean): string {
+  return `${s.transposeA ? "T" : "N"}${s.transposeB ? "T" : "N"}${baked ? `_ld${rowStrides(s, pad).join("_")}` : ""}`;
+}
+
+/** What the direct and staged kernels share: padded operands, one workgroup per output tile of sgM x sgN subgroups of tm x tn fragments. */
+abstract class PaddedGemmProgram implements GpuProgram {
   variableNames = ["a", "b"];
   outputShape: number[];
-  shaderKey: string;
+  abstract shaderKey: string;
   dispatchLayout = { x: [2], y: [1], z: [0] };
   dispatch: [number, number, number];
   workgroupSize: [number, number, number];
   uniforms = "mP : i32, nP : i32, kP : i32, strideA : i32, strideB : i32,";
-  readonly pad: { mP: number; nP: number; kP: number };
-  constructor(private readonly s: GemmShape, private readonly t: DirectTile) {
-    this.pad = directPadding(s, t);
-    this.outputShape = [s.batch, this.pad.mP, this.pad.nP];
+  constructor(protected readonly s: GemmShape, t: { sgM: number; sgN: number; tm: number; tn: number }, readonly pad: { mP: number; nP: number; kP: number }) {
+    this.outputShape = [s.batch, pad.mP, pad.nP];
     this.workgroupSize = [32 * t.sgM * t.sgN, 1, 1];
-    this.dispatch = [this.pad.nP / (16 * t.tn * t.sgN), this.pad.mP / (16 * t.tm * t.sgM), s.batch];
-    this.shaderKey = `verlDirectGemm_${t.sgM}x${t.sgN}_${t.tm}x${t.tn}_u${t.unroll}_${s.transposeA ? "T" : "N"}${s.transposeB ? "T" : "N"}`;
+    this.dispatch = [pad.nP / (16 * t.tn * t.sgN), pad.mP / (16 * t.tm * t.sgM), s.batch];
   }
-  uniformValues(): UniformValue[] {
-    const { mP, nP, kP } = this.pad, s = this.s, i = (v: number): UniformValue => ({ type: "int32", data: [v] });
-    return [i(mP), i(nP), i(kP), i(s.batchA > 1 ? mP * kP : 0), i(s.batchB > 1 ? kP * nP : 0)];
+  uniformValues(): UniformValue[] { return paddedUniforms(this.s, this.pad); }
+  abstract getUserCode(): string;
+}
+
+/**
+ * C[b] (float32 [batch, mP, nP]) = op(A[b]) op(B[b]) from padded f16 operands: A as [mP, kP]
+ * (or [kP, mP] transposed), B as [kP, nP] (or [nP, kP]).
+ */
+export class DirectGemmProgram extends PaddedGemmProgram {
+  shaderKey: string;
+  constructor(s: GemmShape, private readonly t: DirectTile) {
+    if (![1, 2, 4].includes(t.unroll)) throw new Error(`DirectGemmProgram: unroll ${t.unroll} is not 1, 2 or 4`);
+    super(s, t, directPadding(s, t));
+    this.shaderKey = `verlDirectGemm_${t.sgM}x${t.sgN}_${t.tm}x${t.tn}_u${t.unroll}${t.prefetch ? "p" : ""}_${keyShape(s, this.pad, !!t.baked)}`;
   }
   getUserCode(): string {
     const { s, t } = this;
-    const L = "subgroup_matrix_left<f16, 16, 16>", R = "subgroup_matrix_right<f16, 16, 16>", C = "subgroup_matrix_result<f32, 16, 16>";
     const aFrag = (i: number, k: string) => s.transposeA
-      ? `subgroupMatrixLoad<${L}, col_major>(&a, aOff + (${k}) * mP + row0 + ${i * 16}u, mP)`
-      : `subgroupMatrixLoad<${L}, row_major>(&a, aOff + (row0 + ${i * 16}u) * kP + ${k}, kP)`;
+      ? `subgroupMatrixLoad<${FRAG_L}, col_major>(&a, aOff + (${k}) * lda + row0 + ${i * 16}u, lda)`
+      : `subgroupMatrixLoad<${FRAG_L}, row_major>(&a, aOff + (row0 + ${i * 16}u) * lda + ${k}, lda)`;
     const bFrag = (j: number, k: string) => s.transposeB
-      ? `subgroupMatrixLoad<${R}, col_major>(&b, bOff + (col0 + ${j * 16}u) * kP + ${k}, kP)`
-      : `subgroupMatrixLoad<${R}, row_major>(&b, bOff + (${k}) * nP + col0 + ${j * 16}u, nP)`;
-    const acc: string[] = [], body: string[] = [], store: string[] = [];
-    for (let i = 0; i < t.tm; i++) for (let j = 0; j < t.tn; j++) acc.push(`var c${i}_${j} : ${C};`);
-    for (let u = 0; u < t.unroll; u++) {
-      const k = u === 0 ? "k" : `k + ${16 * u}u`;
-      for (let i = 0; i < t.tm; i++) body.push(`let a${u}_${i} = ${aFrag(i, k)};`);
-      for (let j = 0; j < t.tn; j++) body.push(`let b${u}_${j} = ${bFrag(j, k)};`);
+      ? `subgroupMatrixLoad<${FRAG_R}, col_major>(&b, bOff + (col0 + ${j * 16}u) * ldb + ${k}, ldb)`
+      : `subgroupMatrixLoad<${FRAG_R}, row_major>(&b, bOff + (${k}) * ldb + col0 + ${j * 16}u, ldb)`;
+    const acc: string[] = [], store: string[] = [];
+    for (let i = 0; i < t.tm; i++) for (let j = 0; j < t.tn; j++) acc.push(`var c${i}_${j} : ${FRAG_C};`);
+    const kAt = (base: string, u: number) => (u === 0 ? base : `${base} + ${16 * u}u`);
+    /** fragment loads of one K step (all unrolled parts) at `base`, as `let`/assignments to names with prefix p */
+    const loads = (base: string, p: string, decl: "let" | "var" | "") => {
+      const out: string[] = [];
+      for (let u = 0; u < t.unroll; u++) {
+        for (let i = 0; i < t.tm; i++) out.push(`${decl ? decl + " " : ""}${p}a${u}_${i} = ${aFrag(i, kAt(base, u))};`);
+        for (let j = 0; j < t.tn; j++) out.push(`${decl ? decl + " " : ""}${p}b${u}_${j} = ${bFrag(j, kAt(base, u))};`);
+      }
+      return out;
+    };
+    const macs = (p: string) => {
+      const out: string[] = [];
+      for (let u = 0; u < t.unroll; u++) for (let i = 0; i < t.tm; i++) for (let j = 0; j < t.tn; j++) out.push(`c${i}_${j} = subgroupMatrixMultiplyAccumulate(${p}a${u}_${i}, ${p}b${u}_${j}, c${i}_${j});`);
+      return out;
+    };
+    const step = 16 * t.unroll;
+    let loop: string;
+    if (!t.prefetch) {
+      loop = `for (var k = 0u; k < kP; k = k + ${step}u) {
+          ${[...loads("k", "", "let"), ...macs("")].join("\n          ")}
+        }`;
+    } else {
+      // registers hold the current step; the next step's loads are issued before its products
+      // (the last iteration reloads its own step: kn is clamped, never out of bounds)
+      const cur = loads("0u", "", "var"), copy: string[] = [];
+      for (let u = 0; u < t.unroll; u++) {
+        for (let i = 0; i < t.tm; i++) copy.push(`a${u}_${i} = na${u}_${i};`);
+        for (let j = 0; j < t.tn; j++) copy.push(`b${u}_${j} = nb${u}_${j};`);
+      }
+      loop = `${cur.join("\n        ")}
+        for (var k = 0u; k < kP; k = k + ${step}u) {
+          let kn = min(k + ${step}u, kP - ${step}u);
+          ${[...loads("kn", "n", "let"), ...macs(""), ...copy].join("\n          ")}
+        }`;
     }
-    for (let u = 0; u < t.unroll; u++) for (let i = 0; i < t.tm; i++) for (let j = 0; j < t.tn; j++) body.push(`c${i}_${j} = subgroupMatrixMultiplyAccumulate(a${u}_${i}, b${u}_${j}, c${i}_${j});`);
     for (let i = 0; i < t.tm; i++) for (let j = 0; j < t.tn; j++) {
-      store.push(`subgroupMatrixStore<row_major>(&result, cOff + (row0 + ${i * 16}u) * nP + col0 + ${j * 16}u, c${i}_${j}, nP);`);
+      store.push(`subgroupMatrixStore<row_major>(&result, cOff + (row0 + ${i * 16}u) * ldc + col0 + ${j * 16}u, c${i}_${j}, ldc);`);
     }
-    return `
-      enable f16;
-      enable chromium_experimental_subgroup_matrix;
-      diagnostic(off, chromium.subgroup_matrix_uniformity);
+    return `${TC_ENABLES}
       ${F16_BINDINGS} a,b
       var<workgroup> wgShared : vec3<u32>;
       fn main() {
         let tid = localIndex;
         if (tid == 0u) { wgShared = workgroupId; }
         let wid = workgroupUniformLoad(&wgShared);
-        let sg = tid / 32u;
-        let mP = u32(uniforms.mP);
-        let nP = u32(uniforms.nP);
-        let kP = u32(uniforms.kP);
+        let sg = tid / 32u;${extentLines()}${strideLines(s, this.pad, !!t.baked)}
         let row0 = wid.y * ${16 * t.tm * t.sgM}u + (sg / ${t.sgN}u) * ${16 * t.tm}u;
         let col0 = wid.x * ${16 * t.tn * t.sgN}u + (sg % ${t.sgN}u) * ${16 * t.tn}u;
-        let aOff = wid.z * u32(uniforms.strideA);
-        let bOff = wid.z * u32(uniforms.strideB);
         let cOff = wid.z * mP * nP;
         ${acc.join("\n        ")}
-        for (var k = 0u; k < kP; k = k + ${16 * t.unroll}u) {
-          ${body.join("\n          ")}
-        }
+        ${loop}
+        ${store.join("\n        ")}
+      }`;
+  }
+}
+
+// ---- aligned staged kernel: padded f16 operands, tiles in workgroup memory ------------------------
+//
+// The first staged kernel (GemmProgram above) came back shifted by one element on the H200 with a
+// second buffer or through its edge scratch, where workgroup-memory fragment offsets and strides
+// were multiples of 8 halves (16 bytes) but not of 16. This one keeps every workgroup-memory
+// fragment offset and row stride a multiple of `pad` halves (16 by default: 32 bytes), reads the
+// padded operands PackPadProgram writes (8 halves a load, no bounds checks, no edge tiles: the
+// output is padded), and stores its results straight to storage. `pad: 8` rebuilds the old
+// alignment, to tell on the device whether alignment was the cause; `pad: 0` (rows of exactly the
+// tile, still multiples of 16) lets 128 x 128 tiles double-buffer in 48 KiB in every layout.
+
+/** Staged tile: sgM x sgN subgroups of tm x tn fragments, kf fragments of K a stage, 1 or 2 buffers. */
+export interface StagedTile { sgM: number; sgN: number; tm: number; tn: number; kf: number; buffers: 1 | 2; pad: 0 | 8 | 16 }
+
+export function stagedPadding(s: GemmShape, t: StagedTile): { mP: number; nP: number; kP: number } {
+  return { mP: roundUp(s.m, 16 * t.tm * t.sgM), nP: roundUp(s.n, 16 * t.tn * t.sgN), kP: roundUp(s.k, 16 * t.kf) };
+}
+
+/** Workgroup layout of the staged tiles: row strides (halves), tile sizes (halves, one buffer). */
+export function stagedLayout(t: StagedTile, s: Pick<GemmShape, "transposeA" | "transposeB">): { aStride: number; aSize: number; bStride: number; bSize: number; bytes: number } {
+  const bm = 16 * t.tm * t.sgM, bn = 16 * t.tn * t.sgN, bk = 16 * t.kf;
+  // transposed A is kept as in memory, [bk][bm]; B transposed as [bn][bk]
+  const aStride = (s.transposeA ? bm : bk) + t.pad, aSize = (s.transposeA ? bk : bm) * aStride;
+  const bStride = (s.transposeB ? bk : bn) + t.pad, bSize = (s.transposeB ? bn : bk) * bStride;
+  return { aStride, aSize, bStride, bSize, bytes: t.buffers * (aSize + bSize) * 2 + 16 };
+}
+
+export const stagedKernel = (t: StagedTile): PaddedGemmKernel => ({
+  padding: (s) => stagedPadding(s, t),
+  program: (s) => new StagedF16GemmProgram(s, t),
+  workgroupBytes: (s) => stagedLayout(t, s).bytes,
+});
+
+export class StagedF16GemmProgram extends PaddedGemmProgram {
+  shaderKey: string;
+  // the packed operands as vec4<i32>: 8 halves a load
+  variableComponents = [4, 4];
+  constructor(s: GemmShape, private readonly t: StagedTile) {
+    if (![0, 8, 16].includes(t.pad)) throw new Error(`StagedF16GemmProgram: pad ${t.pad} is not 0, 8 or 16 halves`);
+    super(s, t, stagedPadding(s, t));
+    this.shaderKey = `verlStagedF16Gemm_${t.sgM}x${t.sgN}_${t.tm}x${t.tn}_k${t.kf}_b${t.buffers}_p${t.pad}_${keyShape(s, this.pad, false)}`;
+  }
+
+  /** Copy of one operand's tile (rows x cols halves, cols contiguous in storage) into workgroup memory through registers. */
+  private copy(name: string, rows: number, cols: number, row0: string, col0: string, ld: string, stride: number): { load: string; store: (base: string) => string; regs: string } {
+    const lanes = this.workgroupSize[0], vecsPerRow = cols / 8, per = rows * vecsPerRow, n = Math.ceil(per / lanes);
+    let load = "", store = "";
+    for (let j = 0; j < n; j++) {
+      const guard = (j + 1) * lanes > per ? `if (li < ${per}u) ` : "";
+      load += `
+          { let li = tid + ${j * lanes}u; ${guard}{ r_${name}[${j}] = ${name}[(${name}Off + (${row0} + li / ${vecsPerRow}u) * ${ld} + ${col0} + (li % ${vecsPerRow}u) * 8u) / 8u]; } }`;
+      store += `
+          { let li = tid + ${j * lanes}u; ${guard}{
+            let w = BASE + (li / ${vecsPerRow}u) * ${stride}u + (li % ${vecsPerRow}u) * 8u;
+            let v = r_${name}[${j}];
+            let h0 = bitcast<vec2<f16>>(v.x); let h1 = bitcast<vec2<f16>>(v.y); let h2 = bitcast<vec2<f16>>(v.z); let h3 = bitcast<vec2<f16>>(v.w);
+            ${name === "a" ? "As" : "Bs"}[w] = h0.x; ${name === "a" ? "As" : "Bs"}[w + 1u] = h0.y; ${name === "a" ? "As" : "Bs"}[w + 2u] = h1.x; ${name === "a" ? "As" : "Bs"}[w + 3u] = h1.y;
+            ${name === "a" ? "As" : "Bs"}[w + 4u] = h2.x; ${name === "a" ? "As" : "Bs"}[w + 5u] = h2.y; ${name === "a" ? "As" : "Bs"}[w + 6u] = h3.x; ${name === "a" ? "As" : "Bs"}[w + 7u] = h3.y;
+          } }`;
+    }
+    return { load, store: (base) => store.replaceAll("BASE", base), regs: `var r_${name} : array<vec4<i32>, ${n}>;` };
+  }
+
+  getUserCode(): string {
+    const { s, t } = this, bm = 16 * t.tm * t.sgM, bn = 16 * t.tn * t.sgN, bk = 16 * t.kf;
+    const { aStride, aSize, bStride, bSize } = stagedLayout(t, s);
+    const A = s.transposeA ? this.copy("a", bk, bm, "k0", "m0", "mP", aStride) : this.copy("a", bm, bk, "m0", "k0", "kP", aStride);
+    const B = s.transposeB ? this.copy("b", bn, bk, "n0", "k0", "kP", bStride) : this.copy("b", bk, bn, "k0", "n0", "nP", bStride);
+    const aFrag = (i: number) => s.transposeA
+      ? `subgroupMatrixLoad<${FRAG_L}, col_major>(&As, cur * ${aSize}u + kk * ${16 * aStride}u + sgRow + ${i * 16}u, ${aStride}u)`
+      : `subgroupMatrixLoad<${FRAG_L}, row_major>(&As, cur * ${aSize}u + (sgRow + ${i * 16}u) * ${aStride}u + kk * 16u, ${aStride}u)`;
+    const bFrag = (j: number) => s.transposeB
+      ? `subgroupMatrixLoad<${FRAG_R}, col_major>(&Bs, cur * ${bSize}u + (sgCol + ${j * 16}u) * ${bStride}u + kk * 16u, ${bStride}u)`
+      : `subgroupMatrixLoad<${FRAG_R}, row_major>(&Bs, cur * ${bSize}u + kk * ${16 * bStride}u + sgCol + ${j * 16}u, ${bStride}u)`;
+    const acc: string[] = [], macs: string[] = [], store: string[] = [];
+    for (let i = 0; i < t.tm; i++) for (let j = 0; j < t.tn; j++) acc.push(`var c${i}_${j} : ${FRAG_C};`);
+    for (let i = 0; i < t.tm; i++) macs.push(`let fa${i} = ${aFrag(i)};`);
+    for (let j = 0; j < t.tn; j++) macs.push(`let fb${j} = ${bFrag(j)};`);
+    for (let i = 0; i < t.tm; i++) for (let j = 0; j < t.tn; j++) macs.push(`c${i}_${j} = subgroupMatrixMultiplyAccumulate(fa${i}, fb${j}, c${i}_${j});`);
+    for (let i = 0; i < t.tm; i++) for (let j = 0; j < t.tn; j++) {
+      store.push(`subgroupMatrixStore<row_major>(&result, cOff + (m0 + sgRow + ${i * 16}u) * nP + n0 + sgCol + ${j * 16}u, c${i}_${j}, nP);`);
+    }
+    const compute = `for (var kk = 0u; kk < ${t.kf}u; kk = kk + 1u) {
+            ${macs.join("\n            ")}
+          }`;
+    const body = t.buffers === 1
+      ? `for (var k0 = 0u; k0 < kP; k0 = k0 + ${bk}u) {
+          ${A.load}${B.load}${A.store("0u")}${B.store("0u")}
+          workgroupBarrier();
+          let cur = 0u;
+          ${compute}
+          workgroupBarrier();
+        }`
+      // double-buffered: the next stage's global loads are issued before this stage's products,
+      // stored into the other buffer after them; one barrier a stage
+      : `var k0 = 0u;
+        ${A.load}${B.load}${A.store("0u")}${B.store("0u")}
+        workgroupBarrier();
+        var cur = 0u;
+        for (var kt = 0u; kt < kP / ${bk}u; kt = kt + 1u) {
+          k0 = (kt + 1u) * ${bk}u;
+          let more = k0 < kP;
+          if (more) {${A.load}${B.load}
+          }
+          ${compute}
+          if (more) {${A.store(`(1u - cur) * ${aSize}u`)}${B.store(`(1u - cur) * ${bSize}u`)}
+          }
+          workgroupBarrier();
+          cur = 1u - cur;
+        }`;
+    return `${TC_ENABLES}
+      var<workgroup> As : array<f16, ${t.buffers * aSize}>;
+      var<workgroup> Bs : array<f16, ${t.buffers * bSize}>;
+      var<workgroup> wgShared : vec3<u32>;
+      fn main() {
+        let tid = localIndex;
+        if (tid == 0u) { wgShared = workgroupId; }
+        let wid = workgroupUniformLoad(&wgShared);
+        let sg = tid / 32u;${extentLines()}
+        let m0 = wid.y * ${bm}u;
+        let n0 = wid.x * ${bn}u;
+        let sgRow = (sg / ${t.sgN}u) * ${16 * t.tm}u;
+        let sgCol = (sg % ${t.sgN}u) * ${16 * t.tn}u;
+        let cOff = wid.z * mP * nP;
+        ${A.regs}
+        ${B.regs}
+        ${acc.join("\n        ")}
+        ${body}
         ${store.join("\n        ")}
       }`;
   }

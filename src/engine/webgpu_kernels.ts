@@ -7,10 +7,12 @@
 // kernel, which stays the reference and the fallback.
 import * as tf from "@tensorflow/tfjs";
 import {
-  DEFAULT_DIRECT_TILE, DEFAULT_TILE, DirectGemmProgram, GemmProgram, PackF16Program, PackPadProgram, directPadding, fitTile, operandFormat,
-  type DirectTile, type GemmShape, type GemmTile, type Rounding,
+  DEFAULT_DIRECT_TILE, DEFAULT_TILE, GemmProgram, PackF16Program, PackPadProgram, directKernel, directPadding, fitTile, operandFormat, stagedKernel,
+  type DirectTile, type GemmShape, type GemmTile, type PaddedGemmKernel, type Rounding, type StagedTile,
 } from "./webgpu_gemm.js";
 import type { GpuProgram, UniformValue } from "../rollout/webgpu_programs.js";
+import { GemmAutotuner, productClass, type ErrorCapture, type GemmCandidate, type GemmChoice, type GemmTimer } from "./gemm_autotune.js";
+import { logger } from "../utils/logger.js";
 
 export type MatmulPrecision = "f32" | "f16" | "bf16";
 
@@ -129,10 +131,72 @@ export function tensorCoreMatMul(backend: Backend, a: TensorInfo, b: TensorInfo,
 }
 
 /** The tfjs kernel `name` of this backend, called from inside a kernel (reshape, slice). */
-function kernel(name: string): (a: object) => TensorInfo {
+function tfKernel(name: string): (a: object) => TensorInfo {
   const k = tf.getKernel(name, "webgpu");
   if (!k) throw new Error(`tensor-core matmul: tfjs's WebGPU backend has no ${name} kernel`);
   return k.kernelFunc as unknown as (a: object) => TensorInfo;
+}
+
+/**
+ * Packed f16 copies of weights, kept across the products of an optimizer step: the forward
+ * product and the backward product with a weight pack it once each (two layouts) instead of once
+ * a product. Only data that belongs to a tf.Variable is kept (activations change every product);
+ * an optimizer update assigns a variable new data, so the next product packs again, and the old
+ * copies are freed when the old data is released (the backend's disposeData is wrapped for that).
+ * Nothing in verl-ts writes a variable's buffer in place (assign replaces the data).
+ * VERL_GEMM_WEIGHT_CACHE=0 turns it off.
+ */
+export class PackedWeightCache {
+  /** copies packed so far (tests check that an unchanged weight is not packed again) */
+  packs = 0;
+  private readonly byData = new Map<object, Map<string, TensorInfo>>();
+  private readonly release: (id: object) => boolean;
+
+  constructor(backend: Backend & { disposeData(id: object, force?: boolean): boolean }) {
+    const dispose = backend.disposeData.bind(backend);
+    this.release = dispose;
+    backend.disposeData = (id: object, force?: boolean): boolean => {
+      const gone = dispose(id, force);
+      if (gone) this.forget(id);
+      return gone;
+    };
+  }
+
+  /** x's packed copy in this layout: kept (owned false: the caller must not free it) when x is a variable's data. */
+  get(x: TensorInfo, layout: string, pack: () => TensorInfo): { info: TensorInfo; owned: boolean } {
+    if (!isVariableData(x.dataId)) { this.packs++; return { info: pack(), owned: true }; }
+    let m = this.byData.get(x.dataId);
+    if (!m) this.byData.set(x.dataId, (m = new Map()));
+    let info = m.get(layout);
+    if (!info) { this.packs++; info = pack(); m.set(layout, info); }
+    return { info, owned: false };
+  }
+
+  /** Weights with copies kept. */
+  get size(): number { return this.byData.size; }
+
+  private forget(id: object): void {
+    const m = this.byData.get(id);
+    if (!m) return;
+    this.byData.delete(id);
+    for (const info of m.values()) this.release(info.dataId);
+  }
+}
+
+/** Whether the data belongs to a tf.Variable (the engine's registry: a few hundred entries, read per product). */
+function isVariableData(id: object): boolean {
+  const vars = tf.engine().state.registeredVariables;
+  for (const name in vars) if (vars[name]!.dataId === id) return true;
+  return false;
+}
+
+const weightCaches = new WeakMap<object, PackedWeightCache>();
+/** This backend's weight cache (made on first use), or none under VERL_GEMM_WEIGHT_CACHE=0. */
+export function packedWeightCache(backend: Backend): PackedWeightCache | undefined {
+  if (process.env.VERL_GEMM_WEIGHT_CACHE === "0") return undefined;
+  let c = weightCaches.get(backend);
+  if (!c) weightCaches.set(backend, (c = new PackedWeightCache(backend)));
+  return c;
 }
 
 /**
@@ -141,23 +205,60 @@ function kernel(name: string): (a: object) => TensorInfo {
  */
 export function directMatMul(backend: Backend, a: TensorInfo, b: TensorInfo, s: GemmShape, outShape: number[],
   opts: { tile?: DirectTile; rounding?: Rounding; bPacked?: boolean; aPacked?: boolean } = {}): TensorInfo {
-  const t = opts.tile ?? state.direct, rounding = opts.rounding ?? (state.precision === "bf16" ? "bf16" : "f16");
-  const { mP, nP, kP } = directPadding(s, t);
-  const packOne = (x: TensorInfo, batch: number, rows: number, cols: number, rowsP: number, colsP: number) => {
-    const p = new PackPadProgram(batch, rows, cols, rowsP, colsP, rounding);
-    return backend.runWebGPUProgram(p, [x], "int32", p.uniformValues());
-  };
-  // aPacked: a is already this product's padded f16 operand, written so by its producer (and owned by the caller)
-  const pa = opts.aPacked ? a : s.transposeA ? packOne(a, s.batchA, s.k, s.m, kP, mP) : packOne(a, s.batchA, s.m, s.k, mP, kP);
-  // bPacked: b is already this product's padded f16 operand (a PackedMatrix's words), kept by its owner
-  const pb = opts.bPacked ? b : s.transposeB ? packOne(b, s.batchB, s.n, s.k, nP, kP) : packOne(b, s.batchB, s.k, s.n, kP, nP);
-  const prog = new DirectGemmProgram(s, t);
+  return paddedMatMul(backend, a, b, s, outShape, directKernel(opts.tile ?? state.direct), { rounding: opts.rounding, bPacked: opts.bPacked, aPacked: opts.aPacked });
+}
+
+/** The device's workgroup-memory limit, where the backend has a device (0: unknown). */
+function workgroupLimit(backend: Backend): number {
+  return (backend as { device?: { limits?: { maxComputeWorkgroupStorageSize?: number } } }).device?.limits?.maxComputeWorkgroupStorageSize ?? 0;
+}
+
+/** An operand's stored extents (rows, cols) and their padded sizes for this kernel. */
+function operandExtents(s: GemmShape, kernel: PaddedGemmKernel, which: "a" | "b"): { batch: number; rows: number; cols: number; rowsP: number; colsP: number } {
+  const { mP, nP, kP } = kernel.padding(s);
+  if (which === "a") return s.transposeA ? { batch: s.batchA, rows: s.k, cols: s.m, rowsP: kP, colsP: mP } : { batch: s.batchA, rows: s.m, cols: s.k, rowsP: mP, colsP: kP };
+  return s.transposeB ? { batch: s.batchB, rows: s.n, cols: s.k, rowsP: nP, colsP: kP } : { batch: s.batchB, rows: s.k, cols: s.n, rowsP: kP, colsP: nP };
+}
+
+/** What identifies a packed operand's words: rounding, batch, extents and padding. */
+function operandLayout(s: GemmShape, kernel: PaddedGemmKernel, which: "a" | "b", rounding: Rounding): string {
+  const e = operandExtents(s, kernel, which);
+  return `${rounding}:${e.batch}:${e.rows}x${e.cols}->${e.rowsP}x${e.colsP}`;
+}
+
+/** One operand as the kernel's zero-padded f16 words (int32, two halves a word). */
+export function packOperand(backend: Backend, x: TensorInfo, s: GemmShape, kernel: PaddedGemmKernel, which: "a" | "b", rounding: Rounding): TensorInfo {
+  const e = operandExtents(s, kernel, which);
+  const p = new PackPadProgram(e.batch, e.rows, e.cols, e.rowsP, e.colsP, rounding);
+  return backend.runWebGPUProgram(p, [x], "int32", p.uniformValues());
+}
+
+/**
+ * One product with a kernel on padded f16 operands (direct or staged): both operands packed to
+ * zero-padded f16 copies (not when aPacked/bPacked: it is already this kernel's padded operand), the
+ * padded product, then the [m, n] corner sliced out when padding was needed.
+ */
+export function paddedMatMul(backend: Backend, a: TensorInfo, b: TensorInfo, s: GemmShape, outShape: number[], kernel: PaddedGemmKernel,
+  opts: { rounding?: Rounding; aPacked?: boolean; bPacked?: boolean; weights?: PackedWeightCache } = {}): TensorInfo {
+  const rounding = opts.rounding ?? (state.precision === "bf16" ? "bf16" : "f16");
+  const limit = workgroupLimit(backend), bytes = kernel.workgroupBytes(s);
+  // checked here: under skip_validation an oversized pipeline is built anyway and crashes the process (docs/gpu.md)
+  if (limit > 0 && bytes > limit) throw new Error(`tensor-core kernel needs ${bytes} bytes of workgroup memory, the device allows ${limit}`);
+  const { mP, nP } = kernel.padding(s);
+  const pa = opts.aPacked ? a : packOperand(backend, a, s, kernel, "a", rounding);
+  let pb = b, ownB = false;
+  if (!opts.bPacked) {
+    const got = opts.weights ? opts.weights.get(b, operandLayout(s, kernel, "b", rounding), () => packOperand(backend, b, s, kernel, "b", rounding))
+      : { info: packOperand(backend, b, s, kernel, "b", rounding), owned: true };
+    pb = got.info; ownB = got.owned;
+  }
+  const prog = kernel.program(s);
   const full = backend.runWebGPUProgram(prog, [pa, pb], "float32", prog.uniformValues());
   if (!opts.aPacked) backend.disposeData(pa.dataId);
-  if (!opts.bPacked) backend.disposeData(pb.dataId);
+  if (ownB) backend.disposeData(pb.dataId);
   let out = full;
   if (mP !== s.m || nP !== s.n) {
-    out = kernel("Slice")({ inputs: { x: full }, backend, attrs: { begin: [0, 0, 0], size: [s.batch, s.m, s.n] } });
+    out = tfKernel("Slice")({ inputs: { x: full }, backend, attrs: { begin: [0, 0, 0], size: [s.batch, s.m, s.n] } });
     backend.disposeData(full.dataId);
   }
   if (outShape.length === 3 && outShape.every((d, i) => d === out.shape[i])) return out;
@@ -217,12 +318,141 @@ export class PackedMatrix {
   dispose(): void { this.words.dispose(); }
 }
 
+// ---- the autotuned kernel choice (gemm_autotune.ts) ------------------------------------------
+
+/** A tensor-core candidate: a padded-operand kernel with its name and parameters. */
+export interface TensorCoreCandidate extends GemmCandidate { kernel: PaddedGemmKernel }
+
+const directName = (t: DirectTile) => `direct_${t.sgM}x${t.sgN}_${t.tm}x${t.tn}${t.unroll > 1 ? `_u${t.unroll}` : ""}${t.prefetch ? "_pf" : ""}${t.baked ? "_baked" : ""}`;
+const stagedName = (t: StagedTile) => `staged_${t.sgM}x${t.sgN}_${t.tm}x${t.tn}_k${t.kf}_b${t.buffers}${t.pad !== 16 ? `_p${t.pad}` : ""}`;
+
+export function directCandidate(t: DirectTile): TensorCoreCandidate {
+  return tensorCoreCandidate(directName(t), { kind: "direct", ...t }, directKernel(t));
+}
+export function stagedCandidate(t: StagedTile): TensorCoreCandidate {
+  return tensorCoreCandidate(stagedName(t), { kind: "staged", ...t }, stagedKernel(t));
+}
+function tensorCoreCandidate(name: string, params: Record<string, unknown>, kernel: PaddedGemmKernel): TensorCoreCandidate {
+  return {
+    name, params, kernel,
+    matMul(a, b, s) {
+      const info = paddedMatMul(tf.backend() as unknown as Backend, a, b, s, [s.batch, s.m, s.n], kernel, { rounding: "f16" });
+      return tf.engine().makeTensorFromTensorInfo(info as tf.TensorInfo);
+    },
+  };
+}
+
+const D = (sgM: number, sgN: number, tm: number, tn: number, unroll: 1 | 2 | 4, prefetch = false, baked = false): DirectTile => ({ sgM, sgN, tm, tn, unroll, prefetch, baked });
+const S = (sgM: number, sgN: number, tm: number, tn: number, kf: number, buffers: 1 | 2, pad: 0 | 8 | 16 = 16): StagedTile => ({ sgM, sgN, tm, tn, kf, buffers, pad });
+/**
+ * What the tuner tries, in order (a tie keeps the earlier): the H200's best direct kernel first,
+ * the issue's probe form (one subgroup of 4 x 4 fragments), 2 x 4 / 4 x 2 subgroups, K unrolled,
+ * register prefetch, strides baked into the shader, and the aligned staged kernel.
+ */
+export const TENSOR_CORE_TILES: { direct: DirectTile[]; staged: StagedTile[] } = {
+  direct: [
+    D(2, 2, 4, 4, 1), D(1, 1, 4, 4, 1), D(1, 1, 4, 4, 1, false, true), D(2, 2, 4, 4, 1, false, true),
+    D(2, 4, 4, 4, 1), D(4, 2, 4, 4, 1), D(2, 4, 4, 4, 1, false, true), D(4, 2, 4, 4, 1, false, true),
+    D(2, 2, 4, 4, 2, false, true), D(2, 2, 4, 4, 4, false, true), D(2, 2, 4, 4, 1, true, true), D(1, 1, 4, 4, 1, true, true), D(1, 1, 4, 4, 2, true, true),
+  ],
+  staged: [S(2, 2, 4, 4, 2, 1), S(2, 2, 4, 4, 2, 2), S(2, 2, 4, 4, 2, 2, 0), S(2, 4, 4, 2, 2, 2), S(2, 2, 4, 4, 4, 1), S(4, 4, 2, 2, 2, 2, 0)],
+};
+export const TENSOR_CORE_CANDIDATES: readonly TensorCoreCandidate[] = [...TENSOR_CORE_TILES.direct.map(directCandidate), ...TENSOR_CORE_TILES.staged.map(stagedCandidate)];
+
+type WebGpuBackendLike = Backend & {
+  device: { pushErrorScope(f: string): void; popErrorScope(): Promise<{ message: string } | null>; queue: { onSubmittedWorkDone(): Promise<void> } };
+  commandEncoder: unknown; endComputePassEncoder(): void; submitQueue(): void;
+};
+
+/** Submits what tfjs has recorded, so device errors and timings belong to what follows. */
+function flush(be: WebGpuBackendLike): void {
+  be.endComputePassEncoder();
+  if (be.commandEncoder) be.submitQueue();
+}
+
+/** WebGPU error scopes around a candidate (validation: its shader; internal, out-of-memory). */
+export const webGpuErrorCapture = (): ErrorCapture => ({
+  begin() {
+    const be = tf.backend() as unknown as WebGpuBackendLike;
+    flush(be);
+    for (const f of ["validation", "internal", "out-of-memory"]) be.device.pushErrorScope(f);
+  },
+  async end() {
+    const be = tf.backend() as unknown as WebGpuBackendLike;
+    flush(be);
+    const errs: string[] = [];
+    for (let i = 0; i < 3; i++) { const e = await be.device.popErrorScope(); if (e) errs.push(e.message); }
+    return errs.length ? errs.join(" | ") : null;
+  },
+});
+
+/** Wall time of products on the device: one warm-up, then enough repetitions for about 40 ms, to the queue's completion. */
+export const webGpuTimer: GemmTimer = async (_c, run) => {
+  const be = tf.backend() as unknown as WebGpuBackendLike;
+  const done = async () => { flush(be); await be.device.queue.onSubmittedWorkDone(); };
+  run(); await done();
+  let t0 = performance.now();
+  run(); await done();
+  const once = performance.now() - t0;
+  const reps = Math.max(3, Math.min(30, Math.ceil(40 / Math.max(once, 0.05))));
+  t0 = performance.now();
+  for (let i = 0; i < reps; i++) run();
+  await done();
+  return (performance.now() - t0) / reps;
+};
+
+/** tfjs's own float32 BatchMatMul, whether or not the override is installed. */
+function f32Reference(a: tf.Tensor, b: tf.Tensor, s: GemmShape): tf.Tensor {
+  if (!state.original) return tf.matMul(a as tf.Tensor3D, b as tf.Tensor3D, s.transposeA, s.transposeB);
+  const info = state.original({ inputs: { a, b }, backend: tf.backend() as unknown as Backend, attrs: { transposeA: s.transposeA, transposeB: s.transposeB } });
+  return tf.engine().makeTensorFromTensorInfo(info as tf.TensorInfo);
+}
+
+let tuner: GemmAutotuner | undefined;
+/** Classes a product needed before they were tuned (tuned at the next withMatmulPrecision boundary). */
+const pendingClasses = new Set<string>();
+
+/** This thread's tuner over the tensor-core candidates (VERL_GEMM_KERNEL read once). */
+export function gemmAutotuner(): GemmAutotuner {
+  tuner ??= new GemmAutotuner(TENSOR_CORE_CANDIDATES, {
+    timer: webGpuTimer, reference: f32Reference, errors: webGpuErrorCapture(), pin: process.env.VERL_GEMM_KERNEL,
+    log: logger().child({ component: "gemm" }),
+  });
+  return tuner;
+}
+
+/**
+ * Tunes product classes (default: those products have needed so far) on this thread's adapter.
+ * VERL_GEMM_AUTOTUNE=0 turns tuning off: every product then runs the default direct kernel.
+ */
+export async function tuneTensorCores(classes: Iterable<string> = pendingClasses): Promise<GemmChoice[]> {
+  if (process.env.VERL_GEMM_AUTOTUNE === "0" || tf.getBackend() !== "webgpu" || !tensorCoreSupport.available) return [];
+  const out: GemmChoice[] = [];
+  for (const c of [...classes]) {
+    out.push(await gemmAutotuner().tune(c));
+    pendingClasses.delete(c);
+  }
+  return out;
+}
+
+/**
+ * The kernel a product runs: its class's tuned choice (null: tfjs's float32 kernel), or, before
+ * its class is tuned, the default direct kernel (the class is noted for tuning).
+ */
+function kernelFor(s: GemmShape): PaddedGemmKernel | null {
+  const cls = productClass(s), choice = tuner?.chosen(cls);
+  if (choice) return choice.candidate ? (choice.candidate as TensorCoreCandidate).kernel : null;
+  if (process.env.VERL_GEMM_AUTOTUNE !== "0") pendingClasses.add(cls);
+  return directKernel(state.direct);
+}
+
 function batchMatMul(args: KernelArgs): TensorInfo {
   const { a, b } = args.inputs, ta = !!args.attrs.transposeA, tb = !!args.attrs.transposeB;
   const g = state.precision !== "f32" && a.dtype === "float32" && b.dtype === "float32" ? gemmShape(a.shape, b.shape, ta, tb) : null;
-  if (!g) { state.fallbacks++; return state.original!(args); }
+  const k = g ? kernelFor(g.shape) : null;
+  if (!g || !k) { state.fallbacks++; return state.original!(args); }
   state.calls++;
-  return directMatMul(args.backend, a, b, g.shape, g.outShape);
+  return paddedMatMul(args.backend, a, b, g.shape, g.outShape, k, { weights: packedWeightCache(args.backend) });
 }
 
 /** verl's FSDP mixed-precision section as verl-ts runs it. */
@@ -257,6 +487,8 @@ const reported = new Set<string>();
 export async function withMatmulPrecision<T>(mp: MixedPrecision, fn: () => Promise<T>): Promise<T> {
   if (mp.products === "f32") return fn();
   const ok = setMatmulPrecision(mp.products);
+  // classes the previous products needed are tuned here, between steps (tuning needs awaits a kernel cannot make)
+  if (ok) await tuneTensorCores();
   if (!reported.has(mp.key)) {
     reported.add(mp.key);
     console.error(ok

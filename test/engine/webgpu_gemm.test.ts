@@ -96,3 +96,38 @@ test("dynamic loss scale: halves on a skipped step, doubles after the growth int
   for (let i = 0; i < 5; i++) s.update(true);
   assert.equal(s.scale, 256); // floor
 });
+
+test("packed weight copies: kept per layout while the weight is unchanged, packed again after an update, freed with the old data", async () => {
+  await tf.setBackend("cpu");
+  const { PackedWeightCache } = await import("../../src/engine/webgpu_kernels.js");
+  const be = tf.backend() as unknown as { write(v: Float32Array, s: number[], d: string): object; numDataIds(): number; disposeData(id: object, force?: boolean): boolean };
+  const cache = new PackedWeightCache(be as unknown as ConstructorParameters<typeof PackedWeightCache>[0]);
+  // stands in for PackPadProgram: a backend-owned buffer, as runWebGPUProgram returns
+  const pack = () => ({ dataId: be.write(new Float32Array(8), [8], "float32"), shape: [8], dtype: "float32" });
+  const init = tf.ones([4, 4]), w = tf.variable(init, true, "cache_test_w");
+  init.dispose(); // the variable is the data's only holder, as a model's weights are
+  const first = cache.get(w, "f16:NT", pack);
+  assert.equal(first.owned, false);
+  assert.equal(cache.get(w, "f16:NT", pack).info, first.info, "unchanged weight: the same copy");
+  assert.equal(cache.packs, 1);
+  cache.get(w, "f16:NN", pack); // the backward product's layout
+  assert.equal(cache.packs, 2);
+  const ids = be.numDataIds();
+  const next = tf.zeros([4, 4]);
+  w.assign(next); // what the optimizer does: new data for the variable
+  next.dispose();
+  assert.equal(cache.size, 0);
+  assert.equal(be.numDataIds(), ids - 2, "the old data's two copies are freed with it (the new data replaces the old)");
+  const again = cache.get(w, "f16:NT", pack);
+  assert.notEqual(again.info, first.info);
+  assert.equal(cache.packs, 3, "a changed weight is packed again");
+  // an activation (not a variable's data) is packed every product and owned by the caller
+  const x = tf.ones([4, 4]);
+  assert.equal(cache.get(x, "f16:NT", pack).owned, true);
+  cache.get(x, "f16:NT", pack);
+  assert.equal(cache.packs, 5);
+  assert.equal(cache.size, 1);
+  w.dispose();
+  assert.equal(cache.size, 0);
+  x.dispose();
+});
