@@ -5,13 +5,15 @@
 // parked: a later prompt that extends it (the next turn of the same
 // conversation) prefills only the new tokens. The decoding is a rollout engine's
 // SlotDecoder (the host KvCacheDecoder by default, the WebGPU decoder's slot entry
-// point on a GPU rank): one cache row per slot, each row at its own column.
+// point on a GPU rank): one cache row per slot, each row at its own column. A decoder
+// with forwardSample (the WebGPU one) draws each request's token on its device from the
+// request's settings and seed stream; otherwise the logits come back and are sampled here.
 import { hostKernels, JsKernels } from "../engine/host_kernels.js";
 import type { LlamaModel } from "../models/llama.js";
-import { KvCacheDecoder, type SlotDecoder, type SlotDecoderFactory } from "../rollout/decoder.js";
+import { KvCacheDecoder, type RowSampling, type SampledRows, type SlotDecoder, type SlotDecoderFactory } from "../rollout/decoder.js";
 import { readParamsForDecode } from "../rollout/decode_weights.js";
 import { rolloutQuantization } from "../rollout/fp8.js";
-import { TokenSampler } from "../rollout/sampling.js";
+import { checkSamplingParams, TokenSampler, type SamplingParams } from "../rollout/sampling.js";
 import { Rng } from "../utils/rng.js";
 import { tensor, type TensorData } from "../protocol/tensor.js";
 import { checkGenerationParams, RequestAbortedError, type AsyncRolloutServer, type GenerationParams, type TokenOutput } from "./server.js";
@@ -51,8 +53,12 @@ interface Request {
   prompt: number[];
   maxTokens: number;
   stop: Set<number>;
-  sampler: TokenSampler;
+  sampling: SamplingParams;
+  /** The host sampler, made on its first use (its buffers are 4 vocabularies of float64) */
+  sampler?: TokenSampler;
   rng: Rng;
+  /** Device sampling: the request's stream seed, drawn from `rng` on first use (the host path never draws it) */
+  deviceSeed?: number;
   logprobs: boolean;
   out: number[];
   logps: number[];
@@ -102,15 +108,17 @@ export class ContinuousBatchingServer implements AsyncRolloutServer {
     this.counters.requests++;
     // nothing is forwarded, so nothing is recorded (a loop keeps its earlier turn's routing)
     if (maxTokens === 0) return { tokenIds: [], logProbs: params.logprobs ? [] : undefined, numPreempted: 0, finishReason: "length" };
+    const sampling: SamplingParams = {
+      temperature: params.temperature, topK: params.topK, topP: params.topP, doSample: params.doSample ?? true,
+      responseLength: maxTokens, eosTokenIds: [], padTokenId: 0, calculateLogProbs: params.logprobs ?? false,
+    };
+    checkSamplingParams(sampling);
     return new Promise<TokenOutput>((resolve, reject) => {
       this.waiting.push({
         prompt: [...promptIds],
         maxTokens,
         stop: new Set(params.stopTokenIds ?? this.opts.eosTokenIds),
-        sampler: new TokenSampler(V, {
-          temperature: params.temperature, topK: params.topK, topP: params.topP, doSample: params.doSample ?? true,
-          responseLength: maxTokens, eosTokenIds: [], padTokenId: 0, calculateLogProbs: params.logprobs ?? false,
-        }),
+        sampling,
         rng: params.seed !== undefined ? new Rng(params.seed) : this.opts.rng.fork(),
         logprobs: params.logprobs ?? false,
         out: [], logps: [], slot: -1, next: -1, resolve, reject,
@@ -205,9 +213,15 @@ export class ContinuousBatchingServer implements AsyncRolloutServer {
       this.counters.reusedTokens += reuse;
       this.counters.prefillTokens += suffix.length;
       this.active.push(req);
-      const logits = await this.prefill(engine, slot, reuse, suffix);
-      cache.push(...suffix);
-      if (!req.aborted) this.accept(req, logits, 0);
+      if (engine.forwardSample) {
+        const s = await this.prefillSampled(engine, req, reuse, suffix);
+        cache.push(...suffix);
+        if (!req.aborted) this.accept(req, s.ids[0]!, s.logProbs[0]!);
+      } else {
+        const logits = await this.prefill(engine, slot, reuse, suffix);
+        cache.push(...suffix);
+        if (!req.aborted) this.acceptLogits(req, logits, 0);
+      }
     }
   }
 
@@ -225,6 +239,24 @@ export class ContinuousBatchingServer implements AsyncRolloutServer {
       logits = await engine.forwardRows(rows, Int32Array.from(tokens.slice(c0, c0 + T)), pos, Int32Array.of(col), T);
     }
     return logits;
+  }
+
+  /** prefill on a decoder that samples on its device: no logits for the chunks before the last, the first token drawn there. */
+  private async prefillSampled(engine: SlotDecoder, req: Request, start: number, tokens: number[]): Promise<SampledRows> {
+    const rows = Int32Array.of(req.slot), chunk = this.prefillChunk();
+    for (let c0 = 0; ; c0 += chunk) {
+      const T = Math.min(chunk, tokens.length - c0), col = start + c0, last = c0 + T >= tokens.length;
+      const pos = Int32Array.from({ length: T }, (_, i) => col + i);
+      const s = await engine.forwardSample!(rows, Int32Array.from(tokens.slice(c0, c0 + T)), pos, Int32Array.of(col), T, last ? [this.rowSampling(req)] : null);
+      if (last) return s!;
+    }
+  }
+
+  /** The request's next draw for device sampling: its settings, its stream and the index of the token. */
+  private rowSampling(req: Request): RowSampling {
+    const { temperature, topK, topP, doSample } = req.sampling;
+    req.deviceSeed ??= Math.floor(req.rng.random() * 2 ** 32) >>> 0;
+    return { temperature, topK, topP, doSample, seed: req.deviceSeed, step: req.out.length };
   }
 
   /** The parked slot sharing the longest prefix with the prompt, else a free slot, else the oldest parked one. */
@@ -252,17 +284,30 @@ export class ContinuousBatchingServer implements AsyncRolloutServer {
     const rows = this.active.slice();
     // no padding: each row's next cache column is also its position
     const cols = Int32Array.from(rows, (r) => this.cached[r.slot]!.length);
-    const logits = await engine.forwardRows(Int32Array.from(rows, (r) => r.slot), Int32Array.from(rows, (r) => r.next), cols, cols, 1);
+    const slots = Int32Array.from(rows, (r) => r.slot), tokens = Int32Array.from(rows, (r) => r.next);
+    // device sampling reads back rows x 2 words instead of the logits, rows x vocab
+    const sampled = engine.forwardSample ? await engine.forwardSample(slots, tokens, cols, cols, 1, rows.map((r) => this.rowSampling(r))) : null;
+    const logits = sampled ? null : await engine.forwardRows(slots, tokens, cols, cols, 1);
     for (const r of rows) this.cached[r.slot]!.push(r.next);
     this.counters.decodeSteps++;
     this.counters.decodeTokens += rows.length;
     this.counters.maxBatch = Math.max(this.counters.maxBatch, rows.length);
-    rows.forEach((r, i) => { if (!r.aborted) this.accept(r, logits, i * engine.vocabSize); });
+    rows.forEach((r, i) => {
+      if (r.aborted) return;
+      if (sampled) this.accept(r, sampled.ids[i]!, sampled.logProbs[i]!);
+      else this.acceptLogits(r, logits!, i * engine.vocabSize);
+    });
   }
 
-  /** Sample the request's next token from its logits row; finish it or keep it for the next step. */
-  private accept(req: Request, logits: Float32Array, offset: number): void {
+  /** Sample the request's next token on the host from its logits row. */
+  private acceptLogits(req: Request, logits: Float32Array, offset: number): void {
+    req.sampler ??= new TokenSampler(this.model.config.vocabSize, req.sampling);
     const { token, logProb } = req.sampler.sample(logits, offset, req.rng);
+    this.accept(req, token, logProb);
+  }
+
+  /** Take the request's next token; finish it or keep it for the next step. */
+  private accept(req: Request, token: number, logProb: number): void {
     req.out.push(token);
     if (req.logprobs) req.logps.push(logProb);
     const full = this.cached[req.slot]!.length >= this.opts.maxModelLen;
