@@ -2,7 +2,7 @@
 // against the host decoder, and a profile of the actor update at the 0.5B shape.
 //   bash scripts/gpu-run.sh node dist/bench/gpu_decode.js [--only adapter,correct,decode,update] [--vocab 512,32000]
 //     [--prompts 64] [--n 8] [--new 256] [--updates 16x16,16x16xhost,64x16] [--submit 15,1000] [--budget-s 240]
-//     [--only slots --slot-rows 64 --slot-sampling device,host]  (the agent loops' slot path, issue 24)
+//     [--only slots --slot-rows 64 --slot-sampling device,serial,host]  (the agent loops' slot path, issue 24)
 // (after scripts/gpu-bundle.sh; the device tool carries .gpu and .gl). Runs on any backend with an
 // adapter, e.g. here on llvmpipe with small sizes. One JSON line per measurement; each part is
 // caught on its own, so one failure never loses the others' figures.
@@ -39,7 +39,7 @@ interface Args {
   precisions: MatmulPrecision[];
   /** extra tensor-core tiles (sgMxsgNxtmxtn) for the decoder's 16-bit products, each one more decode run */
   tiles: string[];
-  /** slot path: concurrent requests, and where they sample (device: forwardSample; host: logits read back) */
+  /** slot path: concurrent requests, and where they sample (device: forwardSample, pipelined; serial: unpipelined; host: logits read back) */
   slotRows: number; slotSampling: string[];
 }
 
@@ -252,19 +252,20 @@ async function decode(a: Args, vocab: number, opts: WebGpuDecodeOptions, newToke
  * The agent loops' decode path (issue 24): `slotRows` requests at once through the continuous-batching
  * server over WebGpuSlotDecoder at the 0.5B shape, prompts of 16..32 tokens, `newTokens` each (no
  * stop ids), temperature 1 with log-probs. sampling "device": the decoder samples (forwardSample,
- * ids and log-probs read back); "host": the logits [rows, vocab] are read back and sampled on the
- * host (the path before issue 24, and the one other engines keep).
+ * ids and log-probs read back), each step queued before the previous one is read back; "serial":
+ * the same, each step read back first; "host": the logits [rows, vocab] are read back and sampled
+ * on the host (the path before issue 24, and the one other engines keep).
  */
 async function slots(a: Args, vocab: number, precision: MatmulPrecision, sampling: string): Promise<void> {
-  if (sampling !== "device" && sampling !== "host") throw new Error(`bench/gpu_decode: --slot-sampling takes device or host, got '${sampling}'`);
+  if (!["device", "serial", "host"].includes(sampling)) throw new Error(`bench/gpu_decode: --slot-sampling takes device, serial or host, got '${sampling}'`);
   const cfg = qwenHalfB(vocab, a.layers), rows = a.slotRows, newTokens = a.newTokens;
   const model = deviceModel(cfg, 1);
   const factory: SlotDecoderFactory = (m, n, len) => {
     const d = new WebGpuSlotDecoder(m, n, len, { precision });
     // host: the decoder without forwardSample, so the server reads the logits back
-    return sampling === "device" ? d : { vocabSize: d.vocabSize, forwardRows: d.forwardRows.bind(d), truncateRow: d.truncateRow.bind(d), dispose: d.dispose.bind(d) };
+    return sampling !== "host" ? d : { vocabSize: d.vocabSize, forwardRows: d.forwardRows.bind(d), truncateRow: d.truncateRow.bind(d), dispose: d.dispose.bind(d) };
   };
-  const server = new ContinuousBatchingServer(model, { maxNumSeqs: rows, maxModelLen: 32 + newTokens, eosTokenIds: [], rng: new Rng(1), decoder: factory });
+  const server = new ContinuousBatchingServer(model, { maxNumSeqs: rows, maxModelLen: 32 + newTokens, eosTokenIds: [], rng: new Rng(1), decoder: factory, pipelineDeviceSteps: sampling === "device" });
   const prompts = (seed: number) => {
     const rng = new Rng(seed);
     return Array.from({ length: rows }, () => Array.from({ length: 16 + rng.int(17) }, () => 3 + rng.int(vocab - 3)));

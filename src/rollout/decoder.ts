@@ -42,6 +42,14 @@ export interface RowSampling { temperature: number; topK: number; topP: number; 
 /** What forwardSample reads back: one id and its log-prob per row. */
 export interface SampledRows { ids: Int32Array; logProbs: Float32Array }
 
+/** A device-sampled step queued by forwardSample. */
+export interface SampledStep {
+  /** Its ids and log-probs, once the device has run it. */
+  readonly result: Promise<SampledRows>;
+  /** Frees its ids on the device (once read back, if not yet); call after the last step fed from it was queued. */
+  dispose(): void;
+}
+
 export interface SlotDecoder {
   readonly vocabSize: number;
   /**
@@ -53,10 +61,13 @@ export interface SlotDecoder {
    * Optional (a decoder that samples on its device): as forwardRows, then each row's next token
    * drawn from its last logits with `sampling[r]`; only the ids and their log-probs come back
    * (log p under softmax(logits / T), T = 1 when greedy, as TokenSampler reports). A row's draw
-   * depends on its (seed, step) alone, not on the other rows of the call. `sampling` null: the
-   * tokens are only written to the cache (a prefill chunk before the last) and null comes back.
+   * depends on its (seed, step) alone, not on the other rows of the call. Returns at once, with
+   * the step queued: its ids stay on the device, so the next step can be queued before this one
+   * is read back, with `prev` set to this step and a token -1 - j meaning "the id this step drew
+   * for its row j" (T = 1). `sampling` null: the tokens are only written to the cache (a prefill
+   * chunk before the last) and null comes back.
    */
-  forwardSample?(rows: Int32Array, tokens: Int32Array, positions: Int32Array, slotStart: Int32Array, T: number, sampling: readonly RowSampling[] | null): Promise<SampledRows | null>;
+  forwardSample?(rows: Int32Array, tokens: Int32Array, positions: Int32Array, slotStart: Int32Array, T: number, sampling: readonly RowSampling[] | null, prev?: SampledStep): SampledStep | null;
   /** Keep only columns [0, len) of `row`. */
   truncateRow(row: number, len: number): void;
   /** MoE: record each forwarded token's experts, [slots, maxLen, sparseLayers, topK]; decoders without it cannot. */

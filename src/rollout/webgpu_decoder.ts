@@ -21,7 +21,7 @@ import type { DataProto } from "../protocol/data_proto.js";
 import type { Rng } from "../utils/rng.js";
 import { assembleRollout, promptRows } from "./generate.js";
 import { samePromptSource } from "./prompts.js";
-import type { RowSampling, SampledRows, SlotDecoder, SlotDecoderFactory } from "./decoder.js";
+import type { RowSampling, SampledRows, SampledStep, SlotDecoder, SlotDecoderFactory } from "./decoder.js";
 import { isGreedy, type SamplingParams } from "./sampling.js";
 import { PackedMatrix, tensorCoreSupport, type MatmulPrecision } from "../engine/webgpu_kernels.js";
 import type { DirectTile } from "../engine/webgpu_gemm.js";
@@ -506,24 +506,23 @@ export class WebGpuSlotDecoder implements SlotDecoder {
     }
   }
 
-  async forwardSample(rows: Int32Array, tokens: Int32Array, positions: Int32Array, slotStart: Int32Array, T: number, sampling: readonly RowSampling[] | null): Promise<SampledRows | null> {
+  forwardSample(rows: Int32Array, tokens: Int32Array, positions: Int32Array, slotStart: Int32Array, T: number, sampling: readonly RowSampling[] | null, prev?: SampledStep): SampledStep | null {
     const R = rows.length;
     if (sampling && sampling.length !== R) throw new Error(`WebGPU slot decoder: ${sampling.length} sampling settings for ${R} rows`);
+    if (prev !== undefined && !(prev instanceof DeviceSampledStep)) throw new Error("WebGPU slot decoder: prev must be a step this decoder queued");
     const settings = sampling && tf.tensor1d(SamplerProgram.rowSettings(sampling.map(samplerSettings)), "int32");
-    let out: tf.Tensor | undefined;
     try {
-      out = this.run(rows, tokens, positions, slotStart, T, settings ? (l) => this.step.sampleRows(l, settings, R) : undefined);
-      if (!out) return null;
-      const v = (await out.data()) as Int32Array;
-      return { ids: v.slice(0, R), logProbs: new Float32Array(v.buffer.slice(v.byteOffset + 4 * R, v.byteOffset + 8 * R)) };
+      const out = this.run(rows, tokens, positions, slotStart, T, settings ? (l) => this.step.sampleRows(l, settings, R) : undefined, prev);
+      return out ? new DeviceSampledStep(out, R) : null;
     } finally {
-      tf.dispose([...(settings ? [settings] : []), ...(out ? [out] : [])]);
+      settings?.dispose();
     }
   }
 
   /** Checks and places the tokens, runs the forward pass; `head` turns the last tokens' logits into what is read back (none: no logits). */
-  private run(rows: Int32Array, tokens: Int32Array, positions: Int32Array, slotStart: Int32Array, T: number, head?: (logits: tf.Tensor) => tf.Tensor): tf.Tensor | undefined {
+  private run(rows: Int32Array, tokens: Int32Array, positions: Int32Array, slotStart: Int32Array, T: number, head?: (logits: tf.Tensor) => tf.Tensor, prev?: DeviceSampledStep): tf.Tensor | undefined {
     const c = this.model.config, R = rows.length, N = R * T;
+    if (prev && T !== 1) throw new Error(`WebGPU slot decoder: tokens from the previous step feed one token a row (T = 1), not ${T}`);
     if (tokens.length !== N || positions.length !== N || slotStart.length !== R) throw new Error("WebGPU slot decoder: tokens/positions must hold rows x T entries and slotStart one per row");
     const place = new Int32Array(2 * N);
     for (let r = 0; r < R; r++) {
@@ -532,14 +531,17 @@ export class WebGpuSlotDecoder implements SlotDecoder {
       for (let t = 0; t < T; t++) {
         const n = r * T + t;
         if (positions[n]! < 0 || positions[n]! >= this.maxLen) throw new Error(`WebGPU slot decoder: position ${positions[n]} outside [0, ${this.maxLen})`);
-        if (tokens[n]! < 0 || tokens[n]! >= c.vocabSize) throw new Error(`WebGPU slot decoder: token id ${tokens[n]} outside the vocabulary [0, ${c.vocabSize})`);
+        const fromPrev = prev !== undefined && tokens[n]! < 0;
+        if (fromPrev ? -1 - tokens[n]! >= prev.rows : tokens[n]! < 0 || tokens[n]! >= c.vocabSize) {
+          throw new Error(fromPrev ? `WebGPU slot decoder: token ${tokens[n]} names row ${-1 - tokens[n]!} of a previous step of ${prev.rows} rows` : `WebGPU slot decoder: token id ${tokens[n]} outside the vocabulary [0, ${c.vocabSize})`);
+        }
         place[n] = rows[r]!;
         place[N + n] = slotStart[r]! + t;
       }
     }
     const step = this.current();
     const placement: Placement = { nTok: N, tPer: T, slot0: 0, posAdd: 0, maxLen: this.maxLen, vOff: this.slots * c.nKvHeads * this.maxLen * c.headDim, ropeOff: this.maxLen * (c.headDim / 2) };
-    const inputs = [tf.tensor1d(tokens, "int32"), tf.tensor1d(positions, "int32"), tf.tensor1d(place, "int32")];
+    const inputs = [this.tokenTensor(tokens, prev), tf.tensor1d(positions, "int32"), tf.tensor1d(place, "int32")];
     try {
       return tf.tidy(() => {
         const logits = step.forward(this.sess, inputs[0]!, inputs[1]!, placement, head !== undefined, inputs[2]);
@@ -550,6 +552,16 @@ export class WebGpuSlotDecoder implements SlotDecoder {
     }
   }
 
+  /** The step's tokens on the device: the host's, with -1 - j taken from the previous step's row j without a read-back. */
+  private tokenTensor(tokens: Int32Array, prev?: DeviceSampledStep): tf.Tensor {
+    if (!prev || tokens.every((t) => t >= 0)) return tf.tensor1d(tokens, "int32");
+    return tf.tidy(() => {
+      const fromPrev = tf.tensor1d(Uint8Array.from(tokens, (t) => (t < 0 ? 1 : 0)), "bool");
+      const picked = tf.gather(prev.ids, tf.tensor1d(Int32Array.from(tokens, (t) => (t < 0 ? -1 - t : 0)), "int32"));
+      return tf.where(fromPrev, picked, tf.tensor1d(Int32Array.from(tokens, (t) => Math.max(t, 0)), "int32"));
+    });
+  }
+
   /** Columns past `len` are written again before any token reads them: nothing to clear. */
   truncateRow(row: number, len: number): void {
     if (row < 0 || row >= this.slots) throw new Error(`WebGPU slot decoder: row ${row} outside [0, ${this.slots})`);
@@ -558,6 +570,30 @@ export class WebGpuSlotDecoder implements SlotDecoder {
 
   dispose(): void {
     tf.dispose([...this.sess.caches, this.sess.mask, this.sess.rope]);
+  }
+}
+
+/** A queued device-sampled step: [2 * rows] int32 on the device (ids, then log-prob bits), read back once. */
+class DeviceSampledStep implements SampledStep {
+  readonly result: Promise<SampledRows>;
+  private settled = false;
+  private disposed = false;
+  constructor(readonly ids: tf.Tensor, readonly rows: number) {
+    const R = rows;
+    this.result = (ids.data() as Promise<Int32Array>).then((v) => ({ ids: v.slice(0, R), logProbs: new Float32Array(v.buffer.slice(v.byteOffset + 4 * R, v.byteOffset + 8 * R)) }));
+    // a tensor is freed only after its read has finished
+    void this.result.then(() => this.settle(), () => this.settle());
+  }
+
+  private settle(): void {
+    this.settled = true;
+    if (this.disposed) this.ids.dispose();
+  }
+
+  dispose(): void {
+    if (this.disposed) return;
+    this.disposed = true;
+    if (this.settled) this.ids.dispose();
   }
 }
 

@@ -94,11 +94,18 @@ test("the batching server on WebGPU slots gives the host server's greedy tokens 
   }
 });
 
+/** Tokens the server fed from the previous step's device ids (pipelined steps), over all deviceOnly decoders. */
+let fedOnDevice = 0;
+
 /** The slot decoder with forwardRows refused: the server must sample on the device. */
 function deviceOnly(opts: WebGpuSlotOptions = {}): SlotDecoderFactory {
   return (m, slots, maxLen) => {
-    const d = new WebGpuSlotDecoder(m, slots, maxLen, opts);
+    const d = new WebGpuSlotDecoder(m, slots, maxLen, opts), sample = d.forwardSample.bind(d);
     d.forwardRows = () => { throw new Error("the logits were read back to the host"); };
+    d.forwardSample = (rows, tokens, ...rest) => {
+      fedOnDevice += tokens.filter((x) => x < 0).length;
+      return sample(rows, tokens, ...rest);
+    };
     return d;
   };
 }
@@ -120,8 +127,8 @@ function rolloutBatch(prompts: number[][], outs: number[][]): DataProto {
   });
 }
 
-async function serve(model: LlamaModel, decoder: SlotDecoderFactory | undefined, prompts: number[][], params: object, seeds?: number[]): Promise<TokenOutput[]> {
-  const server = new ContinuousBatchingServer(model, { maxNumSeqs: 4, maxModelLen: 64, eosTokenIds: [2], rng: new Rng(0), decoder, prefillChunk: 3 });
+async function serve(model: LlamaModel, decoder: SlotDecoderFactory | undefined, prompts: number[][], params: object, seeds?: number[], pipelineDeviceSteps = true): Promise<TokenOutput[]> {
+  const server = new ContinuousBatchingServer(model, { maxNumSeqs: 4, maxModelLen: 64, eosTokenIds: [2], rng: new Rng(0), decoder, prefillChunk: 3, pipelineDeviceSteps });
   if (!decoder) await server.wakeUp();
   try {
     return await Promise.all(prompts.map((p, i) => server.generate(`r${i}`, p, { temperature: 0, topP: 1, topK: -1, logprobs: true, maxTokens: 24, ...params, seed: seeds?.[i] })));
@@ -129,6 +136,45 @@ async function serve(model: LlamaModel, decoder: SlotDecoderFactory | undefined,
     await server.sleep();
   }
 }
+
+test("stories260K: pipelined device steps with stop ids, staggered joins and second turns: the host server's tokens; live tensors flat", async (t) => {
+  const bin = storiesBin();
+  if (!bin) return t.skip(STORIES_MISSING);
+  if (!(await webgpu())) return t.skip(reason);
+  const m = loadLlama2c(bin);
+  try {
+    // stop ids that the greedy continuations reach after a few tokens, so requests leave mid-pipeline
+    const free = await serve(m, deviceOnly(), STORY_PROMPTS, {});
+    const stopIds = [free[0]!.tokenIds[5]!, free[2]!.tokenIds[9]!];
+    const run = async (server: ContinuousBatchingServer) => {
+      const first = await Promise.all(STORY_PROMPTS.map(async (p, i) => {
+        for (let k = 0; k < 2 * i; k++) await new Promise((r) => setImmediate(r));
+        return server.generate(`r${i}`, p, { ...greedy, maxTokens: 5 + 3 * i, stopTokenIds: stopIds });
+      }));
+      const second = await Promise.all(STORY_PROMPTS.map((p, i) => server.generate(`s${i}`, [...p, ...first[i]!.tokenIds, 261, 403], { ...greedy, maxTokens: 12, stopTokenIds: stopIds })));
+      return [...first, ...second];
+    };
+    const opts = { maxNumSeqs: 4, maxModelLen: 64, eosTokenIds: [2], rng: new Rng(0), prefillChunk: 4 };
+    const gpuServer = new ContinuousBatchingServer(m, { ...opts, decoder: deviceOnly() });
+    const gpu = await run(gpuServer);
+    const live = tf.memory().numTensors;
+    const again = await run(gpuServer);
+    assert.equal(tf.memory().numTensors, live, "a second round on the same slots leaves no tensor behind");
+    const st = gpuServer.stats();
+    await gpuServer.sleep();
+    const hostServer = new ContinuousBatchingServer(m, opts);
+    await hostServer.wakeUp();
+    const host = await run(hostServer);
+    await hostServer.sleep();
+    assert.deepEqual(gpu.map((o) => o.tokenIds), host.map((o) => o.tokenIds));
+    assert.deepEqual(again.map((o) => o.tokenIds), host.map((o) => o.tokenIds));
+    assert.deepEqual(gpu.map((o) => o.finishReason), host.map((o) => o.finishReason));
+    assert.ok(gpu.some((o, i) => o.finishReason === "stop" && o.tokenIds.length < (i < STORY_PROMPTS.length ? 5 + 3 * i : 12)), "some request stopped on a stop id before its limit");
+    assert.ok(st.reusedTokens > 0 && st.maxBatch > 1, `turns reused their caches (${st.reusedTokens}) and shared steps (max batch ${st.maxBatch})`);
+  } finally {
+    m.dispose();
+  }
+});
 
 test("stories260K: device sampling on the slots gives the host server's greedy tokens, never reading logits back", async (t) => {
   const bin = storiesBin();
@@ -154,7 +200,12 @@ test("stories260K: sampled on the device, the log-probs are the trainer's; a see
   const m = loadLlama2c(bin);
   try {
     const T = 0.8, params = { temperature: T, topK: 50, topP: 0.9 }, seeds = STORY_PROMPTS.map((_, i) => 100 + i);
+    const fed = fedOnDevice;
     const a = await serve(m, deviceOnly(), STORY_PROMPTS, params, seeds);
+    assert.ok(fedOnDevice > fed, "steps were queued before the previous one was read back");
+    // each step read back before the next is queued: the same draws
+    const serial = await serve(m, deviceOnly(), STORY_PROMPTS, params, seeds, false);
+    assert.deepEqual(serial.map((o) => o.tokenIds), a.map((o) => o.tokenIds));
     // the same requests one at a time (other batches, other rows): the same draws
     const alone: TokenOutput[] = [];
     for (let i = STORY_PROMPTS.length - 1; i >= 0; i--) alone[i] = (await serve(m, deviceOnly(), [STORY_PROMPTS[i]!], params, [seeds[i]!]))[0]!;
@@ -265,7 +316,9 @@ test("stories260K: the slots' f16 KV cache decodes as the batch decoder's f16 ca
     try {
       const rows = Int32Array.of(0, 1, 2, 3), step = async (t0: number) => {
         const col = Int32Array.from(rows, () => t0);
-        await dec.forwardSample(rows, Int32Array.of(1, 403, 407, 261), col, col, 1, Array.from(rows, (r) => ({ temperature: 1, topK: 20, topP: 0.9, doSample: true, seed: r, step: t0 })));
+        const s = dec.forwardSample(rows, Int32Array.of(1, 403, 407, 261), col, col, 1, Array.from(rows, (r) => ({ temperature: 1, topK: 20, topP: 0.9, doSample: true, seed: r, step: t0 })))!;
+        await s.result;
+        s.dispose();
       };
       await step(0);
       const live = tf.memory().numTensors;
@@ -300,6 +353,33 @@ test("16-bit products on the slots (rollout.dtype=bf16/fp16): the batch decoder'
     const slots = await serve(m, deviceOnly({ precision: "f16" }), STORY_PROMPTS, {});
     assert.equal(PackedMatrix.packs, packs, "the slot decoder reuses the packed weights of the unchanged model");
     assert.deepEqual(slots.map((o) => o.tokenIds), want);
+  } finally {
+    m.dispose();
+  }
+});
+
+test("stories260K: abort while device steps are queued; the slots then serve as a fresh host server", async (t) => {
+  const bin = storiesBin();
+  if (!bin) return t.skip(STORIES_MISSING);
+  if (!(await webgpu())) return t.skip(reason);
+  const m = loadLlama2c(bin);
+  try {
+    const opts = { maxNumSeqs: 2, maxModelLen: 64, eosTokenIds: [], rng: new Rng(0) };
+    const server = new ContinuousBatchingServer(m, { ...opts, decoder: deviceOnly() });
+    const reqs = STORY_PROMPTS.slice(0, 3).map((p, i) => server.generate(`a${i}`, p, { ...greedy, maxTokens: 40 }));
+    while (server.stats().decodeSteps < 3) await new Promise((r) => setTimeout(r, 5));
+    server.abort();
+    for (const r of reqs) await assert.rejects(r, { name: "RequestAbortedError" });
+    // prompts extending the aborted ones reuse their parked slots
+    const prompts = [[...STORY_PROMPTS[0]!, 261, 403], [...STORY_PROMPTS[1]!, 407]];
+    const after = await Promise.all(prompts.map((p, i) => server.generate(`b${i}`, p, { ...greedy, maxTokens: 12 })));
+    assert.ok(server.stats().reusedTokens > 0, "the aborted requests' caches were reused");
+    await server.sleep();
+    const host = new ContinuousBatchingServer(m, opts);
+    await host.wakeUp();
+    const fresh = await Promise.all(prompts.map((p, i) => host.generate(`c${i}`, p, { ...greedy, maxTokens: 12 })));
+    await host.sleep();
+    assert.deepEqual(after.map((o) => o.tokenIds), fresh.map((o) => o.tokenIds));
   } finally {
     m.dispose();
   }
