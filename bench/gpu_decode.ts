@@ -2,6 +2,7 @@
 // against the host decoder, and a profile of the actor update at the 0.5B shape.
 //   bash scripts/gpu-run.sh node dist/bench/gpu_decode.js [--only adapter,correct,decode,update] [--vocab 512,32000]
 //     [--prompts 64] [--n 8] [--new 256] [--updates 16x16,16x16xhost,64x16] [--submit 15,1000] [--budget-s 240]
+//     [--only slots --slot-rows 64 --slot-sampling device,serial,host]  (the agent loops' slot path, issue 24)
 // (after scripts/gpu-bundle.sh; the device tool carries .gpu and .gl). Runs on any backend with an
 // adapter, e.g. here on llvmpipe with small sizes. One JSON line per measurement; each part is
 // caught on its own, so one failure never loses the others' figures.
@@ -16,7 +17,9 @@ import { generate } from "../src/rollout/generate.js";
 import { computeLogProb } from "../src/rollout/index.js";
 import { defaultSamplingParams } from "../src/rollout/sampling.js";
 import { leftPadPrompts } from "../src/rollout/prompts.js";
-import { WebGpuDecoder, type WebGpuDecodeOptions } from "../src/rollout/webgpu_decoder.js";
+import { WebGpuDecoder, WebGpuSlotDecoder, type WebGpuDecodeOptions } from "../src/rollout/webgpu_decoder.js";
+import type { SlotDecoderFactory } from "../src/rollout/decoder.js";
+import { ContinuousBatchingServer } from "../src/agent_loop/batching_server.js";
 import { sharedPath } from "../src/utils/paths.js";
 import { Rng } from "../src/utils/rng.js";
 import { buildActor, DeviceStep, rolloutBatch } from "./gpu.js";
@@ -36,12 +39,15 @@ interface Args {
   precisions: MatmulPrecision[];
   /** extra tensor-core tiles (sgMxsgNxtmxtn) for the decoder's 16-bit products, each one more decode run */
   tiles: string[];
+  /** slot path: concurrent requests, and where they sample (device: forwardSample, pipelined; serial: unpipelined; host: logits read back) */
+  slotRows: number; slotSampling: string[];
 }
 
 function parseArgs(argv: string[]): Args {
   const a: Args = {
     only: new Set(["adapter", "correct", "decode", "update", "untransposed", "device-step"]), vocab: [512, 32000], prompts: 64, n: 8, newTokens: 256,
     budgetS: 240, layers: 24, updates: ["16x16", "16x16xhost", "16x4", "64x16", "64x64"], submitBatches: [15, 1000], precisions: ["f32"], tiles: [],
+    slotRows: 64, slotSampling: ["device"],
   };
   const list = (v: string) => v.split(",").map(Number);
   for (let i = 0; i < argv.length; i += 2) {
@@ -58,6 +64,8 @@ function parseArgs(argv: string[]): Args {
     else if (k === "--updates") a.updates = v.split(",").filter(Boolean); // ROWSxMICRO[xhost]
     else if (k === "--submit") a.submitBatches = list(v).filter((x) => x > 0);
     else if (k === "--tiles") a.tiles = v.split(",").filter(Boolean);
+    else if (k === "--slot-rows") a.slotRows = Number(v);
+    else if (k === "--slot-sampling") a.slotSampling = v.split(",").filter(Boolean);
     else if (k === "--precision") a.precisions = v.split(",").map((x) => parsePrecision(x, "--precision"));
     else throw new Error(`bench/gpu_decode: unknown argument '${k}'`);
   }
@@ -241,6 +249,52 @@ async function decode(a: Args, vocab: number, opts: WebGpuDecodeOptions, newToke
 }
 
 /**
+ * The agent loops' decode path (issue 24): `slotRows` requests at once through the continuous-batching
+ * server over WebGpuSlotDecoder at the 0.5B shape, prompts of 16..32 tokens, `newTokens` each (no
+ * stop ids), temperature 1 with log-probs. sampling "device": the decoder samples (forwardSample,
+ * ids and log-probs read back), each step queued before the previous one is read back; "serial":
+ * the same, each step read back first; "host": the logits [rows, vocab] are read back and sampled
+ * on the host (the path before issue 24, and the one other engines keep).
+ */
+async function slots(a: Args, vocab: number, precision: MatmulPrecision, sampling: string): Promise<void> {
+  if (!["device", "serial", "host"].includes(sampling)) throw new Error(`bench/gpu_decode: --slot-sampling takes device, serial or host, got '${sampling}'`);
+  const cfg = qwenHalfB(vocab, a.layers), rows = a.slotRows, newTokens = a.newTokens;
+  const model = deviceModel(cfg, 1);
+  const factory: SlotDecoderFactory = (m, n, len) => {
+    const d = new WebGpuSlotDecoder(m, n, len, { precision });
+    // host: the decoder without forwardSample, so the server reads the logits back
+    return sampling !== "host" ? d : { vocabSize: d.vocabSize, forwardRows: d.forwardRows.bind(d), truncateRow: d.truncateRow.bind(d), dispose: d.dispose.bind(d) };
+  };
+  const server = new ContinuousBatchingServer(model, { maxNumSeqs: rows, maxModelLen: 32 + newTokens, eosTokenIds: [], rng: new Rng(1), decoder: factory, pipelineDeviceSteps: sampling === "device" });
+  const prompts = (seed: number) => {
+    const rng = new Rng(seed);
+    return Array.from({ length: rows }, () => Array.from({ length: 16 + rng.int(17) }, () => 3 + rng.int(vocab - 3)));
+  };
+  const run = (ps: number[][], maxTokens: number) => Promise.all(ps.map((p, i) => server.generate(`r${i}`, p, { temperature: 1, topK: -1, topP: 1, logprobs: true, maxTokens, stopTokenIds: [], seed: i })));
+  try {
+    const ins = instrument();
+    const w0 = performance.now();
+    await run(prompts(11), 4); // shader compilation, weight layout (packing for f16)
+    const warmMs = performance.now() - w0;
+    const before = server.stats();
+    ins.reset();
+    const t0 = performance.now();
+    const outs = await run(prompts(12), newTokens);
+    const ms = performance.now() - t0, c = ins.reset(), st = server.stats();
+    const steps = st.decodeSteps - before.decodeSteps, decoded = st.decodeTokens - before.decodeTokens, tokens = outs.reduce((n, o) => n + o.tokenIds.length, 0);
+    let finite = true;
+    for (const o of outs) for (const x of o.logProbs ?? []) if (!Number.isFinite(x)) finite = false;
+    emit(`webgpu_slots_v${vocab}_${precision}_${sampling}`, { params: numParams(cfg), vocab, rows, new_tokens: newTokens, layers: cfg.nLayers, precision, sampling },
+      { tokens_per_s: tokens / (ms / 1e3), wall_ms: ms, warmup_ms: warmMs, tokens, decode_steps: steps, decode_tokens: decoded, max_batch: st.maxBatch,
+        ms_per_step: ms / Math.max(1, steps), prefill_tokens: st.prefillTokens - before.prefillTokens, read_backs: c.reads, read_bytes_per_step: c.readBytes / Math.max(1, steps),
+        dispatches_per_step: c.dispatches / Math.max(1, steps), logprobs_finite: finite, numTensors: tf.memory().numTensors });
+  } finally {
+    await server.sleep();
+    model.dispose();
+  }
+}
+
+/**
  * The actor update at the 0.5B shape through DataParallelPPOActor.updatePolicy (the worker's
  * path): wall time, dispatches, submits, read-backs and uploads, per rows x micro-batch size,
  * with the optimizer step on the device (one rank, the default on WebGPU) or through the host
@@ -337,6 +391,13 @@ async function main(): Promise<void> {
       }
       if (v && p !== "f32" && a.only.has("kv32") && elapsedS() < a.budgetS) await part(`webgpu_decode_v${v}_${p}_kv32`, () => decode(a, v, { precision: p, kvCache: "f32" }, a.newTokens, `v${v}_${p}_kv_f32`));
       if (v && a.only.has("noshare") && elapsedS() < a.budgetS) await part(`webgpu_decode_v${v}_${p}_noshare`, () => decode(a, v, { precision: p, sharePrefixes: false }, a.newTokens, `v${v}_${p}_noshare`));
+    }
+  }
+  for (const p of a.precisions) {
+    for (const v of a.only.has("slots") ? a.vocab : []) {
+      for (const sampling of a.slotSampling) {
+        if (elapsedS() < a.budgetS) await part(`webgpu_slots_v${v}_${p}_${sampling}`, () => slots(a, v, p, sampling));
+      }
     }
   }
   if (a.only.has("untransposed") && first && elapsedS() < a.budgetS) {

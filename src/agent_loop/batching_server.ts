@@ -5,13 +5,16 @@
 // parked: a later prompt that extends it (the next turn of the same
 // conversation) prefills only the new tokens. The decoding is a rollout engine's
 // SlotDecoder (the host KvCacheDecoder by default, the WebGPU decoder's slot entry
-// point on a GPU rank): one cache row per slot, each row at its own column.
+// point on a GPU rank): one cache row per slot, each row at its own column. A decoder
+// with forwardSample (the WebGPU one) draws each request's token on its device from the
+// request's settings and seed stream, and the next step is queued (fed from the device's
+// ids) before this one is read back; otherwise the logits come back and are sampled here.
 import { hostKernels, JsKernels } from "../engine/host_kernels.js";
 import type { LlamaModel } from "../models/llama.js";
-import { KvCacheDecoder, type SlotDecoder, type SlotDecoderFactory } from "../rollout/decoder.js";
+import { KvCacheDecoder, type RowSampling, type SampledRows, type SampledStep, type SlotDecoder, type SlotDecoderFactory } from "../rollout/decoder.js";
 import { readParamsForDecode } from "../rollout/decode_weights.js";
 import { rolloutQuantization } from "../rollout/fp8.js";
-import { TokenSampler } from "../rollout/sampling.js";
+import { checkSamplingParams, TokenSampler, type SamplingParams } from "../rollout/sampling.js";
 import { Rng } from "../utils/rng.js";
 import { tensor, type TensorData } from "../protocol/tensor.js";
 import { checkGenerationParams, RequestAbortedError, type AsyncRolloutServer, type GenerationParams, type TokenOutput } from "./server.js";
@@ -31,6 +34,11 @@ export interface ContinuousBatchingServerOptions {
   kernels?: "auto" | "js";
   /** The decoder of the cache slots (a rollout engine's); default: the host KvCacheDecoder. */
   decoder?: SlotDecoderFactory;
+  /**
+   * Decoders that sample on their device: queue the next decode step before reading this one back
+   * (default true); false reads each step back first (the same tokens, for comparisons).
+   */
+  pipelineDeviceSteps?: boolean;
   /** MoE (rollout.enable_rollout_routing_replay): every output carries routedExperts (the decoder must record). */
   recordRouting?: boolean;
 }
@@ -51,8 +59,12 @@ interface Request {
   prompt: number[];
   maxTokens: number;
   stop: Set<number>;
-  sampler: TokenSampler;
+  sampling: SamplingParams;
+  /** The host sampler, made on its first use (its buffers are 4 vocabularies of float64) */
+  sampler?: TokenSampler;
   rng: Rng;
+  /** Device sampling: the request's stream seed, drawn from `rng` on first use (the host path never draws it) */
+  deviceSeed?: number;
   logprobs: boolean;
   out: number[];
   logps: number[];
@@ -61,11 +73,16 @@ interface Request {
   next: number;
   /** Set by abort(): the request was rejected and its slot parked; a step in flight only keeps the cache right. */
   aborted?: boolean;
+  /** Set by finish(): a queued step that still holds the request is ignored. */
+  finished?: boolean;
   resolve: (o: TokenOutput) => void;
   reject: (e: Error) => void;
 }
 
 const yieldToEventLoop = () => new Promise<void>((resolve) => setImmediate(resolve));
+
+/** A device-sampled decode step queued and not yet read back, with its requests in row order. */
+interface QueuedStep { step: SampledStep; rows: Request[] }
 
 export class ContinuousBatchingServer implements AsyncRolloutServer {
   private engine: SlotDecoder | undefined;
@@ -79,6 +96,8 @@ export class ContinuousBatchingServer implements AsyncRolloutServer {
   private parked: number[] = [];
   private readonly free: number[] = [];
   private running = false;
+  /** Device sampling: the decode step queued last, read back at the next decodeStep. */
+  private queued: QueuedStep | undefined;
   private idleWaiters: (() => void)[] = [];
   private readonly counters: BatchingServerStats = { requests: 0, decodeSteps: 0, decodeTokens: 0, prefillTokens: 0, reusedTokens: 0, maxBatch: 0, enginesBuilt: 0 };
 
@@ -102,15 +121,17 @@ export class ContinuousBatchingServer implements AsyncRolloutServer {
     this.counters.requests++;
     // nothing is forwarded, so nothing is recorded (a loop keeps its earlier turn's routing)
     if (maxTokens === 0) return { tokenIds: [], logProbs: params.logprobs ? [] : undefined, numPreempted: 0, finishReason: "length" };
+    const sampling: SamplingParams = {
+      temperature: params.temperature, topK: params.topK, topP: params.topP, doSample: params.doSample ?? true,
+      responseLength: maxTokens, eosTokenIds: [], padTokenId: 0, calculateLogProbs: params.logprobs ?? false,
+    };
+    checkSamplingParams(sampling);
     return new Promise<TokenOutput>((resolve, reject) => {
       this.waiting.push({
         prompt: [...promptIds],
         maxTokens,
         stop: new Set(params.stopTokenIds ?? this.opts.eosTokenIds),
-        sampler: new TokenSampler(V, {
-          temperature: params.temperature, topK: params.topK, topP: params.topP, doSample: params.doSample ?? true,
-          responseLength: maxTokens, eosTokenIds: [], padTokenId: 0, calculateLogProbs: params.logprobs ?? false,
-        }),
+        sampling,
         rng: params.seed !== undefined ? new Rng(params.seed) : this.opts.rng.fork(),
         logprobs: params.logprobs ?? false,
         out: [], logps: [], slot: -1, next: -1, resolve, reject,
@@ -154,10 +175,10 @@ export class ContinuousBatchingServer implements AsyncRolloutServer {
   }
 
   private async loop(): Promise<void> {
-    while (this.waiting.length > 0 || this.active.length > 0) {
+    while (this.waiting.length > 0 || this.active.length > 0 || this.queued) {
       try {
         await this.admit();
-        if (this.active.length > 0) await this.decodeStep();
+        if (this.active.length > 0 || this.queued) await this.decodeStep();
       } catch (e) {
         this.failAll(e instanceof Error ? e : new Error(String(e)));
       }
@@ -205,9 +226,15 @@ export class ContinuousBatchingServer implements AsyncRolloutServer {
       this.counters.reusedTokens += reuse;
       this.counters.prefillTokens += suffix.length;
       this.active.push(req);
-      const logits = await this.prefill(engine, slot, reuse, suffix);
-      cache.push(...suffix);
-      if (!req.aborted) this.accept(req, logits, 0);
+      if (engine.forwardSample) {
+        const s = await this.prefillSampled(engine, req, reuse, suffix);
+        cache.push(...suffix);
+        if (!req.aborted) this.accept(req, s.ids[0]!, s.logProbs[0]!);
+      } else {
+        const logits = await this.prefill(engine, slot, reuse, suffix);
+        cache.push(...suffix);
+        if (!req.aborted) this.acceptLogits(req, logits, 0);
+      }
     }
   }
 
@@ -225,6 +252,29 @@ export class ContinuousBatchingServer implements AsyncRolloutServer {
       logits = await engine.forwardRows(rows, Int32Array.from(tokens.slice(c0, c0 + T)), pos, Int32Array.of(col), T);
     }
     return logits;
+  }
+
+  /** prefill on a decoder that samples on its device: no logits for the chunks before the last, the first token drawn there. */
+  private async prefillSampled(engine: SlotDecoder, req: Request, start: number, tokens: number[]): Promise<SampledRows> {
+    const rows = Int32Array.of(req.slot), chunk = this.prefillChunk();
+    for (let c0 = 0; ; c0 += chunk) {
+      const T = Math.min(chunk, tokens.length - c0), col = start + c0, last = c0 + T >= tokens.length;
+      const pos = Int32Array.from({ length: T }, (_, i) => col + i);
+      const s = engine.forwardSample!(rows, Int32Array.from(tokens.slice(c0, c0 + T)), pos, Int32Array.of(col), T, last ? [this.rowSampling(req)] : null);
+      if (!last) continue;
+      try {
+        return await s!.result;
+      } finally {
+        s!.dispose();
+      }
+    }
+  }
+
+  /** The request's draw number `step` for device sampling: its settings, its stream and the index of the token. */
+  private rowSampling(req: Request, step = req.out.length): RowSampling {
+    const { temperature, topK, topP, doSample } = req.sampling;
+    req.deviceSeed ??= Math.floor(req.rng.random() * 2 ** 32) >>> 0;
+    return { temperature, topK, topP, doSample, seed: req.deviceSeed, step };
   }
 
   /** The parked slot sharing the longest prefix with the prompt, else a free slot, else the oldest parked one. */
@@ -249,20 +299,72 @@ export class ContinuousBatchingServer implements AsyncRolloutServer {
   /** One token for every active request. */
   private async decodeStep(): Promise<void> {
     const engine = this.engine!;
+    if (engine.forwardSample) return this.decodeStepOnDevice(engine);
     const rows = this.active.slice();
     // no padding: each row's next cache column is also its position
     const cols = Int32Array.from(rows, (r) => this.cached[r.slot]!.length);
     const logits = await engine.forwardRows(Int32Array.from(rows, (r) => r.slot), Int32Array.from(rows, (r) => r.next), cols, cols, 1);
     for (const r of rows) this.cached[r.slot]!.push(r.next);
-    this.counters.decodeSteps++;
-    this.counters.decodeTokens += rows.length;
-    this.counters.maxBatch = Math.max(this.counters.maxBatch, rows.length);
-    rows.forEach((r, i) => { if (!r.aborted) this.accept(r, logits, i * engine.vocabSize); });
+    this.countStep(rows.length);
+    rows.forEach((r, i) => { if (!r.aborted) this.acceptLogits(r, logits, i * engine.vocabSize); });
   }
 
-  /** Sample the request's next token from its logits row; finish it or keep it for the next step. */
-  private accept(req: Request, logits: Float32Array, offset: number): void {
+  private countStep(rows: number): void {
+    this.counters.decodeSteps++;
+    this.counters.decodeTokens += rows;
+    this.counters.maxBatch = Math.max(this.counters.maxBatch, rows);
+  }
+
+  /**
+   * Device sampling, pipelined: queue the next step, then read back the one queued before (rows x
+   * 8 bytes) while the device runs the new one. A request in the queued step continues from the
+   * id that step draws (fed on the device), unless that step is surely its last (its token limit
+   * or the context); the others (just admitted, or past such a step) feed their known token. A
+   * request that draws a stop id was queued one token too far: that step's row is ignored, and
+   * its cache column, past the slot's recorded tokens, is written again before anything reads it.
+   */
+  private async decodeStepOnDevice(engine: SlotDecoder): Promise<void> {
+    let prev = this.queued;
+    const inPrev = new Map(prev?.rows.map((r, i) => [r, i]));
+    const rows: Request[] = [], tokens: number[] = [], cols: number[] = [], sampling: RowSampling[] = [];
+    for (const r of this.active) {
+      const len = this.cached[r.slot]!.length, j = inPrev.get(r);
+      if (j === undefined) {
+        rows.push(r); tokens.push(r.next); cols.push(len); sampling.push(this.rowSampling(r));
+      } else if (r.out.length + 1 < r.maxTokens && len + 1 < this.opts.maxModelLen) {
+        rows.push(r); tokens.push(-1 - j); cols.push(len + 1); sampling.push(this.rowSampling(r, r.out.length + 1));
+      }
+    }
+    // no padding: each row's next cache column is also its position
+    const c = Int32Array.from(cols);
+    const step = rows.length > 0 ? engine.forwardSample!(Int32Array.from(rows, (r) => r.slot), Int32Array.from(tokens), c, c, 1, sampling, prev?.step) : null;
+    this.queued = step ? { step, rows } : undefined;
+    if (this.opts.pipelineDeviceSteps === false) [prev, this.queued] = [this.queued, undefined];
+    if (!prev) return;
+    let got: SampledRows;
+    try {
+      got = await prev.step.result;
+    } finally {
+      prev.step.dispose();
+    }
+    this.countStep(prev.rows.length);
+    prev.rows.forEach((r, i) => {
+      // an aborted request's slot may already serve another: its cache record stays as abort() left it
+      if (r.aborted || r.finished) return;
+      this.cached[r.slot]!.push(r.next);
+      this.accept(r, got.ids[i]!, got.logProbs[i]!);
+    });
+  }
+
+  /** Sample the request's next token on the host from its logits row. */
+  private acceptLogits(req: Request, logits: Float32Array, offset: number): void {
+    req.sampler ??= new TokenSampler(this.model.config.vocabSize, req.sampling);
     const { token, logProb } = req.sampler.sample(logits, offset, req.rng);
+    this.accept(req, token, logProb);
+  }
+
+  /** Take the request's next token; finish it or keep it for the next step. */
+  private accept(req: Request, token: number, logProb: number): void {
     req.out.push(token);
     if (req.logprobs) req.logps.push(logProb);
     const full = this.cached[req.slot]!.length >= this.opts.maxModelLen;
@@ -272,6 +374,7 @@ export class ContinuousBatchingServer implements AsyncRolloutServer {
   }
 
   private finish(req: Request, reason: "stop" | "length"): void {
+    req.finished = true;
     this.active.splice(this.active.indexOf(req), 1);
     this.parked.push(req.slot);
     req.resolve({ tokenIds: req.out, logProbs: req.logprobs ? req.logps : undefined, numPreempted: 0, finishReason: reason, ...this.routedOf(req) });
@@ -291,6 +394,8 @@ export class ContinuousBatchingServer implements AsyncRolloutServer {
   }
 
   private failAll(err: Error): void {
+    this.queued?.step.dispose();
+    this.queued = undefined;
     for (const r of [...this.active, ...this.waiting]) r.reject(new Error(`rollout server: ${err.message}`, { cause: err }));
     this.active.length = 0;
     this.waiting.length = 0;

@@ -143,7 +143,7 @@ export const KEY_RULES: readonly KeyRule[] = [
   { keys: `${R}.mtp`, kind: "not_built", what: "multi-token prediction (MTP; only for models with MTP layers, num_nextn_predict_layers: MiMo, Qwen3-Next, DeepSeek-V3, families verl-ts does not have)" },
   { keys: "algorithm.rollout_correction.**", kind: "honoured", what: "rollout correction (src/trainer/ppo/rollout_corr.ts; bypass_mode's loss in core_algos/policy_loss_bypass.ts)" },
   { keys: `${R}.over_sample_rate`, kind: "honoured", what: "agent-loop rollouts: the rest of a training batch is aborted once (1 - over_sample_rate) of its requests finished (src/agent_loop/manager.ts)" },
-  { keys: `${R}.dtype`, kind: "honoured", what: "the WebGPU decoder's products (bf16/fp16: tensor cores; default float32 here): src/rollout/engines/webgpu.ts" },
+  { keys: `${R}.dtype`, kind: "honoured", what: "the WebGPU decoder's products, batch and agent-loop slot paths (bf16/fp16: tensor cores; default float32 here): src/rollout/engines/webgpu.ts" },
   { keys: `${R}.{skip_rollout,skip_dump_dir}`, kind: "honoured", what: "rollout skipping: the first training rollout dumped, then loaded by every step (src/trainer/ppo/rollout_skip.ts)" },
   { keys: `${R}.quantization`, kind: "honoured", what: "fp8 rollout: linear weights rounded to float8 e4m3 with 128 x 128 block scales at each weight sync, their inputs per token in groups of 128; fp8's numerics without its speed (src/rollout/fp8.ts; torchao refused)", values: ["fp8"] },
   { keys: `${R}.quantization_config_file`, kind: "honoured", what: "fp8 rollout: the file's weight_block_size (src/rollout/fp8.ts)" },

@@ -36,6 +36,20 @@ export interface StepDecoder {
  * finished conversation's row is kept for its next turn). A GPU decoder may
  * answer asynchronously.
  */
+/** One request's sampling for SlotDecoder.forwardSample: its settings, its stream's seed (32 bits) and the index of the token drawn. */
+export interface RowSampling { temperature: number; topK: number; topP: number; doSample: boolean; seed: number; step: number }
+
+/** What forwardSample reads back: one id and its log-prob per row. */
+export interface SampledRows { ids: Int32Array; logProbs: Float32Array }
+
+/** A device-sampled step queued by forwardSample. */
+export interface SampledStep {
+  /** Its ids and log-probs, once the device has run it. */
+  readonly result: Promise<SampledRows>;
+  /** Frees its ids on the device (once read back, if not yet); call after the last step fed from it was queued. */
+  dispose(): void;
+}
+
 export interface SlotDecoder {
   readonly vocabSize: number;
   /**
@@ -43,6 +57,17 @@ export interface SlotDecoder {
    * per token); returns the logits [rows.length, V] of each row's last new token, valid until the next call.
    */
   forwardRows(rows: Int32Array, tokens: Int32Array, positions: Int32Array, slotStart: Int32Array, T: number): Float32Array | Promise<Float32Array>;
+  /**
+   * Optional (a decoder that samples on its device): as forwardRows, then each row's next token
+   * drawn from its last logits with `sampling[r]`; only the ids and their log-probs come back
+   * (log p under softmax(logits / T), T = 1 when greedy, as TokenSampler reports). A row's draw
+   * depends on its (seed, step) alone, not on the other rows of the call. Returns at once, with
+   * the step queued: its ids stay on the device, so the next step can be queued before this one
+   * is read back, with `prev` set to this step and a token -1 - j meaning "the id this step drew
+   * for its row j" (T = 1). `sampling` null: the tokens are only written to the cache (a prefill
+   * chunk before the last) and null comes back.
+   */
+  forwardSample?(rows: Int32Array, tokens: Int32Array, positions: Int32Array, slotStart: Int32Array, T: number, sampling: readonly RowSampling[] | null, prev?: SampledStep): SampledStep | null;
   /** Keep only columns [0, len) of `row`. */
   truncateRow(row: number, len: number): void;
   /** MoE: record each forwarded token's experts, [slots, maxLen, sparseLayers, topK]; decoders without it cannot. */

@@ -21,14 +21,13 @@ import type { DataProto } from "../protocol/data_proto.js";
 import type { Rng } from "../utils/rng.js";
 import { assembleRollout, promptRows } from "./generate.js";
 import { samePromptSource } from "./prompts.js";
-import type { SlotDecoder, SlotDecoderFactory } from "./decoder.js";
+import type { RowSampling, SampledRows, SampledStep, SlotDecoder, SlotDecoderFactory } from "./decoder.js";
 import { isGreedy, type SamplingParams } from "./sampling.js";
 import { PackedMatrix, tensorCoreSupport, type MatmulPrecision } from "../engine/webgpu_kernels.js";
 import type { DirectTile } from "../engine/webgpu_gemm.js";
 import {
   AttentionProgram, CacheCopyProgram, CacheWriteProgram, EmbedProgram, Fp8ActivationProgram, QkNormProgram, RmsNormProgram, SamplerProgram, SwiGluProgram,
-  placementUniforms, type DecodeShape, type GpuProgram, type Placement, type UniformValue,
-  type PackedOut,
+  placementUniforms, type DecodeShape, type GpuProgram, type PackedOut, type Placement, type SamplerSettings, type UniformValue,
 } from "./webgpu_programs.js";
 
 interface TensorInfoLike { dataId: object; shape: number[]; dtype: string }
@@ -180,6 +179,19 @@ function cacheTensor(elements: number, half: boolean): tf.Tensor1D {
   return half ? deviceZeros(elements / 2, "int32") : deviceZeros(elements);
 }
 
+/** The products' precision, refused with the reason where 16-bit has no tensor cores to run on. */
+function checkPrecision(precision: MatmulPrecision = "f32"): MatmulPrecision {
+  if (precision !== "f32" && !tensorCoreSupport.available) {
+    throw new Error(`rollout engine 'webgpu': ${precision} products need the tensor-core kernel, which this adapter cannot run (${tensorCoreSupport.reason})`);
+  }
+  return precision;
+}
+
+/** Whether the KV cache holds f16 (the default with 16-bit products). */
+function halfCache(precision: MatmulPrecision, kvCache: WebGpuDecodeOptions["kvCache"]): boolean {
+  return (kvCache ?? (precision === "f32" ? "f32" : "f16")) === "f16";
+}
+
 export class WebGpuDecoder {
   readonly name = "webgpu";
   lastStats: WebGpuDecodeStats = { rows: 0, steps: 0, readBacks: 0, tokens: 0, prefillMs: 0, decodeMs: 0, recordMs: 0, prefillRows: 0 };
@@ -199,13 +211,10 @@ export class WebGpuDecoder {
       throw new Error(`rollout engine 'webgpu': prompt ${P} + response ${R} passes max_position_embeddings ${c.maxSeqLen}, where dynamic rope scaling changes the frequencies (not built on the GPU); use rollout.name=tfjs`);
     }
     const backend = tf.backend() as unknown as WebGpuBackendLike;
-    const precision = this.opts.precision ?? "f32";
-    if (precision !== "f32" && !tensorCoreSupport.available) {
-      throw new Error(`rollout engine 'webgpu': ${precision} products need the tensor-core kernel, which this adapter cannot run (${tensorCoreSupport.reason})`);
-    }
+    const precision = checkPrecision(this.opts.precision);
     if (rolloutQuantization(model)) await readParamsForDecode(model); // fp8 rollout quantizes on the host
     const w = gpuWeights(model, this.opts.transposedWeights ?? true, precision, this.opts.tile);
-    const half = (this.opts.kvCache ?? (precision === "f32" ? "f32" : "f16")) === "f16";
+    const half = halfCache(precision, this.opts.kvCache);
     const maxLen = P + R, layerBytesPerRow = 2 * c.nKvHeads * c.headDim * maxLen * (half ? 2 : 4);
     const sub = Math.max(1, Math.min(B,
       Math.floor((this.opts.maxCacheBytes ?? 16 * 2 ** 30) / (layerBytesPerRow * c.nLayers)),
@@ -231,7 +240,7 @@ type Outputs = { responses: Int32Array; responseMask: Int32Array; logProbs: Floa
 /** The forward pass and the decode loop of one sub-batch. */
 class DecodeStep {
   private readonly s: DecodeShape;
-  constructor(private readonly model: LlamaModel, private readonly w: GpuWeights, private readonly backend: WebGpuBackendLike, private readonly kvHalf = false) {
+  constructor(private readonly model: LlamaModel, readonly w: GpuWeights, private readonly backend: WebGpuBackendLike, private readonly kvHalf = false) {
     const c = model.config;
     this.s = { dim: c.dim, hiddenDim: c.hiddenDim, nHeads: c.nHeads, nKvHeads: c.nKvHeads, headDim: c.headDim, vocabSize: c.vocabSize, normEps: c.normEps };
   }
@@ -239,6 +248,11 @@ class DecodeStep {
   private program(p: GpuProgram, inputs: TensorInfoLike[], dtype: "float32" | "int32", uniforms: UniformValue[]): tf.Tensor {
     const info = this.backend.runWebGPUProgram(p, inputs, dtype, uniforms);
     return tf.engine().makeTensorFromTensorInfo(info as tf.TensorInfo);
+  }
+
+  /** One token per row of `logits` [rows, V], each row with its own settings (SamplerProgram.rowSettings): [2 * rows] int32, ids then log-prob bits. */
+  sampleRows(logits: tf.Tensor, settings: tf.Tensor, rows: number): tf.Tensor {
+    return this.program(new SamplerProgram(this.s.vocabSize, rows, true), [logits, settings], "int32", [{ type: "int32", data: [rows] }]);
   }
 
   /** fp8 rollout: the input of a quantized product rounded per token in groups (a copy; the input itself is kept). */
@@ -454,40 +468,84 @@ function placedByTensor<T extends GpuProgram>(p: T): T {
   return Object.assign(out, p, { variableNames: [...p.variableNames, "place"], shaderKey: `${p.shaderKey}_placed`, getUserCode: () => placedCode });
 }
 
+/** The slot decoder's options: rollout.dtype as in WebGpuDecodeOptions. */
+export type WebGpuSlotOptions = Pick<WebGpuDecodeOptions, "precision" | "kvCache" | "tile">;
+
 /**
  * The WebGPU decoder's per-request entry point (a SlotDecoder for the continuous-batching
  * server of agent loops): `slots` cache rows of `maxLen` columns on the device, each row at
  * its own column, so requests join and leave between calls and a conversation's row is
- * continued at its next turn. The forward pass is the one `generate` runs; the logits of
- * each row's last token are read back for the server's per-request sampling.
+ * continued at its next turn. The forward pass is the one `generate` runs, with the same
+ * weights (packed f16 for rollout.dtype bf16/fp16, re-laid out only when a parameter changed)
+ * and KV cache element type. `forwardSample` samples each row on the device with its
+ * request's own settings and reads back only the ids and log-probs; `forwardRows` reads the
+ * logits back for a server that samples on the host.
  */
 export class WebGpuSlotDecoder implements SlotDecoder {
   readonly vocabSize: number;
-  private readonly step: DecodeStep;
+  readonly precision: MatmulPrecision;
+  /** f16 KV cache */
+  readonly half: boolean;
+  private readonly backend: WebGpuBackendLike;
+  private step: DecodeStep;
   private readonly sess: Session;
 
-  constructor(private readonly model: LlamaModel, readonly slots: number, readonly maxLen: number) {
+  constructor(private readonly model: LlamaModel, readonly slots: number, readonly maxLen: number, private readonly opts: WebGpuSlotOptions = {}) {
     if (tf.getBackend() !== "webgpu") {
       throw new Error(`rollout engine 'webgpu' decodes on the WebGPU backend (trainer.device=webgpu); this thread's backend is '${tf.getBackend()}'`);
     }
-    const c = model.config, backend = tf.backend() as unknown as WebGpuBackendLike;
+    const c = model.config;
+    this.backend = tf.backend() as unknown as WebGpuBackendLike;
     this.vocabSize = c.vocabSize;
-    const layerBytes = 2 * slots * c.nKvHeads * maxLen * c.headDim * 4, limit = backend.device.limits.maxStorageBufferBindingSize;
+    this.precision = checkPrecision(opts.precision);
+    this.half = halfCache(this.precision, opts.kvCache);
+    const layerBytes = 2 * slots * c.nKvHeads * maxLen * c.headDim * (this.half ? 2 : 4), limit = this.backend.device.limits.maxStorageBufferBindingSize;
     if (layerBytes > limit) {
       throw new Error(`WebGPU slot decoder: ${slots} sequences x ${maxLen} positions need ${layerBytes} bytes of KV cache a layer, over the device's binding limit ${limit}; lower actor_rollout_ref.rollout.max_num_seqs or agent.max_concurrent_loops`);
     }
-    this.step = new DecodeStep(model, gpuWeights(model, true), backend);
+    this.step = new DecodeStep(model, gpuWeights(model, true, this.precision, opts.tile), this.backend, this.half);
     this.sess = {
-      rows: slots, maxLen, ropeRows: maxLen, half: false,
-      caches: Array.from({ length: c.nLayers }, () => deviceZeros(2 * slots * c.nKvHeads * maxLen * c.headDim)),
+      rows: slots, maxLen, ropeRows: maxLen, half: this.half,
+      caches: Array.from({ length: c.nLayers }, () => cacheTensor(2 * slots * c.nKvHeads * maxLen * c.headDim, this.half)),
       // each row's columns up to its token are its own sequence's: nothing to mask
       mask: tf.ones([slots * maxLen], "int32"),
       rope: tf.tensor1d(ropeTable(c.headDim, c.ropeTheta, c.ropeScaling ?? null, maxLen)),
     };
   }
 
+  /** The decode step over the model's current weights (the layout is cached per model: rebuilt, or packed again, only when a parameter changed). */
+  private current(): DecodeStep {
+    const w = gpuWeights(this.model, true, this.precision, this.opts.tile);
+    if (this.step.w !== w) this.step = new DecodeStep(this.model, w, this.backend, this.half);
+    return this.step;
+  }
+
   async forwardRows(rows: Int32Array, tokens: Int32Array, positions: Int32Array, slotStart: Int32Array, T: number): Promise<Float32Array> {
+    const logits = this.run(rows, tokens, positions, slotStart, T, (l) => l)!;
+    try {
+      return (await logits.data()) as Float32Array;
+    } finally {
+      logits.dispose();
+    }
+  }
+
+  forwardSample(rows: Int32Array, tokens: Int32Array, positions: Int32Array, slotStart: Int32Array, T: number, sampling: readonly RowSampling[] | null, prev?: SampledStep): SampledStep | null {
+    const R = rows.length;
+    if (sampling && sampling.length !== R) throw new Error(`WebGPU slot decoder: ${sampling.length} sampling settings for ${R} rows`);
+    if (prev !== undefined && !(prev instanceof DeviceSampledStep)) throw new Error("WebGPU slot decoder: prev must be a step this decoder queued");
+    const settings = sampling && tf.tensor1d(SamplerProgram.rowSettings(sampling.map(samplerSettings)), "int32");
+    try {
+      const out = this.run(rows, tokens, positions, slotStart, T, settings ? (l) => this.step.sampleRows(l, settings, R) : undefined, prev);
+      return out ? new DeviceSampledStep(out, R) : null;
+    } finally {
+      settings?.dispose();
+    }
+  }
+
+  /** Checks and places the tokens, runs the forward pass; `head` turns the last tokens' logits into what is read back (none: no logits). */
+  private run(rows: Int32Array, tokens: Int32Array, positions: Int32Array, slotStart: Int32Array, T: number, head?: (logits: tf.Tensor) => tf.Tensor, prev?: DeviceSampledStep): tf.Tensor | undefined {
     const c = this.model.config, R = rows.length, N = R * T;
+    if (prev && T !== 1) throw new Error(`WebGPU slot decoder: tokens from the previous step feed one token a row (T = 1), not ${T}`);
     if (tokens.length !== N || positions.length !== N || slotStart.length !== R) throw new Error("WebGPU slot decoder: tokens/positions must hold rows x T entries and slotStart one per row");
     const place = new Int32Array(2 * N);
     for (let r = 0; r < R; r++) {
@@ -496,20 +554,35 @@ export class WebGpuSlotDecoder implements SlotDecoder {
       for (let t = 0; t < T; t++) {
         const n = r * T + t;
         if (positions[n]! < 0 || positions[n]! >= this.maxLen) throw new Error(`WebGPU slot decoder: position ${positions[n]} outside [0, ${this.maxLen})`);
-        if (tokens[n]! < 0 || tokens[n]! >= c.vocabSize) throw new Error(`WebGPU slot decoder: token id ${tokens[n]} outside the vocabulary [0, ${c.vocabSize})`);
+        const fromPrev = prev !== undefined && tokens[n]! < 0;
+        if (fromPrev ? -1 - tokens[n]! >= prev.rows : tokens[n]! < 0 || tokens[n]! >= c.vocabSize) {
+          throw new Error(fromPrev ? `WebGPU slot decoder: token ${tokens[n]} names row ${-1 - tokens[n]!} of a previous step of ${prev.rows} rows` : `WebGPU slot decoder: token id ${tokens[n]} outside the vocabulary [0, ${c.vocabSize})`);
+        }
         place[n] = rows[r]!;
         place[N + n] = slotStart[r]! + t;
       }
     }
+    const step = this.current();
     const placement: Placement = { nTok: N, tPer: T, slot0: 0, posAdd: 0, maxLen: this.maxLen, vOff: this.slots * c.nKvHeads * this.maxLen * c.headDim, ropeOff: this.maxLen * (c.headDim / 2) };
-    const inputs = [tf.tensor1d(tokens, "int32"), tf.tensor1d(positions, "int32"), tf.tensor1d(place, "int32")];
-    let logits: tf.Tensor | undefined;
+    const inputs = [this.tokenTensor(tokens, prev), tf.tensor1d(positions, "int32"), tf.tensor1d(place, "int32")];
     try {
-      logits = tf.tidy(() => this.step.forward(this.sess, inputs[0]!, inputs[1]!, placement, true, inputs[2]))!;
-      return (await logits.data()) as Float32Array;
+      return tf.tidy(() => {
+        const logits = step.forward(this.sess, inputs[0]!, inputs[1]!, placement, head !== undefined, inputs[2]);
+        return logits && head ? head(logits) : undefined;
+      });
     } finally {
-      tf.dispose([...inputs, ...(logits ? [logits] : [])]);
+      tf.dispose(inputs);
     }
+  }
+
+  /** The step's tokens on the device: the host's, with -1 - j taken from the previous step's row j without a read-back. */
+  private tokenTensor(tokens: Int32Array, prev?: DeviceSampledStep): tf.Tensor {
+    if (!prev || tokens.every((t) => t >= 0)) return tf.tensor1d(tokens, "int32");
+    return tf.tidy(() => {
+      const fromPrev = tf.tensor1d(Uint8Array.from(tokens, (t) => (t < 0 ? 1 : 0)), "bool");
+      const picked = tf.gather(prev.ids, tf.tensor1d(Int32Array.from(tokens, (t) => (t < 0 ? -1 - t : 0)), "int32"));
+      return tf.where(fromPrev, picked, tf.tensor1d(Int32Array.from(tokens, (t) => Math.max(t, 0)), "int32"));
+    });
   }
 
   /** Columns past `len` are written again before any token reads them: nothing to clear. */
@@ -523,5 +596,40 @@ export class WebGpuSlotDecoder implements SlotDecoder {
   }
 }
 
-/** The continuous-batching server's decoder on the WebGPU device. */
-export const webGpuSlotDecoder: SlotDecoderFactory = (model, slots, maxLen) => new WebGpuSlotDecoder(model, slots, maxLen);
+/** A queued device-sampled step: [2 * rows] int32 on the device (ids, then log-prob bits), read back once. */
+class DeviceSampledStep implements SampledStep {
+  readonly result: Promise<SampledRows>;
+  private settled = false;
+  private disposed = false;
+  constructor(readonly ids: tf.Tensor, readonly rows: number) {
+    const R = rows;
+    this.result = (ids.data() as Promise<Int32Array>).then((v) => ({ ids: v.slice(0, R), logProbs: new Float32Array(v.buffer.slice(v.byteOffset + 4 * R, v.byteOffset + 8 * R)) }));
+    // a tensor is freed only after its read has finished
+    void this.result.then(() => this.settle(), () => this.settle());
+  }
+
+  private settle(): void {
+    this.settled = true;
+    if (this.disposed) this.ids.dispose();
+  }
+
+  dispose(): void {
+    if (this.disposed) return;
+    this.disposed = true;
+    if (this.settled) this.ids.dispose();
+  }
+}
+
+/** A request's sampling as the device sampler's settings (greedy: temperature 1 for the log-prob, as the host sampler). */
+function samplerSettings(s: RowSampling): SamplerSettings {
+  const greedy = isGreedy(s);
+  return { invT: greedy ? 1 : 1 / s.temperature, topK: s.topK, topP: s.topP, greedy, seed: s.seed, step: s.step };
+}
+
+/** The continuous-batching server's decoder on the WebGPU device, with rollout.dtype's precision. */
+export function webGpuSlotDecoderFactory(opts: WebGpuSlotOptions = {}): SlotDecoderFactory {
+  return (model, slots, maxLen) => new WebGpuSlotDecoder(model, slots, maxLen, opts);
+}
+
+/** The continuous-batching server's decoder on the WebGPU device (float32). */
+export const webGpuSlotDecoder: SlotDecoderFactory = webGpuSlotDecoderFactory();

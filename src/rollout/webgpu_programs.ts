@@ -496,6 +496,9 @@ export class AttentionProgram implements GpuProgram {
 
 export interface SamplerSettings { invT: number; topK: number; topP: number; greedy: boolean; seed: number; step: number }
 
+/** Words per row of the per-row settings input (SamplerProgram.rowSettings). */
+const ROW_SETTINGS = 6;
+
 /**
  * One token per row, on the device: greedy (first maximum), or a draw from
  * softmax(logits / T) restricted to the top-k, then the top-p nucleus of what is left, by
@@ -503,19 +506,26 @@ export interface SamplerSettings { invT: number; topK: number; topP: number; gre
  * are exact thresholds found by a bitwise search over order-preserving keys of the scaled
  * logits (ties at a cut-off are all kept). Output [2 * rows] int32: the tokens, then the
  * bits of each token's log-prob under softmax(logits / T) (T = 1 when greedy).
+ *
+ * perRow (the slot decoder's requests, each with its own sampling): the settings come from a
+ * second input, ROW_SETTINGS int32 words a row (rowSettings), and the noise of a row depends
+ * on its own (seed, step) only, not on where the row sits in the batch, so a request draws the
+ * same tokens whichever requests share its steps.
  */
 export class SamplerProgram implements GpuProgram {
-  variableNames = ["logits"];
-  uniforms = "nRows : i32, invT : f32, topK : i32, topP : f32, greedy : i32, seed : u32, step : u32,";
+  variableNames: string[];
+  uniforms: string;
   dispatchLayout = { x: [0] };
   workgroupSize: [number, number, number] = [256, 1, 1];
   dispatch: [number, number, number];
   outputShape: number[];
   shaderKey: string;
-  constructor(private readonly V: number, R: number) {
+  constructor(private readonly V: number, R: number, private readonly perRow = false) {
     this.outputShape = [2 * R];
     this.dispatch = grid(R);
-    this.shaderKey = `verlSampler_${V}`;
+    this.variableNames = perRow ? ["logits", "rowSettings"] : ["logits"];
+    this.uniforms = perRow ? "nRows : i32," : "nRows : i32, invT : f32, topK : i32, topP : f32, greedy : i32, seed : u32, step : u32,";
+    this.shaderKey = `verlSampler_${V}${perRow ? "_rows" : ""}`;
   }
   static uniforms(R: number, s: SamplerSettings): UniformValue[] {
     return [
@@ -523,6 +533,13 @@ export class SamplerProgram implements GpuProgram {
       { type: "float32", data: [s.topP] }, { type: "int32", data: [s.greedy ? 1 : 0] },
       { type: "uint32", data: [s.seed >>> 0] }, { type: "uint32", data: [s.step >>> 0] },
     ];
+  }
+  /** The perRow program's input: each row's settings as int32 words (floats and the seed by their bits). */
+  static rowSettings(rows: readonly SamplerSettings[]): Int32Array {
+    const out = new Int32Array(rows.length * ROW_SETTINGS), f = new Float32Array(1), fi = new Int32Array(f.buffer);
+    const bits = (x: number) => { f[0] = x; return fi[0]!; };
+    rows.forEach((s, r) => out.set([bits(s.invT), s.topK, bits(s.topP), s.greedy ? 1 : 0, s.seed | 0, s.step | 0], r * ROW_SETTINGS));
+    return out;
   }
   getUserCode(): string {
     const V = this.V;
@@ -557,6 +574,7 @@ export class SamplerProgram implements GpuProgram {
       var<workgroup> ri : array<i32, 256>;
       var<workgroup> ru : array<u32, 256>;
       var<workgroup> goalShared : f32;
+      ${this.perRow ? `var<workgroup> rowShared : array<i32, ${ROW_SETTINGS}>;` : ""}
       fn verlKey(z : f32) -> u32 {
         let b = bitcast<u32>(z);
         if ((b & 0x80000000u) != 0u) { return ~b; }
@@ -572,7 +590,24 @@ export class SamplerProgram implements GpuProgram {
         let row = index / 256;
         let r = min(row, uniforms.nRows - 1);
         let base = r * ${V};
-        let invT = uniforms.invT;
+        ${this.perRow ? `// thread 0 reads the row's settings; workgroupUniformLoad makes the branches below uniform
+        if (tid == 0) {
+          for (var j = 0; j < ${ROW_SETTINGS}; j = j + 1) { rowShared[j] = rowSettings[r * ${ROW_SETTINGS} + j]; }
+        }
+        let st = workgroupUniformLoad(&rowShared);
+        let invT = bitcast<f32>(st[0]);
+        let topK = st[1];
+        let topP = bitcast<f32>(st[2]);
+        let greedy = st[3];
+        let rowSeed = bitcast<u32>(st[4]);
+        let stepNo = bitcast<u32>(st[5]);
+        let salt = 0u;` : `let invT = uniforms.invT;
+        let topK = uniforms.topK;
+        let topP = uniforms.topP;
+        let greedy = uniforms.greedy;
+        let rowSeed = uniforms.seed;
+        let stepNo = uniforms.step;
+        let salt = u32(r);`}
         var bm = -3.0e38;
         var bi = ${V};
         ${each("let z = logits[base + i] * invT; if (z > bm) { bm = z; bi = i; }")}
@@ -583,25 +618,25 @@ export class SamplerProgram implements GpuProgram {
         ${sum("rf", "seAll", "se")}
         let logZ = m + log(seAll);
         var token = arg;
-        if (uniforms.greedy == 0) {
+        if (greedy == 0) {
           var low = 0u;
-          if (uniforms.topK > 0 && uniforms.topK < ${V}) {
+          if (topK > 0 && topK < ${V}) {
             var prefix = 0u;
             for (var bit = 31; bit >= 0; bit = bit - 1) {
               let cand = prefix | (1u << u32(bit));
               var cnt = 0u;
               ${each("if (verlKey(logits[base + i] * invT) >= cand) { cnt = cnt + 1u; }")}
               ${sum("ru", "cntAll", "cnt")}
-              if (cntAll >= u32(uniforms.topK)) { prefix = cand; }
+              if (cntAll >= u32(topK)) { prefix = cand; }
             }
             low = prefix;
           }
-          if (uniforms.topP < 1.0) {
+          if (topP < 1.0) {
             var mass = 0.0;
             ${each("let z = logits[base + i] * invT; if (verlKey(z) >= low) { mass = mass + exp(z - m); }")}
             ${sum("rf", "massAll", "mass")}
             // kept in workgroup memory: llvmpipe lost a private value live across the barriers below
-            if (tid == 0) { goalShared = uniforms.topP * massAll; }
+            if (tid == 0) { goalShared = topP * massAll; }
             var prefix = 0u;
             for (var bit = 31; bit >= 0; bit = bit - 1) {
               let th = max(prefix | (1u << u32(bit)), low);
@@ -612,7 +647,7 @@ export class SamplerProgram implements GpuProgram {
             }
             low = max(prefix, low);
           }
-          let rs = verlHash(verlHash(uniforms.seed) ^ verlHash(uniforms.step * 2654435761u + u32(r)));
+          let rs = verlHash(verlHash(rowSeed) ^ verlHash(stepNo * 2654435761u + salt));
           var gb = -3.0e38;
           var gi = ${V};
           ${each(`let z = logits[base + i] * invT;

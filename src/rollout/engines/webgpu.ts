@@ -8,7 +8,7 @@ import * as tf from "@tensorflow/tfjs";
 import type { DataProto } from "../../protocol/data_proto.js";
 import { llamaGraphGap } from "../../models/families.js";
 import type { AsyncRolloutServer } from "../../agent_loop/server.js";
-import { WebGpuDecoder, webGpuSlotDecoder } from "../webgpu_decoder.js";
+import { WebGpuDecoder, WebGpuSlotDecoder } from "../webgpu_decoder.js";
 import { HostRolloutEngine, slotServer } from "./host.js";
 import { generateSeeded, registerRolloutEngine, type RequestServerContext, type RolloutEngine, type RolloutEngineContext, type RolloutRequest } from "./registry.js";
 import { parsePrecision, tensorCoreSupport, type MatmulPrecision } from "../../engine/webgpu_kernels.js";
@@ -26,14 +26,18 @@ export class WebGpuRolloutEngine implements RolloutEngine {
   readonly name = "webgpu";
   private decoder: WebGpuDecoder | undefined;
   private readonly asked: { precision: MatmulPrecision; key: string };
+  private settled: MatmulPrecision | undefined;
 
   constructor(ctx?: RolloutEngineContext) {
     this.asked = rolloutPrecision(ctx);
   }
 
-  /** The decoder, made on the first call (the adapter is known by then); 16-bit falls back to float32 with one line where the adapter lacks the tensor cores. */
-  private get dec(): WebGpuDecoder {
-    if (this.decoder) return this.decoder;
+  /**
+   * The precision both decoders use, settled on first use (the adapter is known by then); 16-bit
+   * falls back to float32 with one line where the adapter lacks the tensor cores.
+   */
+  private precision(): MatmulPrecision {
+    if (this.settled) return this.settled;
     let precision = this.asked.precision;
     if (precision !== "f32") {
       const ok = tensorCoreSupport.available;
@@ -42,16 +46,20 @@ export class WebGpuRolloutEngine implements RolloutEngine {
         : `[verl-ts] ${this.asked.key}=${precision}: no tensor-core kernel here (${tensorCoreSupport.reason}); the WebGPU decoder stays float32`);
       if (!ok) precision = "f32";
     }
-    return (this.decoder = new WebGpuDecoder({ precision }));
+    return (this.settled = precision);
+  }
+
+  private get dec(): WebGpuDecoder {
+    return (this.decoder ??= new WebGpuDecoder({ precision: this.precision() }));
   }
 
   async generate(req: RolloutRequest): Promise<DataProto> {
     return generateSeeded(req, (prompts, rng) => this.dec.generate(req.model, prompts, req.params, rng));
   }
 
-  /** Agent loops: the WebGPU decoder's cache slots, one per live request, behind the batching server. */
+  /** Agent loops: the WebGPU decoder's cache slots, one per live request, behind the batching server (sampling on the device, rollout.dtype's precision). */
   requestServer(ctx: RequestServerContext): AsyncRolloutServer {
-    return slotServer(ctx, webGpuSlotDecoder);
+    return slotServer(ctx, (model, slots, maxLen) => new WebGpuSlotDecoder(model, slots, maxLen, { precision: this.precision() }));
   }
 
   async dispose(): Promise<void> {}
