@@ -147,8 +147,10 @@ test("LoRA: a layer-restricted adapter saves its exact module names as a regex; 
     assert.deepEqual([...back.modules.keys()], ["model.layers.0.self_attn.q_proj", "model.layers.0.self_attn.v_proj"]);
     assert.deepEqual(selectTargets(config, back.settings), [...back.modules.keys()]);
     back.dispose();
+    writeFileSync(join(dir, "a", "adapter_config.json"), JSON.stringify({ ...cfg, use_rslora: true }));
+    assert.throws(() => loadLoraAdapter(join(dir, "a"), config), /use_rslora=true/);
     writeFileSync(join(dir, "a", "adapter_config.json"), JSON.stringify({ ...cfg, use_dora: true }));
-    assert.throws(() => loadLoraAdapter(join(dir, "a"), config), /use_dora=true/);
+    assert.throws(() => loadLoraAdapter(join(dir, "a"), config), /no lora_magnitude_vector for 'model\.layers\.0\.self_attn\.q_proj' \(use_dora is set\)/);
     assert.throws(() => loadLoraAdapter(join(dir, "nope"), config), /adapter_config\.json does not exist/);
   } finally {
     m.dispose();
