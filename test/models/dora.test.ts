@@ -18,6 +18,7 @@ import { loraLinear } from "../../src/models/lora_linear.js";
 import { loadLoraAdapter, saveLoraAdapter } from "../../src/models/peft.js";
 import { readSafetensors } from "../../src/models/safetensors.js";
 import { Rng } from "../../src/utils/rng.js";
+import { decodeBothWays } from "./decode_both.js";
 
 const config = makeConfig({ vocabSize: 40, dim: 16, hiddenDim: 24, nLayers: 2, nHeads: 4, nKvHeads: 2, attentionBias: true, tieWordEmbeddings: false, maxSeqLen: 64 });
 const IDS = [1, 5, 9, 13, 2, 7, 3, 3, 8, 21, 30, 4];
@@ -160,15 +161,11 @@ test("DoRA: merged weights reproduce the adapted model (rollout and HF export); 
 
 test("DoRA: the KV-cache decoder on merged weights gives the adapted training forward's greedy tokens", async () => {
   await initBackend("wasm");
-  const { defaultSamplingParams, generate, leftPadPrompts } = await import("../../src/rollout/index.js");
   const m = initModel(config, new Rng(1));
   m.lora = dora(m);
   perturb(m.lora);
   try {
-    const batch = leftPadPrompts([[1, 5, 9], [3, 8]], 0);
-    const params = defaultSamplingParams({ temperature: 0, responseLength: 8, eosTokenIds: [], padTokenId: 0, calculateLogProbs: true });
-    const fast = generate(m, batch, params, new Rng(0));
-    const slow = generate(m, batch, params, new Rng(0), { engine: "no-cache" });
+    const { fast, slow } = decodeBothWays(m);
     assert.deepEqual(Array.from(fast.batch["responses"]!.data), Array.from(slow.batch["responses"]!.data));
     const lf = fast.batch["rollout_log_probs"]!.data, ls = slow.batch["rollout_log_probs"]!.data;
     assert.ok(maxDiff(lf, ls) < 1e-4, `log-probs: merged decode vs adapted forward ${maxDiff(lf, ls)}`);

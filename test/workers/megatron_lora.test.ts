@@ -288,6 +288,12 @@ test("verl train --config-name ppo_megatron_trainer with lora.type=dora and lora
     const steps = [...r.stdout.matchAll(/actor\/pg_loss:/g)].length;
     assert.ok(steps >= 2, `two steps logged (${steps})\n${r.stdout.slice(-1500)}`);
     const saved = readSafetensors(join(ws.dir, "c/global_step_2/actor/model.safetensors")).tensors;
+    // the same seed and config again: the same dropout masks, so the same trained adapter
+    const again = await runTrain(args.map((a) => a.replace(`${ws.dir}/c`, `${ws.dir}/c2`)), {});
+    assert.equal(again.code, 0, again.stderr);
+    const saved2 = readSafetensors(join(ws.dir, "c2/global_step_2/actor/model.safetensors")).tensors;
+    assert.deepEqual([...saved2.keys()], [...saved.keys()]);
+    for (const [k, t] of saved) assert.deepEqual([...saved2.get(k)!.data], [...t.data], `${k}: same seed, same run`);
     const m = saved.get("model.layers.0.self_attn.o_proj.lora_magnitude_vector");
     assert.ok(m && m.shape[0] === 16, "the trained magnitude is checkpointed");
     const dir = join(ws.dir, "c/global_step_2/actor/lora_adapter");
