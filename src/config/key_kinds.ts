@@ -127,11 +127,19 @@ export const KEY_RULES: readonly KeyRule[] = [
   {
     keys: `{${M},critic.model}.lora.{type,rank,alpha,target_modules,exclude_modules,lora_A_init_method,lora_B_init_method}`,
     kind: "honoured",
-    what: "LoRA from Megatron's keys on the PEFT layout (src/workers/megatron_lora.ts; fused linear_qkv/linear_fc1 as tied adapters sharing A; type=dora and vlm_lora refused at start)",
+    what: "LoRA from Megatron's keys on the PEFT layout (src/workers/megatron_lora.ts; fused linear_qkv/linear_fc1 as tied adapters sharing A; type=dora is DoRA with a trained magnitude, exported as peft's use_dora; vlm_lora refused at start)",
   },
-  { keys: `{${M},critic.model}.lora.dropout`, kind: "not_built", what: "LoRA dropout (neither LoRA spelling has it here)" },
-  { keys: `{${M},critic.model}.lora.{merge,dtype,a2a_experimental,dropout_position}`, kind: "inert", what: "Megatron-Bridge (the rollout always decodes with the adapter applied; adapters are float32; no LoRA dropout, so no dropout position)" },
-  { keys: `{${M},critic.model}.lora.adapter_path`, kind: "not_built", what: "Megatron-Bridge adapter checkpoints (a peft folder goes in model.lora_adapter_path)" },
+  {
+    keys: `{${M},critic.model}.lora.{dropout,dropout_position}`,
+    kind: "honoured",
+    what: "dropout on the adapter branch in the update's forward only (not the rollout nor the log-prob/value passes, which verl runs in eval mode); pre: on the adapter's input, post: on its output; seeded (src/models/lora_dropout.ts)",
+  },
+  { keys: `{${M},critic.model}.lora.{merge,dtype,a2a_experimental}`, kind: "inert", what: "Megatron-Bridge (the rollout always decodes with the adapter merged in: the same numbers as separate adapters; adapters are float32)" },
+  {
+    keys: `{${M},critic.model}.lora.adapter_path`,
+    kind: "honoured",
+    what: "read at start and refused, naming the format found: verl's mp_rank_*_adapter.pt and Megatron-Bridge's torch_dist (.distcp) checkpoints are torch pickles; a peft folder goes in model.lora_adapter_path",
+  },
   { keys: `{${M},critic.model}.lora.{freeze_vision_model,freeze_vision_projection,freeze_language_model}`, kind: "not_built", what: "vision-language models" },
   { keys: "**.{lora_rank,lora_alpha,target_modules,exclude_modules,lora_adapter_path}", kind: "not_built", what: "LoRA" },
   { keys: "**.lora.**", kind: "not_built", what: "LoRA (Megatron)" },

@@ -10,6 +10,7 @@ import { groupedAttention } from "./attention.js";
 import { checkpoint } from "./checkpointing.js";
 import { geGlu, rmsNorm, softcap, swiGlu } from "./layers.js";
 import type { LoraAdapter } from "./lora.js";
+import type { AdapterDropout } from "./lora_dropout.js";
 import { loraLinear } from "./lora_linear.js";
 import { topKMask } from "./moe_loss.js";
 import { segmentView } from "./packing.js";
@@ -210,17 +211,16 @@ export class LlamaModel {
   /**
    * x through the fused linear modules `mods` of layer `i`: one product with the
    * concatenated base weights (frozen under LoRA: no weight gradient is formed),
-   * plus each adapted module's scale * (x A^T) B^T.
+   * plus each adapted module's scale * (x A^T) B^T (DoRA-scaled, and with the training pass's
+   * adapter dropout `drop`, where the adapter has them).
    */
-  private project(x: tf.Tensor, i: number, mods: string[], w: (n: string) => tf.Tensor): tf.Tensor {
+  private project(x: tf.Tensor, i: number, mods: string[], w: (n: string) => tf.Tensor, drop: AdapterDropout | null): tf.Tensor {
     const base = mods.map((m) => w(`model.layers.${i}.${m}.weight`) as tf.Tensor2D);
     const lora = this.lora;
     if (!lora) return linear(x, (base.length === 1 ? base[0]! : tf.concat(base, 0)) as tf.Tensor2D);
     const names = mods.map((m) => `model.layers.${i}.${m}`);
     if (!names.some((n) => lora.has(n))) return frozenLinear(x, base);
-    const blocks = names.map((n, j) => (lora.has(n)
-      ? { w: base[j]!, a: w(lora.paramName(n, "A")) as tf.Tensor2D, b: w(lora.paramName(n, "B")) as tf.Tensor2D }
-      : { w: base[j]! }));
+    const blocks = names.map((n, j) => (lora.has(n) ? lora.block(n, base[j]!, x.shape[0]!, w, drop) : { w: base[j]! }));
     return loraLinear(x as tf.Tensor2D, blocks, lora.scale);
   }
 
@@ -236,13 +236,13 @@ export class LlamaModel {
   }
 
   /** One decoder layer on token rows x [N, dim]. */
-  private decoderLayer(i: number, x: tf.Tensor, ctx: LayerContext, view: AttentionView, w: (n: string) => tf.Tensor, io: MoeIo = {}): tf.Tensor {
+  private decoderLayer(i: number, x: tf.Tensor, ctx: LayerContext, view: AttentionView, w: (n: string) => tf.Tensor, drop: AdapterDropout | null, io: MoeIo = {}): tf.Tensor {
     const c = this.config, hd = c.headDim, g = c.nHeads / c.nKvHeads, N = x.shape[0]!;
     const { batch: B, seqLen: T } = view, L = `model.layers.${i}.`;
     const sliding = layerWindow(c, i) !== null;
     // attention: one fused q/k/v projection, rotary on q and k together
     const n1 = this.norm(x, w(L + "input_layernorm.weight"));
-    let qkv = this.project(n1, i, QKV, w);
+    let qkv = this.project(n1, i, QKV, w, drop);
     if (c.attentionBias) qkv = qkv.add(tf.concat(QKV.map((m) => w(`${L}${m}.bias`))));
     let [qk0, v0] = tf.split(qkv.reshape([N, c.nHeads + 2 * c.nKvHeads, hd]), [c.nHeads + c.nKvHeads, c.nKvHeads], 1);
     if (c.qkNorm) { // Qwen3 / Gemma 3: each head's q and k RMS-normed over head_dim before RoPE
@@ -268,24 +268,24 @@ export class LlamaModel {
     const o = groupedAttention(q, k, v, sliding ? ctx.slidingBias! : ctx.bias, shape, sliding ? undefined : view.keyStart);
     let att = o.reshape([B, c.nKvHeads, T, g * hd]).transpose([0, 2, 1, 3]).reshape([B * T, c.nHeads * hd]);
     if (ctx.toPacked) att = tf.gather(att, ctx.toPacked);
-    let ao = this.project(att, i, ["self_attn.o_proj"], w);
+    let ao = this.project(att, i, ["self_attn.o_proj"], w, drop);
     if (c.attentionOutBias) ao = ao.add(w(L + "self_attn.o_proj.bias"));
     // Gemma normalises the attention output before the residual, and has its own pre-feed-forward norm
     if (c.gemma) ao = this.norm(ao, w(L + "post_attention_layernorm.weight"));
     const h = x.add(ao);
     const n2 = this.norm(h, w(L + (c.gemma ? "pre_feedforward_layernorm.weight" : "post_attention_layernorm.weight")));
-    let f = isSparseLayer(c, i) ? this.experts(n2, i, w, io) : this.mlp(n2, i, "mlp.", w);
+    let f = isSparseLayer(c, i) ? this.experts(n2, i, w, drop, io) : this.mlp(n2, i, "mlp.", w, drop);
     if (c.gemma) f = this.norm(f, w(L + "post_feedforward_layernorm.weight"));
     return h.add(f);
   }
 
   /** The gated feed-forward under `prefix` (mlp. or mlp.experts.e.): one fused gate/up product, act(gate) * up, down. */
-  private mlp(x: tf.Tensor, i: number, prefix: string, w: (n: string) => tf.Tensor): tf.Tensor {
+  private mlp(x: tf.Tensor, i: number, prefix: string, w: (n: string) => tf.Tensor, drop: AdapterDropout | null): tf.Tensor {
     const c = this.config, L = `model.layers.${i}.${prefix}`, bias = c.mlpBias && prefix === "mlp.";
-    let gu = this.project(x, i, [prefix + "gate_proj", prefix + "up_proj"], w) as tf.Tensor2D;
+    let gu = this.project(x, i, [prefix + "gate_proj", prefix + "up_proj"], w, drop) as tf.Tensor2D;
     if (bias) gu = gu.add(tf.concat([w(L + "gate_proj.bias"), w(L + "up_proj.bias")])) as tf.Tensor2D;
     const hidden = c.gemma ? geGlu(gu) : swiGlu(gu); // gelu_tanh(gate) * up, or silu(gate) * up
-    const out = this.project(hidden, i, [prefix + "down_proj"], w);
+    const out = this.project(hidden, i, [prefix + "down_proj"], w, drop);
     return bias ? out.add(w(L + "down_proj.bias")) : out;
   }
 
@@ -296,9 +296,9 @@ export class LlamaModel {
    * gather/scatter kernel yet), so the cost is numExperts / topK times a routed one.
    * Routing replay (io.replay) swaps the top-k for given experts; the weights stay the softmax's.
    */
-  private experts(x: tf.Tensor, i: number, w: (n: string) => tf.Tensor, io: MoeIo): tf.Tensor {
+  private experts(x: tf.Tensor, i: number, w: (n: string) => tf.Tensor, drop: AdapterDropout | null, io: MoeIo): tf.Tensor {
     const moe = this.config.moe!, N = x.shape[0]!;
-    const logits = this.project(x, i, ["mlp.gate"], w); // [N, E]
+    const logits = this.project(x, i, ["mlp.gate"], w, drop); // [N, E]
     if (io.logits) io.logits.push(tf.keep(logits));
     const probs = tf.softmax(logits);
     // replay: the forced experts' one-hot sum is the mask (a constant, as the router's own top-k mask is)
@@ -311,7 +311,7 @@ export class LlamaModel {
     if (moe.normTopkProb) weights = weights.div(weights.sum(-1, true));
     let out: tf.Tensor | undefined;
     for (let e = 0; e < moe.numExperts; e++) {
-      const y = this.mlp(x, i, `mlp.experts.${e}.`, w).mul(weights.slice([0, e], [-1, 1]));
+      const y = this.mlp(x, i, `mlp.experts.${e}.`, w, drop).mul(weights.slice([0, e], [-1, 1]));
       out = out ? out.add(y) : y;
     }
     return out!;
@@ -366,18 +366,20 @@ export class LlamaModel {
       const ctx = context(consts);
       const plain = (n: string) => this.tensor(n);
       const replay = opts.replayExperts ? this.replayByLayer(opts.replayExperts, B * T) : undefined;
+      // captured now: a layer recomputed in the backward pass (after the training pass) redraws the same masks
+      const drop = this.lora?.activeDropout() ?? null;
 
       let x: tf.Tensor = tf.gather(this.p("model.embed_tokens.weight"), inputIds.reshape([-1]).toInt()); // [B*T, dim]
       if (c.gemma) x = x.mul(Math.fround(Math.sqrt(c.dim))); // Gemma scales the embeddings by sqrt(hidden_size)
       for (let i = 0; i < c.nLayers; i++) {
         const io: MoeIo = { logits: opts.routerLogits, chosen: opts.routedExperts, replay: replay?.[i] };
         // a sparse layer whose router logits or experts are collected keeps its activations: not recomputed
-        if (!this.gradientCheckpointing || ((opts.routerLogits || opts.routedExperts) && isSparseLayer(c, i))) { x = this.decoderLayer(i, x, ctx, view, plain, io); continue; }
+        if (!this.gradientCheckpointing || ((opts.routerLogits || opts.routedExperts) && isSparseLayer(c, i))) { x = this.decoderLayer(i, x, ctx, view, plain, drop, io); continue; }
         // recompute in backward: only the layer's input (and the shared constants) stays alive
         const names = this.layerTrainables(i);
         x = checkpoint((xs, ps, cs) => {
           const given = new Map(names.map((n, j) => [n, ps[j]!]));
-          return this.decoderLayer(i, xs, context(cs), view, (n) => given.get(n) ?? this.tensor(n), { replay: io.replay });
+          return this.decoderLayer(i, xs, context(cs), view, (n) => given.get(n) ?? this.tensor(n), drop, { replay: io.replay });
         }, x, names.map(plain), consts);
       }
       return this.norm(x, this.p("model.norm.weight")).reshape([B, T, c.dim]) as tf.Tensor3D;
@@ -399,11 +401,11 @@ export class LlamaModel {
 
   private rawLmHead(hidden: tf.Tensor): tf.Tensor {
     const w = this.lmHeadWeight() as tf.Tensor2D;
-    const head = this.lora?.modules.get("lm_head");
-    if (head) {
+    const lora = this.lora;
+    if (lora?.has("lm_head")) {
       return tf.tidy(() => {
         const x = hidden.reshape([-1, w.shape[1]]) as tf.Tensor2D;
-        const y = loraLinear(x, [{ w, a: head.a as tf.Tensor2D, b: head.b as tf.Tensor2D }], this.lora!.scale);
+        const y = loraLinear(x, [lora.block("lm_head", w, x.shape[0], (n) => this.tensor(n), lora.activeDropout())], lora.scale);
         return y.reshape([...hidden.shape.slice(0, -1), w.shape[0]]);
       });
     }

@@ -3,11 +3,14 @@
 // linear W [out, in] gains A [r, in] and B [out, r], and computes
 // x W^T + (alpha / r) (x A^T) B^T. A starts kaiming-uniform (a = sqrt 5, i.e.
 // U(-1/sqrt(in), 1/sqrt(in))), B at zero, so a fresh adapter leaves the model
-// unchanged. The base weights stay frozen: only A and B train.
+// unchanged. The base weights stay frozen: only A and B train (and, under DoRA, the
+// magnitude vector m [out], which starts at the row norms of W + s B A).
 import * as tf from "@tensorflow/tfjs";
 import type { Rng } from "../utils/rng.js";
 import type { ModelConfig } from "./config.js";
 import { parameterShapes } from "./llama.js";
+import { AdapterDropout, type DropoutPosition } from "./lora_dropout.js";
+import type { LoraBlock } from "./lora_linear.js";
 
 export interface LoraSettings {
   rank: number;
@@ -33,13 +36,29 @@ export interface LoraSettings {
    * module of a group owns A; its name is the trainable one.
    */
   tiedA?: string[][];
+  /** Dropout probability on the adapter branch in training passes (0 = none: the default). */
+  dropout?: number;
+  /** Where the dropout applies: pre (the default) or post; see lora_dropout.ts. */
+  dropoutPosition?: DropoutPosition;
+  /** DoRA (peft's use_dora, Megatron-Bridge's type=dora): a trained magnitude per output row. */
+  useDora?: boolean;
 }
 
 export interface LoraModule {
   a: tf.Variable;
   b: tf.Variable;
+  /** DoRA's magnitude m [out] (peft's lora_magnitude_vector). */
+  magnitude?: tf.Variable;
   inFeatures: number;
   outFeatures: number;
+}
+
+/** What a module's adapter is made of: A, B and, under DoRA, the magnitude m. */
+export interface LoraTensors { a: tf.Tensor; b: tf.Tensor; m?: tf.Tensor }
+
+/** ||W + s B A|| per output row [out]: DoRA's norm (the 2-norm over the input axis, as peft and Megatron-Bridge take it). */
+export function doraWeightNorm(w: tf.Tensor2D, a: tf.Tensor2D, b: tf.Tensor2D, scale: number): tf.Tensor1D {
+  return tf.tidy(() => tf.sqrt(tf.sum(tf.square(tf.add(w, tf.matMul(b, a).mul(scale))), 1)) as tf.Tensor1D);
 }
 
 /** The output layers peft's "all-linear" leaves out. */
@@ -118,6 +137,11 @@ export function validateLoraSettings(s: LoraSettings, keyPrefix: string | KeyNam
   const key = keyNamer(keyPrefix);
   if (!Number.isInteger(s.rank) || s.rank < 1) throw new Error(`${key("lora_rank")} must be a positive integer to enable LoRA, got ${s.rank}`);
   if (!Number.isFinite(s.alpha) || s.alpha <= 0) throw new Error(`${key("lora_alpha")} must be a positive number, got ${s.alpha}`);
+  const p = s.dropout ?? 0;
+  if (!(p >= 0 && p < 1)) throw new Error(`${key("lora_dropout")} must be in [0, 1), got ${p}`);
+  if (s.dropoutPosition !== undefined && s.dropoutPosition !== "pre" && s.dropoutPosition !== "post") {
+    throw new Error(`${key("dropout_position")} is ${JSON.stringify(s.dropoutPosition)}; choose pre or post`);
+  }
 }
 
 /**
@@ -144,12 +168,20 @@ export class LoraAdapter {
   readonly scale: number;
   readonly modules = new Map<string, LoraModule>();
 
+  /** Dropout on the adapter branch in training passes, or null (none). */
+  readonly dropout: { p: number; position: DropoutPosition } | null;
+
   /** Module -> the module whose A it uses (tied modules only). */
   private readonly aOwner = new Map<string, string>();
 
-  constructor(readonly settings: LoraSettings, readonly config: ModelConfig, tensors: Map<string, { a: tf.Tensor; b: tf.Tensor }>) {
+  /** The dropout of the training pass under way (trainingPass), else null: inference passes have none. */
+  private pass: AdapterDropout | null = null;
+
+  constructor(readonly settings: LoraSettings, readonly config: ModelConfig, tensors: Map<string, LoraTensors>) {
     validateLoraSettings(settings);
     this.scale = settings.alpha / settings.rank;
+    const p = settings.dropout ?? 0;
+    this.dropout = p > 0 ? { p, position: settings.dropoutPosition ?? "pre" } : null;
     const shapes = linearModules(config);
     const serial = adapterSerial++;
     for (const group of settings.tiedA ?? []) for (const m of group.slice(1)) if (tensors.has(m) && tensors.has(group[0]!)) this.aOwner.set(m, group[0]!);
@@ -159,27 +191,35 @@ export class LoraAdapter {
       const [outF, inF] = shape, r = settings.rank;
       if (t.a.shape.join(",") !== `${r},${inF}`) throw new Error(`LoRA: ${name}.lora_A has shape [${t.a.shape}], expected [${r}, ${inF}]`);
       if (t.b.shape.join(",") !== `${outF},${r}`) throw new Error(`LoRA: ${name}.lora_B has shape [${t.b.shape}], expected [${outF}, ${r}]`);
+      if (settings.useDora && !t.m) throw new Error(`LoRA: ${name} has no lora_magnitude_vector, which DoRA (use_dora) needs`);
+      if (!settings.useDora && t.m) throw new Error(`LoRA: ${name} has a lora_magnitude_vector but the adapter is not DoRA (use_dora is false)`);
+      if (t.m && t.m.shape.join(",") !== `${outF}`) throw new Error(`LoRA: ${name}.lora_magnitude_vector has shape [${t.m.shape}], expected [${outF}]`);
       const v = (x: tf.Tensor, part: string) => tf.variable(x.toFloat(), true, `lora${serial}/${name}.${part}`);
       const owner = this.aOwner.get(name);
       // a tied module uses its owner's A variable (created first: owners precede their parts in model order)
       const a = owner ? this.modules.get(owner)?.a : v(t.a, "lora_A");
       if (!a) throw new Error(`LoRA: '${name}' shares the A of '${owner}', which comes after it`);
-      this.modules.set(name, { a, b: v(t.b, "lora_B"), inFeatures: inF, outFeatures: outF });
+      this.modules.set(name, { a, b: v(t.b, "lora_B"), ...(t.m ? { magnitude: v(t.m, "lora_magnitude_vector") } : {}), inFeatures: inF, outFeatures: outF });
     }
   }
 
-  /** The trainable name of a module's A or B (a tied module's A is its owner's). */
-  paramName(module: string, part: "A" | "B"): string {
+  /** The trainable name of a module's A, B or DoRA magnitude M (a tied module's A is its owner's). */
+  paramName(module: string, part: "A" | "B" | "M"): string {
+    if (part === "M") return `${module}.lora_magnitude_vector`;
     return `${part === "A" ? this.aOwner.get(module) ?? module : module}.lora_${part}.weight`;
   }
 
-  /** A fresh adapter: A from `rng` by settings.initA (kaiming-uniform, a = sqrt 5, by default), B by settings.initB (zero by default). */
-  static init(config: ModelConfig, settings: LoraSettings, rng: Rng, keyPrefix: string | KeyNamer = "model"): LoraAdapter {
+  /**
+   * A fresh adapter: A from `rng` by settings.initA (kaiming-uniform, a = sqrt 5, by default), B by
+   * settings.initB (zero by default); under DoRA m = ||W + s B A|| per row, so the adapted model
+   * starts as the base one. `baseWeight` gives a module's W [out, in] (DoRA needs it).
+   */
+  static init(config: ModelConfig, settings: LoraSettings, rng: Rng, keyPrefix: string | KeyNamer = "model", baseWeight?: (module: string) => tf.Tensor2D): LoraAdapter {
     validateLoraSettings(settings, keyPrefix);
     const shapes = linearModules(config), r = settings.rank;
     const targets = selectTargets(config, settings, keyPrefix);
     checkRankFits(config, r, targets, keyPrefix);
-    const tensors = new Map<string, { a: tf.Tensor; b: tf.Tensor }>();
+    const tensors = new Map<string, LoraTensors>();
     const tied = new Set((settings.tiedA ?? []).flatMap((g) => g.slice(1)));
     for (const name of targets) {
       const [outF, inF] = shapes.get(name)!;
@@ -196,10 +236,20 @@ export class LoraAdapter {
         t.b = tf.tensor2d(drawInit(outF, r, initB, rng), [outF, r]);
       }
     }
+    if (settings.useDora) {
+      if (!baseWeight) throw new Error("LoraAdapter.init: DoRA needs the base weights (its magnitude starts at their row norms)");
+      // a tied module's A is zeros here: take its owner's
+      const owner = new Map((settings.tiedA ?? []).flatMap((g) => g.slice(1).map((m) => [m, g[0]!] as const)));
+      const scale = settings.alpha / settings.rank;
+      for (const name of targets) {
+        const t = tensors.get(name)!, a = tensors.get(owner.get(name) ?? name)?.a ?? t.a;
+        t.m = doraWeightNorm(baseWeight(name), a as tf.Tensor2D, t.b as tf.Tensor2D, scale);
+      }
+    }
     try {
       return new LoraAdapter(settings, config, tensors);
     } finally {
-      for (const t of tensors.values()) tf.dispose([t.a, t.b]);
+      for (const t of tensors.values()) tf.dispose([t.a, t.b, ...(t.m ? [t.m] : [])]);
     }
   }
 
@@ -207,14 +257,60 @@ export class LoraAdapter {
     return this.modules.has(module);
   }
 
-  /** scale * B A, the update a merge adds to W [out, in]. */
-  mergedDelta(name: string): tf.Tensor2D {
+  /** W [out, in] with the adapter merged in: W + s B A, or under DoRA m (W + s B A) / ||W + s B A|| per row. */
+  mergedWeight(name: string, w: tf.Tensor2D): tf.Tensor2D {
     const m = this.modules.get(name)!;
-    return tf.tidy(() => tf.matMul(m.b, m.a).mul(this.scale) as tf.Tensor2D);
+    return tf.tidy(() => {
+      const merged = tf.add(w, tf.matMul(m.b, m.a).mul(this.scale)) as tf.Tensor2D;
+      if (!m.magnitude) return merged;
+      const norm = tf.sqrt(tf.sum(tf.square(merged), 1, true));
+      return tf.mul(merged, tf.div(m.magnitude.reshape([-1, 1]), norm)) as tf.Tensor2D;
+    });
   }
 
   /**
-   * The trainable tensors by internal name (`<module>.lora_A.weight` / `.lora_B.weight`), in a fixed
+   * The loraLinear block of adapted module `name` on `rows` input rows: its A, B (and DoRA's m) as
+   * `tensor` resolves their trainable names (a recomputed layer passes its own copies), DoRA's
+   * detached norm, and the pass's dropout masks (one input mask per A, so the parts of a fused
+   * module share it, as Megatron's single adapter on linear_qkv does).
+   */
+  block(name: string, w: tf.Tensor2D, rows: number, tensor: (n: string) => tf.Tensor, drop: AdapterDropout | null): LoraBlock {
+    const m = this.modules.get(name)!;
+    const a = tensor(this.paramName(name, "A")) as tf.Tensor2D, b = tensor(this.paramName(name, "B")) as tf.Tensor2D;
+    const bl: LoraBlock = { w, a, b };
+    if (m.magnitude) {
+      bl.magnitude = tensor(this.paramName(name, "M")) as tf.Tensor1D;
+      bl.weightNorm = doraWeightNorm(w, a, b, this.scale);
+    }
+    if (drop?.position === "pre") bl.dropIn = drop.mask(this.aOwner.get(name) ?? name, rows, m.inFeatures);
+    else if (drop) bl.dropOut = drop.mask(name, rows, m.outFeatures);
+    return bl;
+  }
+
+  /**
+   * Runs `fn` (synchronously) as a training pass: the adapter's dropout applies, with masks drawn
+   * from `seed`. Everything else (log-probs, values, the rollout's merged weights) runs without,
+   * as verl's Megatron workers compute them in eval mode.
+   */
+  trainingPass<T>(seed: number, fn: () => T): T {
+    if (!this.dropout) return fn();
+    const prev = this.pass;
+    this.pass = new AdapterDropout(this.dropout.p, this.dropout.position, seed);
+    try {
+      return fn();
+    } finally {
+      this.pass = prev;
+    }
+  }
+
+  /** The dropout of the training pass under way, or null. */
+  activeDropout(): AdapterDropout | null {
+    return this.pass;
+  }
+
+  /**
+   * The trainable tensors by internal name (`<module>.lora_A.weight` / `.lora_B.weight`, DoRA's
+   * `.lora_magnitude_vector`), in a fixed
    * order; a shared A appears once, under its owner's name (one optimizer state, one gradient).
    */
   namedParams(): Map<string, tf.Variable> {
@@ -222,6 +318,7 @@ export class LoraAdapter {
       for (const [name, m] of this.modules) {
         if (!this.aOwner.has(name)) this.named.set(`${name}.lora_A.weight`, m.a);
         this.named.set(`${name}.lora_B.weight`, m.b);
+        if (m.magnitude) this.named.set(`${name}.lora_magnitude_vector`, m.magnitude);
       }
     }
     return this.named;
@@ -234,8 +331,16 @@ export class LoraAdapter {
   }
 
   dispose(): void {
-    for (const [name, m] of this.modules) tf.dispose(this.aOwner.has(name) ? [m.b] : [m.a, m.b]);
+    for (const [name, m] of this.modules) tf.dispose([...(this.aOwner.has(name) ? [m.b] : [m.a, m.b]), ...(m.magnitude ? [m.magnitude] : [])]);
     this.modules.clear();
     this.named.clear();
   }
+}
+
+/**
+ * `fn` as a training pass of `adapter`: its dropout on, the masks seeded from `rng` (drawn only
+ * when the adapter has dropout, so a run without keeps its random stream).
+ */
+export function trainingForward<T>(adapter: LoraAdapter | undefined, rng: Rng, fn: () => T): T {
+  return adapter?.dropout ? adapter.trainingPass(rng.nextU32(), fn) : fn();
 }

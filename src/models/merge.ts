@@ -1,5 +1,5 @@
 // The weights a LoRA model decodes and exports with: W + (alpha / r) B A for every
-// adapted module, the base weight elsewhere. Rollout engines and the Hugging Face
+// adapted module (DoRA: that, rescaled to its magnitude per row), the base weight elsewhere. Rollout engines and the Hugging Face
 // export read this view, so they never need to know about adapters.
 import * as tf from "@tensorflow/tfjs";
 import type { LlamaModel } from "./llama.js";
@@ -13,11 +13,11 @@ export function weightIdentity(model: LlamaModel): object[] {
 
 /**
  * One parameter as the rollout and the export see it: the variable itself when unadapted, else a new
- * tensor W + (alpha / r) B A that the caller disposes (or makes inside a tidy).
+ * tensor (LoraAdapter.mergedWeight) that the caller disposes (or makes inside a tidy).
  */
 export function mergedTensor(model: LlamaModel, name: string): tf.Tensor {
   const v = model.p(name), mod = name.endsWith(".weight") ? name.slice(0, -".weight".length) : "";
-  return model.lora?.has(mod) ? tf.tidy(() => tf.add(v, model.lora!.mergedDelta(mod))) : v;
+  return model.lora?.has(mod) ? model.lora.mergedWeight(mod, v as tf.Tensor2D) : v;
 }
 
 /** Runs `fn` on the merged tensor of `name`, disposing a temporary one afterwards. */

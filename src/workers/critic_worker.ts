@@ -58,7 +58,7 @@ export class CriticWorker extends Worker {
         config: critic, miniBatchPerRank: plan.criticMiniBatchPerRank, microBatchPerRank: plan.criticMicroBatchPerRank, seed: seed + 101 * (this.rank + 1),
         // forward_micro_batch_size(_per_gpu) and forward_max_token_len_per_gpu follow the update's keys unless set
         forwardSpec: inferenceSpec(critic, "forward_", "use_dynamic_bsz", "forward_max_token_len_per_gpu", this.worldSize),
-        removePadding: memory.removePadding,
+        removePadding: memory.removePadding, adapter: valueModel.trunk.lora,
       }),
     };
     return { backend, numParams: valueModel.trainableVariables().reduce((a, v) => a + v.size, 0) };

@@ -11,18 +11,26 @@
 // decoder.layers.{i}.mlp.experts.local_experts.{e}.{leaf}; a plain name against the leaf.
 // type=lora adapts the fused linear_qkv / linear_fc1 as one module: one A [r, in] shared by q, k
 // and v (or gate and up) and one B split by rows, trained here as tied adapters (src/models/lora.ts
-// tiedA) and saved for peft with the shared A written under each part. What has no equivalent is
-// refused naming the key: dora, vlm_lora, dropout and Megatron-Bridge
-// adapter checkpoints (lora.adapter_path).
+// tiedA) and saved for peft with the shared A written under each part. type=dora is type=lora's
+// modules with Megatron-Bridge's DoRA on each (peft's use_dora). lora.dropout applies in training
+// passes at lora.dropout_position (pre: on the adapter's input; post: on its output; DoRA only pre,
+// as Megatron-Bridge asserts). Refused naming the key: vlm_lora, and lora.adapter_path, whose
+// checkpoints are torch pickles (see adapterCheckpointError).
+import { existsSync, readdirSync, statSync } from "node:fs";
 import type { ModelConfig } from "../models/config.js";
 import { linearModules, type KeyNamer } from "../models/lora.js";
+import type { DropoutPosition } from "../models/lora_dropout.js";
 import type { ConfigView } from "./config_view.js";
+import { expandHome } from "./model_source.js";
 
 export type LoraAInit = "kaiming" | "xavier" | "normal";
 
 export interface MegatronLora {
-  type: "lora" | "canonical_lora";
+  type: "lora" | "canonical_lora" | "dora";
   rank: number;
+  /** Dropout on the adapter branch in training passes, and where (pre / post). */
+  dropout: number;
+  dropoutPosition: DropoutPosition;
   alpha: number;
   targets: string[];
   excludes: string[];
@@ -58,20 +66,21 @@ export function readMegatronLora(model: ConfigView): MegatronLora | null {
   if (rank === 0) return null;
   const key: KeyNamer = (k) => lora.key(k === "lora_rank" ? "rank" : k === "lora_alpha" ? "alpha" : k);
   const type = lora.str("type", "lora");
-  if (type === "dora") throw new Error(`${lora.key("type")}=dora: DoRA (a learned magnitude per output row) has no PEFT LoRA equivalent here; use lora or canonical_lora`);
-  if (type === "vlm_lora") throw new Error(`${lora.key("type")}=vlm_lora: vision-language models are not built; use lora or canonical_lora`);
-  if (type !== "lora" && type !== "canonical_lora") throw new Error(`${lora.key("type")} is ${JSON.stringify(type)}; choose one of lora, canonical_lora (dora, vlm_lora are not built)`);
+  if (type === "vlm_lora") throw new Error(`${lora.key("type")}=vlm_lora: vision-language models are not built; use lora, canonical_lora or dora`);
+  if (type !== "lora" && type !== "canonical_lora" && type !== "dora") throw new Error(`${lora.key("type")} is ${JSON.stringify(type)}; choose one of lora, canonical_lora, dora (vlm_lora is not built)`);
   const alpha = lora.num("alpha", 32);
   if (!(alpha > 0)) throw new Error(`${lora.key("alpha")} must be a positive number, got ${alpha}`);
   const dropout = lora.num("dropout", 0);
-  if (dropout !== 0) throw new Error(`${lora.key("dropout")}=${dropout}: LoRA dropout is not built (verl-ts's adapters, like model.lora_rank's, have none); set it to 0.0`);
+  if (!(dropout >= 0 && dropout < 1)) throw new Error(`${lora.key("dropout")} must be in [0, 1), got ${dropout}`);
+  const dropoutPosition = lora.str("dropout_position", "pre");
+  if (dropoutPosition !== "pre" && dropoutPosition !== "post") throw new Error(`${lora.key("dropout_position")} is ${JSON.stringify(dropoutPosition)}; choose pre or post`);
+  if (type === "dora" && dropoutPosition !== "pre") throw new Error(`${lora.key("dropout_position")}=${dropoutPosition}: DoRA applies dropout before the adapter only (Megatron-Bridge asserts dropout_position=pre for type=dora)`);
   const initA = lora.str("lora_A_init_method", "xavier");
   if (!A_INITS.includes(initA as LoraAInit)) throw new Error(`${lora.key("lora_A_init_method")} is ${JSON.stringify(initA)}; choose one of ${A_INITS.join(", ")}`);
   const initB = lora.str("lora_B_init_method", "zero");
   if (initB !== "zero" && !A_INITS.includes(initB as LoraAInit)) throw new Error(`${lora.key("lora_B_init_method")} is ${JSON.stringify(initB)}; choose one of zero, ${A_INITS.join(", ")}`);
-  if (lora.optStr("adapter_path") !== null) {
-    throw new Error(`${lora.key("adapter_path")}: Megatron-Bridge adapter checkpoints cannot be read here; give a peft folder (adapter_config.json + adapter_model.safetensors) as ${model.key("lora_adapter_path")}`);
-  }
+  const adapterPath = lora.optStr("adapter_path");
+  if (adapterPath !== null && adapterPath !== "") throw new Error(adapterCheckpointError(lora.key("adapter_path"), expandHome(adapterPath), model.key("lora_adapter_path")));
   const targets = list(lora, "target_modules"), excludes = list(lora, "exclude_modules");
   if (targets.length > 0 && excludes.length > 0) throw new Error(`${lora.key("exclude_modules")} needs ${lora.key("target_modules")} empty (as Megatron-Bridge asserts): it selects every linear module but those`);
   if (targets.length === 0 && excludes.length === 0) throw new Error(`${lora.key("target_modules")} is empty and so is ${lora.key("exclude_modules")}: name the modules to adapt`);
@@ -84,7 +93,31 @@ export function readMegatronLora(model: ConfigView): MegatronLora | null {
       }
     }
   }
-  return { type, rank, alpha, targets, excludes, initA: initA as LoraAInit, initB: initB as "zero" | LoraAInit, key };
+  return { type, rank, alpha, dropout, dropoutPosition, targets, excludes, initA: initA as LoraAInit, initB: initB as "zero" | LoraAInit, key };
+}
+
+/**
+ * Why lora.adapter_path cannot be loaded, naming what the path holds. verl's Megatron workers read
+ * <path>/mp_rank_{tp:02d}[_{pp:03d}][_{ep:03d}]_adapter.pt (torch.save of {"adapter_state_dict"},
+ * one per model-parallel rank; verl/utils/megatron_peft_utils.py), and Megatron-Bridge's own PEFT
+ * checkpoints are torch_dist (.distcp shards + .metadata): both pickled torch formats, which
+ * cannot be read without torch. A peft folder can: it belongs in model.lora_adapter_path.
+ */
+export function adapterCheckpointError(key: string, path: string, peftKey: string): string {
+  const peft = `convert it to a peft folder (adapter_config.json + adapter_model.safetensors; Megatron-Bridge's AutoBridge.export_adapter_ckpt writes one) and give that as ${peftKey}, with lora.rank left 0`;
+  if (!existsSync(path)) return `${key}=${path} does not exist (verl reads <path>/mp_rank_00_adapter.pt there; a peft folder goes in ${peftKey})`;
+  const files = statSync(path).isDirectory() ? readdirSync(path) : [path.split("/").pop()!];
+  const found = files.some((f) => f.endsWith(".distcp") || f === ".metadata")
+    ? "a torch_dist checkpoint (.distcp shards: PyTorch distributed checkpoint, Megatron-Bridge's format)"
+    : files.some((f) => /^mp_rank_\d{2}(_\d{3}){0,2}_adapter\.pt$/.test(f))
+      ? "verl's Megatron adapter checkpoint (mp_rank_*_adapter.pt: torch.save pickles, one per model-parallel rank)"
+      : files.includes("adapter_config.json")
+        ? "a peft folder (adapter_config.json)"
+        : files.some((f) => f.endsWith(".pt") || f.endsWith(".pth") || f.endsWith(".bin"))
+          ? `a torch.save pickle (${files.find((f) => /\.(pt|pth|bin)$/.test(f))})`
+          : `neither mp_rank_*_adapter.pt, .distcp shards nor a peft folder (it holds ${files.slice(0, 5).join(", ") || "nothing"})`;
+  if (found.startsWith("a peft folder")) return `${key}=${path} is ${found}: lora.adapter_path reads Megatron adapter checkpoints; give a peft folder as ${peftKey}, with lora.rank left 0`;
+  return `${key}=${path} holds ${found}, which cannot be read without torch; ${peft}`;
 }
 
 /** fnmatch: `*` any run of characters (dots included), `?` one; the rest literal. */
@@ -110,7 +143,7 @@ function megatronName(hf: string): { full: string; leaf: string; fused: string |
  */
 export function megatronLoraTargets(config: ModelConfig, s: MegatronLora): { targets: string[]; tiedA: string[][] } {
   const matchOne = (pattern: string, meg: { full: string; leaf: string; fused: string | null }): boolean => {
-    const forms = s.type === "lora" && meg.fused ? [meg.full.replace(/[^.]+$/, meg.fused), meg.fused] : [meg.full, meg.leaf];
+    const forms = s.type !== "canonical_lora" && meg.fused ? [meg.full.replace(/[^.]+$/, meg.fused), meg.fused] : [meg.full, meg.leaf];
     return pattern.includes("*") || pattern.includes(".") ? fnmatch(pattern, forms[0]!) : pattern === forms[1];
   };
   const picked: string[] = [];
@@ -127,7 +160,7 @@ export function megatronLoraTargets(config: ModelConfig, s: MegatronLora): { tar
     } else on = !s.excludes.some((p) => matchOne(p, meg));
     if (!on) continue;
     picked.push(hf);
-    if (s.type === "lora" && meg.fused) {
+    if (s.type !== "canonical_lora" && meg.fused) {
       const fusedName = meg.full.replace(/[^.]+$/, meg.fused);
       groups.set(fusedName, [...(groups.get(fusedName) ?? []), hf]);
     }

@@ -1,6 +1,7 @@
 // The training-memory keys of a model section (actor_rollout_ref.model,
 // critic.model), as verl names them: LoRA (lora_rank > 0 or lora_adapter_path),
 // enable_gradient_checkpointing and use_remove_padding.
+import type * as tf from "@tensorflow/tfjs";
 import { LoraAdapter, type LoraSettings } from "../models/lora.js";
 import type { LlamaModel } from "../models/llama.js";
 import { loadLoraAdapter, readAdapterSettings } from "../models/peft.js";
@@ -40,6 +41,7 @@ export function readModelMemoryOptions(model: ConfigView, defaults: { removePadd
     lora: megatron ? {
       // targets resolved against the model's modules in applyModelMemoryOptions
       rank: megatron.rank, alpha: megatron.alpha, targetModules: [], initA: megatron.initA, initB: megatron.initB, megatron,
+      dropout: megatron.dropout, dropoutPosition: megatron.dropoutPosition, useDora: megatron.type === "dora",
     } : on ? {
       rank, alpha: model.num("lora_alpha", 16),
       targetModules: moduleSpec(model, "target_modules") ?? "all-linear",
@@ -68,7 +70,8 @@ export function applyModelMemoryOptions(llama: LlamaModel, opts: ModelMemoryOpti
   const { megatron, ...settings } = opts.lora;
   if (megatron) {
     const { targets, tiedA } = megatronLoraTargets(llama.config, megatron);
-    llama.lora = LoraAdapter.init(llama.config, { ...settings, targetModules: targets, tiedA }, rng, megatron.key);
+    llama.lora = LoraAdapter.init(llama.config, { ...settings, targetModules: targets, tiedA }, rng, megatron.key,
+      (m) => llama.p(`${m}.weight`) as tf.Tensor2D);
     return;
   }
   llama.lora = LoraAdapter.init(llama.config, settings, rng, model.prefix);

@@ -14,8 +14,9 @@ import { LoraAdapter, selectTargets } from "../../src/models/lora.js";
 import { loraLinear } from "../../src/models/lora_linear.js";
 import { loadLoraAdapter, saveLoraAdapter } from "../../src/models/peft.js";
 import { readSafetensors } from "../../src/models/safetensors.js";
-import { defaultSamplingParams, generate, leftPadPrompts } from "../../src/rollout/index.js";
+import { generate } from "../../src/rollout/index.js";
 import { Rng } from "../../src/utils/rng.js";
+import { DECODE_PROMPTS, decodeBothWays, GREEDY } from "./decode_both.js";
 
 const config = makeConfig({ vocabSize: 40, dim: 16, hiddenDim: 24, nLayers: 2, nHeads: 4, nKvHeads: 2, attentionBias: true, tieWordEmbeddings: false, maxSeqLen: 64 });
 const ids = [[1, 5, 9, 13, 2, 7], [3, 3, 8, 21, 30, 4]];
@@ -147,8 +148,10 @@ test("LoRA: a layer-restricted adapter saves its exact module names as a regex; 
     assert.deepEqual([...back.modules.keys()], ["model.layers.0.self_attn.q_proj", "model.layers.0.self_attn.v_proj"]);
     assert.deepEqual(selectTargets(config, back.settings), [...back.modules.keys()]);
     back.dispose();
+    writeFileSync(join(dir, "a", "adapter_config.json"), JSON.stringify({ ...cfg, use_rslora: true }));
+    assert.throws(() => loadLoraAdapter(join(dir, "a"), config), /use_rslora=true/);
     writeFileSync(join(dir, "a", "adapter_config.json"), JSON.stringify({ ...cfg, use_dora: true }));
-    assert.throws(() => loadLoraAdapter(join(dir, "a"), config), /use_dora=true/);
+    assert.throws(() => loadLoraAdapter(join(dir, "a"), config), /no lora_magnitude_vector for 'model\.layers\.0\.self_attn\.q_proj' \(use_dora is set\)/);
     assert.throws(() => loadLoraAdapter(join(dir, "nope"), config), /adapter_config\.json does not exist/);
   } finally {
     m.dispose();
@@ -159,15 +162,12 @@ test("LoRA: the KV-cache decoder runs on merged weights (same greedy tokens as t
   await initBackend("wasm");
   const m = adapted();
   try {
-    const batch = leftPadPrompts([[1, 5, 9], [3, 8]], 0);
-    const params = defaultSamplingParams({ temperature: 0, responseLength: 8, eosTokenIds: [], padTokenId: 0, calculateLogProbs: true });
-    const fast = generate(m, batch, params, new Rng(0));
-    const slow = generate(m, batch, params, new Rng(0), { engine: "no-cache" });
+    const { fast, slow } = decodeBothWays(m);
     assert.deepEqual(Array.from(fast.batch["responses"]!.data), Array.from(slow.batch["responses"]!.data));
     // and differs from the base model's decode (the adapter matters)
     const tmp = m.lora;
     m.lora = undefined;
-    const base = generate(m, batch, params, new Rng(0));
+    const base = generate(m, DECODE_PROMPTS, GREEDY, new Rng(0));
     m.lora = tmp;
     assert.notDeepEqual(Array.from(base.batch["rollout_log_probs"]?.data ?? []), Array.from(fast.batch["rollout_log_probs"]?.data ?? [1]));
   } finally {

@@ -2,7 +2,7 @@
 // translation, A's initialisation, the refusals by key, and a megatron-config run end to end.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import * as tf from "@tensorflow/tfjs";
@@ -55,23 +55,48 @@ test("Megatron LoRA names map onto the HF modules: canonical_lora, unfused type=
   assert.equal(lora(["critic.model.lora.rank=8", "critic.model.lora.alpha=16", "critic.model.lora.target_modules=[linear_proj]"], "critic.model")!.alpha, 16);
 });
 
-test("Megatron LoRA options without a PEFT equivalent are refused naming the key (dora, dropout, unknown inits, adapter checkpoints)", () => {
+test("Megatron LoRA options without an equivalent here are refused naming the key (vlm_lora, bad dropout, unknown inits, adapter checkpoints)", () => {
   const bad: [string[], RegExp][] = [
-    [[`${M}.lora.type=dora`], /lora\.type=dora: DoRA/],
     [[`${M}.lora.type=vlm_lora`], /vision-language models are not built/],
-    [[`${M}.lora.dropout=0.1`], /actor_rollout_ref\.model\.lora\.dropout=0\.1: LoRA dropout is not built/],
+    [[`${M}.lora.dropout=1.0`], /actor_rollout_ref\.model\.lora\.dropout must be in \[0, 1\), got 1/],
+    [[`${M}.lora.dropout_position=middle`], /lora\.dropout_position is "middle"; choose pre or post/],
+    [[`${M}.lora.type=dora`, `${M}.lora.dropout=0.1`, `${M}.lora.dropout_position=post`], /dropout_position=post: DoRA applies dropout before the adapter only/],
     [[`${M}.lora.lora_B_init_method=orthogonal`], /lora_B_init_method is "orthogonal"; choose one of zero, xavier, kaiming, normal/],
     [[`${M}.lora.lora_A_init_method=orthogonal`], /lora_A_init_method is "orthogonal"; choose one of xavier, kaiming, normal/],
     [[`${M}.lora.type=canonical_lora`], /target_modules names 'linear_qkv', not a module of lora\.type=canonical_lora/],
     [[`${M}.lora.exclude_modules=[linear_fc2]`], /exclude_modules needs actor_rollout_ref\.model\.lora\.target_modules empty/],
-    [[`++${M}.lora.adapter_path=/x`], /lora\.adapter_path: Megatron-Bridge adapter checkpoints cannot be read here; .*lora_adapter_path/],
+    [[`++${M}.lora.adapter_path=/nonexistent-adapter`], /lora\.adapter_path=\/nonexistent-adapter does not exist .*mp_rank_00_adapter\.pt.*actor_rollout_ref\.model\.lora_adapter_path/],
   ];
   for (const [o, re] of bad) assert.throws(() => lora([`${M}.lora.rank=4`, ...o]), re, o.join(" "));
   const typo = lora([`${M}.lora.rank=4`, `${M}.lora.type=canonical_lora`, `${M}.lora.target_modules=['*.layers.7.*.linear_q']`])!;
   assert.throws(() => megatronLoraTargets(model, typo), /names '\*\.layers\.7\.\*\.linear_q', which matches no linear module/);
   // before any worker starts: validatePpoNames lists it (exit 2)
-  const cfg = loadConfig({ configName: "ppo_megatron_trainer", overrides: [`${M}.lora.rank=4`, `${M}.lora.dropout=0.05`] });
-  assert.throws(() => validatePpoNames(cfg), /invalid names or ranges[\s\S]*LoRA dropout is not built/);
+  const cfg = loadConfig({ configName: "ppo_megatron_trainer", overrides: [`${M}.lora.rank=4`, `${M}.lora.type=vlm_lora`] });
+  assert.throws(() => validatePpoNames(cfg), /invalid names or ranges[\s\S]*vision-language models are not built/);
+  // what verl's dropout and DoRA keys read as
+  const d = lora([`${M}.lora.rank=4`, `${M}.lora.type=dora`, `${M}.lora.dropout=0.1`])!;
+  assert.deepEqual([d.type, d.dropout, d.dropoutPosition], ["dora", 0.1, "pre"]);
+  assert.equal(lora([`${M}.lora.rank=4`, `${M}.lora.dropout=0.2`, `${M}.lora.dropout_position=post`])!.dropoutPosition, "post");
+  assert.equal(megatronLoraTargets(model, d).tiedA.length, 4, "type=dora adapts the fused modules as type=lora does");
+});
+
+test("lora.adapter_path: verl's mp_rank_*_adapter.pt and Megatron-Bridge's torch_dist shards are refused naming the format found; a peft folder is pointed to model.lora_adapter_path", () => {
+  const dir = mkdtempSync(join(tmpdir(), "mlora-ckpt-"));
+  try {
+    const at = (name: string, files: string[]) => {
+      mkdirSync(join(dir, name));
+      for (const f of files) writeFileSync(join(dir, name, f), "");
+      return () => lora([`${M}.lora.rank=4`, `++${M}.lora.adapter_path=${join(dir, name)}`]);
+    };
+    assert.throws(at("verl", ["mp_rank_00_adapter.pt"]), /holds verl's Megatron adapter checkpoint \(mp_rank_\*_adapter\.pt: torch\.save pickles.*cannot be read without torch.*actor_rollout_ref\.model\.lora_adapter_path/);
+    assert.throws(at("dist", ["__0_0.distcp", ".metadata", "common.pt"]), /holds a torch_dist checkpoint \(\.distcp shards: PyTorch distributed checkpoint/);
+    assert.throws(at("peft", ["adapter_config.json", "adapter_model.safetensors"]), /is a peft folder \(adapter_config\.json\): .*give a peft folder as actor_rollout_ref\.model\.lora_adapter_path, with lora\.rank left 0/);
+    assert.throws(at("other", ["notes.txt"]), /holds neither mp_rank_\*_adapter\.pt, \.distcp shards nor a peft folder \(it holds notes\.txt\)/);
+    // an empty path is verl's "train from scratch", as null
+    assert.equal(lora([`${M}.lora.rank=4`, `++${M}.lora.adapter_path=''`])!.rank, 4);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });
 
 test("lora_A_init_method: xavier draws A ~ N(0, 2 / (in + r)) (Megatron-Bridge's), kaiming is peft's uniform; B starts at zero", async () => {
@@ -116,8 +141,8 @@ test("lora_B_init_method: zero by default; xavier draws B [out, r] ~ N(0, 2 / (r
     for (const x of b) s2 += x * x;
     const want = Math.sqrt(2 / (r + out)), std = Math.sqrt(s2 / b.length);
     assert.ok(Math.abs(std - want) / want < 0.1, `B std ${std} vs ${want}`);
-    const delta = drawnB.mergedDelta(target[0]!), norm = tf.tidy(() => delta.abs().max().dataSync()[0]!);
-    delta.dispose();
+    const mod = drawnB.modules.get(target[0]!)!;
+    const norm = tf.tidy(() => drawnB.mergedWeight(target[0]!, tf.zeros([mod.outFeatures, mod.inFeatures])).abs().max().dataSync()[0]!);
     assert.ok(norm > 0, "a non-zero B changes the merged weight from the start");
   } finally {
     zeroB.dispose();
@@ -211,6 +236,86 @@ test("verl train --config-name ppo_megatron_trainer with lora.*: verl's default 
     };
     assert.equal(await kl("zero"), 0);
     assert.ok((await kl("xavier")) > 0);
+  } finally {
+    rmSync(ws.dir, { recursive: true, force: true });
+  }
+});
+
+test("lora.dropout through the actor: the log-prob pass (eval mode, as verl's) is unaffected, the update is not; the same seed gives the same update", async () => {
+  await initBackend("cpu");
+  const { initModel } = await import("../../src/models/init.js");
+  const { Collective } = await import("../../src/single_controller/collective.js");
+  const { DataParallelPPOActor } = await import("../../src/workers/actor/dp_actor.js");
+  const { DataParallelOptimizer } = await import("../../src/workers/dp_optimizer.js");
+  const { applyModelMemoryOptions, readModelMemoryOptions } = await import("../../src/workers/model_options.js");
+  const { syntheticBatch, tinyConfig } = await import("./helpers.js");
+  const build = (extra: string[]) => {
+    // a drawn B: the adapter branch contributes from the start, so dropping it shows in the loss
+    const cfg = loadConfig({ configName: "ppo_megatron_trainer", overrides: [`${M}.lora.rank=4`, `${M}.lora.lora_B_init_method=xavier`, ...extra,
+      "actor_rollout_ref.actor.optim.lr=0.01", "actor_rollout_ref.actor.entropy_coeff=0.01"] });
+    const modelView = new ConfigView(cfg, M), view = new ConfigView(cfg, "actor_rollout_ref.actor");
+    const llama = initModel(tinyConfig(), new Rng(3));
+    applyModelMemoryOptions(llama, readModelMemoryOptions(modelView), modelView, 1);
+    const opt = new DataParallelOptimizer(llama.trainableVariables(), view.at("optim"), 10, Collective.single(), view.num("grad_clip"));
+    return { llama, actor: new DataParallelPPOActor(llama, opt, { config: view, miniBatchPerRank: 4, microBatchPerRank: 2, seed: 1 }) };
+  };
+  const spec = { microBatchSize: 2, maxTokenLen: null };
+  const flat = (m: { trainableVariables(): tf.Variable[] }) => m.trainableVariables().flatMap((v) => Array.from(v.dataSync()));
+  for (const position of ["pre", "post"]) {
+    const plain = build([]), drop = build([`${M}.lora.dropout=0.3`, `${M}.lora.dropout_position=${position}`]), twin = build([`${M}.lora.dropout=0.3`, `${M}.lora.dropout_position=${position}`]);
+    const data = syntheticBatch(4, 4, 4, 32, 9);
+    const lp = await plain.actor.computeLogProb(data, spec, 1.0, true), ld = await drop.actor.computeLogProb(data, spec, 1.0, true);
+    assert.deepEqual(Array.from(ld.logProbs.data), Array.from(lp.logProbs.data), `${position}: old log-probs without dropout`);
+    assert.deepEqual(Array.from(ld.entropy!.data), Array.from(lp.entropy!.data));
+    data.batch.old_log_probs = lp.logProbs;
+    const mp = await plain.actor.updatePolicy(data), md = await drop.actor.updatePolicy(data), mt = await twin.actor.updatePolicy(data);
+    assert.notEqual(md["actor/entropy"]![0], mp["actor/entropy"]![0], `${position}: the update's forward drops adapter units`);
+    assert.notEqual(md["actor/grad_norm"]![0], mp["actor/grad_norm"]![0]);
+    assert.deepEqual([md["actor/pg_loss"], md["actor/grad_norm"], md["actor/entropy"]], [mt["actor/pg_loss"], mt["actor/grad_norm"], mt["actor/entropy"]], `${position}: same seed, same update`);
+    assert.deepEqual(flat(drop.llama), flat(twin.llama));
+    for (const b of [plain, drop, twin]) b.llama.dispose();
+  }
+});
+
+test("verl train --config-name ppo_megatron_trainer with lora.type=dora and lora.dropout: 2 GRPO steps; the checkpoint holds m, the peft folder use_dora and lora_magnitude_vector, and reloads", async () => {
+  const ws = await makeWorkspace();
+  try {
+    const args = ["--config-name", "ppo_megatron_trainer", ...ws.overrides, ...scratchModel(16, 1), "trainer.logger=console", "algorithm.adv_estimator=grpo",
+      "trainer.total_training_steps=2", "trainer.save_freq=2", `trainer.default_local_dir=${ws.dir}/c`,
+      `${M}.lora.rank=4`, `${M}.lora.alpha=8`, `${M}.lora.type=dora`, `${M}.lora.dropout=0.1`];
+    const r = await runTrain(args, {});
+    assert.equal(r.code, 0, r.stderr);
+    const steps = [...r.stdout.matchAll(/actor\/pg_loss:/g)].length;
+    assert.ok(steps >= 2, `two steps logged (${steps})\n${r.stdout.slice(-1500)}`);
+    const saved = readSafetensors(join(ws.dir, "c/global_step_2/actor/model.safetensors")).tensors;
+    // the same seed and config again: the same dropout masks, so the same trained adapter
+    const again = await runTrain(args.map((a) => a.replace(`${ws.dir}/c`, `${ws.dir}/c2`)), {});
+    assert.equal(again.code, 0, again.stderr);
+    const saved2 = readSafetensors(join(ws.dir, "c2/global_step_2/actor/model.safetensors")).tensors;
+    assert.deepEqual([...saved2.keys()], [...saved.keys()]);
+    for (const [k, t] of saved) assert.deepEqual([...saved2.get(k)!.data], [...t.data], `${k}: same seed, same run`);
+    const m = saved.get("model.layers.0.self_attn.o_proj.lora_magnitude_vector");
+    assert.ok(m && m.shape[0] === 16, "the trained magnitude is checkpointed");
+    const dir = join(ws.dir, "c/global_step_2/actor/lora_adapter");
+    const cfg = JSON.parse(readFileSync(join(dir, "adapter_config.json"), "utf8")) as Record<string, unknown>;
+    assert.equal(cfg.use_dora, true);
+    assert.equal(cfg.lora_dropout, 0.1);
+    const peft = readSafetensors(join(dir, "adapter_model.safetensors")).tensors;
+    assert.deepEqual([...peft.get("base_model.model.model.layers.0.self_attn.o_proj.lora_magnitude_vector")!.data], [...m.data]);
+    assert.ok(peft.has("base_model.model.model.layers.0.self_attn.v_proj.lora_magnitude_vector"));
+    // the HF export is merged: W' = m (W + s B A) / ||W + s B A||, whose row norms are m
+    const { loadHfModel } = await import("../../src/models/hf.js");
+    const { loadLoraAdapter } = await import("../../src/models/peft.js");
+    await initBackend("cpu");
+    const merged = await loadHfModel(join(ws.dir, "c/global_step_2/actor/huggingface"));
+    const rowNorms = tf.tidy(() => Array.from(tf.norm(merged.p("model.layers.0.self_attn.o_proj.weight"), "euclidean", 1).dataSync()));
+    assert.ok(rowNorms.every((v, i) => Math.abs(v - m.data[i]!) < 1e-4 * Math.max(1, m.data[i]!)), `merged row norms ${rowNorms} vs m ${[...m.data]}`);
+    // the peft folder reloads (onto a model of that shape) as DoRA
+    const back = loadLoraAdapter(dir, merged.config);
+    assert.equal(back.settings.useDora, true);
+    assert.equal(back.settings.dropout, 0.1);
+    assert.deepEqual([...back.modules.get("model.layers.0.self_attn.o_proj")!.magnitude!.dataSync()], [...m.data]);
+    back.dispose(); merged.dispose();
   } finally {
     rmSync(ws.dir, { recursive: true, force: true });
   }

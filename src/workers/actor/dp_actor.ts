@@ -21,6 +21,7 @@ import { column, miniBatches, microBatches, toTf, tokenAndSequenceCounts, TokenW
 import type { ConfigView } from "../config_view.js";
 import type { DataParallelOptimizer } from "../dp_optimizer.js";
 import type { LlamaModel } from "../../models/index.js";
+import { trainingForward } from "../../models/lora.js";
 import { responseLogProbs } from "../../rollout/index.js";
 import { inferInMicroBatches, readScalars } from "../forward.js";
 import { computeRolloutCorrection, rolloutCorrectionConfig, type RolloutCorrectionConfig } from "../../trainer/ppo/rollout_corr.js";
@@ -177,10 +178,11 @@ export class DataParallelPPOActor {
           let parts: tf.Scalar[] = [];
           let current = null as tf.Tensor | null;
           const { value, grads } = tf.variableGrads(() => {
-            const { logProbs: logProb, entropy, router } = responseLogProbs(this.model, micro, {
+            // a training pass: the adapter's dropout applies here only (verl computes log-probs in eval mode)
+            const { logProbs: logProb, entropy, router } = trainingForward(this.model.lora, this.rng, () => responseLogProbs(this.model, micro, {
               temperature, calculateEntropy: withEntropy, removePadding: this.opts.removePadding, routerLoss: moe !== undefined,
               ...(replay ? { replayExperts: column(micro, "routed_experts") } : {}),
-            });
+            }));
             const responseMask = toTf(column(micro, "response_mask"), "float32");
             const old = onPolicy ? stopGradient(logProb) : toTf(column(micro, "old_log_probs"), "float32");
             const out = lossFn({

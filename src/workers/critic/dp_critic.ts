@@ -6,6 +6,7 @@ import type { DataProto } from "../../protocol/index.js";
 import type { TensorData } from "../../protocol/tensor.js";
 import { computeValueLoss, maskedMean } from "../../trainer/ppo/core_algos/index.js";
 import { heartbeat } from "../../single_controller/heartbeat.js";
+import { trainingForward, type LoraAdapter } from "../../models/lora.js";
 import { Rng } from "../../utils/rng.js";
 import { column, miniBatches, microBatches, toTf, tokenAndSequenceCounts, TokenWeightedMeans, type MicroBatchSpec } from "../batching.js";
 import type { ConfigView } from "../config_view.js";
@@ -23,6 +24,8 @@ export interface DpCriticOptions {
   seed: number;
   /** Forward on packed real tokens (critic.model.use_remove_padding). */
   removePadding?: boolean;
+  /** The value model's LoRA adapter, whose dropout applies in the update's forward only. */
+  adapter?: LoraAdapter;
 }
 
 export class DataParallelPPOCritic {
@@ -64,7 +67,7 @@ export class DataParallelPPOCritic {
           let kept: tf.Scalar[] = [];
           const { value, grads } = tf.variableGrads(() => {
             const responseMask = toTf(column(micro, "response_mask"), "float32");
-            const vpreds = responseValues(this.model, micro, this.opts.removePadding);
+            const vpreds = trainingForward(this.opts.adapter, this.rng, () => responseValues(this.model, micro, this.opts.removePadding));
             const { vfLoss, vfClipfrac } = computeValueLoss({
               vpreds, values: toTf(column(micro, "values"), "float32"), returns: toTf(column(micro, "returns"), "float32"),
               responseMask, cliprangeValue: cliprange, lossAggMode: mode, globalBatchInfo: info,

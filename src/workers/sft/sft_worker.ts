@@ -10,6 +10,8 @@ import { Dispatch, heartbeat, register, Worker } from "../../single_controller/i
 import { countLossTokens, sftLossSum } from "../../trainer/sft/sft_loss.js";
 import { loadSftModel, loadSftTokenizer } from "../../trainer/sft/sft_model.js";
 import { isEngineSftLayout, sftMicroBatchSpec, sftModelView } from "../../trainer/sft/sft_layout.js";
+import { trainingForward } from "../../models/lora.js";
+import { Rng } from "../../utils/rng.js";
 import { applyModelMemoryOptions, readModelMemoryOptions } from "../model_options.js";
 import { microBatches, type MicroBatchSpec } from "../batching.js";
 import { loadRoleCheckpoint, saveRoleCheckpoint } from "../checkpoint.js";
@@ -48,6 +50,8 @@ interface SftState {
   optimizer: DataParallelOptimizer;
   spec: MicroBatchSpec;
   flops: FlopsCounter;
+  /** Seeds the adapter dropout of each training pass (a loaded peft folder's lora_dropout). */
+  dropoutRng: Rng;
 }
 
 /**
@@ -106,14 +110,14 @@ export class SFTWorker extends Worker {
     // train/mfu is the engine trainer's metric: only its layout warns about a model_type without an estimate
     const warn = this.rank === 0 && isEngineSftLayout(this.config) ? (line: string) => logger().warn(line) : undefined;
     const flops = new FlopsCounter(model.config, trainingDeviceName(backend), warn);
-    this.s = { model, tokenizer, optimizer, spec, flops };
+    this.s = { model, tokenizer, optimizer, spec, flops, dropoutRng: new Rng(seed + 7907 * (this.rank + 1)) };
     return { backend, numParams: vars.reduce((a, v) => a + v.size, 0) };
   }
 
   /** One optimizer step on this rank's rows of the global batch (every rank must be called, even with no rows). */
   @register({ dispatchMode: Dispatch.DP_COMPUTE_METRIC })
   async trainStep(data: DataProto): Promise<SftStepResult> {
-    const { model, optimizer, spec, flops } = this.state;
+    const { model, optimizer, spec, flops, dropoutRng } = this.state;
     const t0 = performance.now();
     const counts = Float64Array.of(countLossTokens(data));
     optimizer.allReduceSum(counts);
@@ -121,7 +125,7 @@ export class SFTWorker extends Worker {
     let lossSum = 0;
     for (const micro of microBatches(data, spec).batches) {
       heartbeat();
-      const { value, grads } = tf.variableGrads(() => tf.div(sftLossSum(model, micro), norm) as tf.Scalar, optimizer.vars);
+      const { value, grads } = tf.variableGrads(() => tf.div(trainingForward(model.lora, dropoutRng, () => sftLossSum(model, micro)), norm) as tf.Scalar, optimizer.vars);
       optimizer.accumulate(grads);
       lossSum += (await value.data())[0]!;
       tf.dispose([value, ...Object.values(grads)]);
@@ -155,14 +159,19 @@ export class SFTWorker extends Worker {
   async saveCheckpoint(dir: string): Promise<void> {
     const { model, tokenizer, optimizer } = this.state;
     await saveRoleCheckpoint(dir, {
-      rank: this.rank, worldSize: this.worldSize, params: model.trainableParams(), optimizer, rngs: {}, hf: { model, tokenizer },
+      rank: this.rank, worldSize: this.worldSize, params: model.trainableParams(), optimizer, rngs: this.checkpointRngs(), hf: { model, tokenizer },
     });
   }
 
   @register({ dispatchMode: Dispatch.ONE_TO_ALL })
   async loadCheckpoint(dir: string): Promise<void> {
     const { model, optimizer } = this.state;
-    await loadRoleCheckpoint(dir, { rank: this.rank, worldSize: this.worldSize, params: model.trainableParams(), optimizer, rngs: {} });
+    await loadRoleCheckpoint(dir, { rank: this.rank, worldSize: this.worldSize, params: model.trainableParams(), optimizer, rngs: this.checkpointRngs() });
+  }
+
+  /** The streams a resumed run must continue: the dropout seeds, only where the adapter has dropout (older checkpoints have none). */
+  private checkpointRngs(): Record<string, Rng> {
+    return this.state.model.lora?.dropout ? { lora_dropout: this.state.dropoutRng } : {};
   }
 
   /** Live tensors in this rank's engine (tests check they stay flat across steps). */

@@ -3,9 +3,11 @@
 // PPO actor's keys: only the adapter trains and the checkpoint holds it in peft's layout.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { cpSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import * as tf from "@tensorflow/tfjs";
+import { saveLoraAdapter } from "../../../src/models/peft.js";
 import { CharTokenizer } from "../../../src/models/tokenizers/index.js";
 import {
   buildMultiTurnExample, readMultiTurnConfig, systemAndGenerationPrompt, tokenizeConversation,
@@ -84,6 +86,39 @@ test("LoRA for SFT: model.lora_rank trains only the adapter, and the checkpoint 
     assert.equal(adapter.lora_alpha, 8);
     assert.deepEqual([...adapter.target_modules].sort(), ["q_proj", "v_proj"]);
     assert.ok(existsSync(join(dir, "lora_adapter", "adapter_model.safetensors")));
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test("LoRA for SFT: a peft folder's lora_dropout applies in training steps only (peft trains a loaded adapter with it), seeded, and its stream is checkpointed", async () => {
+  const dir = mkdtempSync(join(tmpdir(), "sft-lora-drop-"));
+  try {
+    const lora = ["trainer.device=cpu", "data.micro_batch_size_per_gpu=4"];
+    const src = new SFTWorker(tinySftConfig([...lora, "model.lora_rank=4", "model.lora_alpha=8"]));
+    await src.initModel(5);
+    let s = 3;
+    for (const m of src.model!.lora!.modules.values()) m.b.assign(tf.randomNormal(m.b.shape, 0, 0.3, "float32", s++));
+    await saveLoraAdapter(src.model!.lora!, join(dir, "plain"));
+    cpSync(join(dir, "plain"), join(dir, "drop"), { recursive: true });
+    const cfgPath = join(dir, "drop", "adapter_config.json");
+    writeFileSync(cfgPath, JSON.stringify({ ...JSON.parse(readFileSync(cfgPath, "utf8")), lora_dropout: 0.3 }));
+    const worker = async (name: string) => {
+      const w = new SFTWorker(tinySftConfig([...lora, `+model.lora_adapter_path=${join(dir, name)}`]));
+      await w.initModel(5);
+      return w;
+    };
+    const plain = await worker("plain"), drop = await worker("drop"), twin = await worker("drop");
+    assert.equal(drop.model!.lora!.dropout?.p, 0.3);
+    const batch = toyBatch([[3, 4], [12, 30], [7, 58], [41, 9]]);
+    const ep = await plain.evalLoss(batch), ed = await drop.evalLoss(batch);
+    assert.equal(ed.lossSum, ep.lossSum, "evaluation runs without dropout");
+    const tp = await plain.trainStep(batch), td = await drop.trainStep(batch), tt = await twin.trainStep(batch);
+    assert.notEqual(td.loss, tp.loss, "the training step drops adapter units");
+    assert.equal(tt.loss, td.loss, "same seed, same step");
+    await drop.saveCheckpoint(join(dir, "ckpt"));
+    const extra = readdirSync(join(dir, "ckpt")).find((f) => f.startsWith("extra_state"));
+    assert.ok(extra && JSON.parse(readFileSync(join(dir, "ckpt", extra), "utf8")).rng.lora_dropout, "the dropout stream resumes");
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

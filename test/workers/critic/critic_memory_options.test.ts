@@ -48,3 +48,33 @@ test("critic.model LoRA + remove-padding + checkpointing: adapters and score hea
   opt.dispose();
   assert.throws(() => readModelMemoryOptions(new ConfigView(loadConfig({ configName: "ppo_trainer", overrides: ["critic.model.lora_rank=-1"] }), "critic.model")), /critic\.model\.lora_rank must be 0/);
 });
+
+test("critic.model.lora.dropout and type=dora (Megatron's keys): values (eval) are unaffected by dropout, the update is not; the same seed gives the same update", async () => {
+  await initBackend("cpu");
+  const build = (extra: string[]) => {
+    const cfg = loadConfig({
+      configName: "ppo_megatron_trainer",
+      overrides: ["critic.optim.lr=0.02", "critic.model.lora.rank=4", "critic.model.lora.type=dora", "critic.model.lora.lora_B_init_method=xavier", ...extra],
+    });
+    const view = new ConfigView(cfg, "critic");
+    const model = ValueHeadModel.init(tinyConfig(), new Rng(4));
+    applyModelMemoryOptions(model.trunk, readModelMemoryOptions(view.at("model"), { removePadding: false }), view.at("model"), 1);
+    const opt = new DataParallelOptimizer(model.trainableVariables(), view.at("optim"), 10, Collective.single(), 1.0);
+    const critic = new DataParallelPPOCritic(model, opt, {
+      config: view, miniBatchPerRank: 4, microBatchPerRank: 2, forwardSpec: { microBatchSize: 2, maxTokenLen: null }, seed: 1, adapter: model.trunk.lora,
+    });
+    return { model, opt, critic };
+  };
+  const plain = build([]), drop = build(["critic.model.lora.dropout=0.3"]), twin = build(["critic.model.lora.dropout=0.3"]);
+  assert.ok(plain.model.trainableParams().has("model.layers.0.self_attn.q_proj.lora_magnitude_vector"), "DoRA trains m on the value trunk");
+  const data = syntheticBatch(4, 4, 5, 32, 8);
+  const mask = data.batch.response_mask!.data;
+  data.batch.returns = tensor(Float32Array.from(mask, (m, i) => (m ? 0.5 + 0.1 * (i % 3) : 0)), [4, 5], "float32");
+  const vp = await plain.critic.computeValues(data), vd = await drop.critic.computeValues(data);
+  assert.deepEqual(Array.from(vd.data), Array.from(vp.data), "values are computed without dropout");
+  data.batch.values = vp;
+  const mp = await plain.critic.updateCritic(data), md = await drop.critic.updateCritic(data), mt = await twin.critic.updateCritic(data);
+  assert.notEqual(md["critic/vf_loss"]![0], mp["critic/vf_loss"]![0], "the update's forward drops adapter units");
+  assert.deepEqual([md["critic/vf_loss"], md["critic/grad_norm"]], [mt["critic/vf_loss"], mt["critic/grad_norm"]], "same seed, same update");
+  for (const b of [plain, drop, twin]) { b.model.dispose(); b.opt.dispose(); }
+});
