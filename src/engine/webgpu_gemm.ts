@@ -455,8 +455,13 @@ export class PackPadProgram implements GpuProgram {
  * are multiples of 16 (the issue's fast probe had its sizes baked in).
  */
 export interface DirectTile { sgM: number; sgN: number; tm: number; tn: number; unroll: 1 | 2 | 4; prefetch?: boolean; baked?: boolean }
-/** The best of the H200 sweep (docs/gpu.md): 2 x 2 subgroups of 4 x 4 fragments, 128 x 128 a workgroup. */
-export const DEFAULT_DIRECT_TILE: DirectTile = { sgM: 2, sgN: 2, tm: 4, tn: 4, unroll: 1 };
+/**
+ * The kernel a product runs before its class is tuned: 2 x 2 subgroups of 4 x 4 fragments (128 x 128
+ * a workgroup), register prefetch, strides baked in; the best of the H200 sweep of 2026-12-04
+ * (docs/gpu.md, "Autotuned kernels": 104-112 TFLOP/s at 4096^3 NN, against 33 for the same tile
+ * without prefetch and baked strides the day before).
+ */
+export const DEFAULT_DIRECT_TILE: DirectTile = { sgM: 2, sgN: 2, tm: 4, tn: 4, unroll: 1, prefetch: true, baked: true };
 
 /** Padded extents of a product for a direct tile. */
 export function directPadding(s: GemmShape, t: DirectTile): { mP: number; nP: number; kP: number } {

@@ -357,7 +357,13 @@ export const TENSOR_CORE_TILES: { direct: DirectTile[]; staged: StagedTile[] } =
   ],
   staged: [S(2, 2, 4, 4, 2, 1), S(2, 2, 4, 4, 2, 2), S(2, 2, 4, 4, 2, 2, 0), S(2, 4, 4, 2, 2, 2), S(2, 2, 4, 4, 4, 1), S(4, 4, 2, 2, 2, 2, 0)],
 };
+/**
+ * Every candidate, for the benchmark's sweep. The tuner takes the direct ones only: on the H200
+ * (2026-12-04) the staged kernels passed the correctness check in one process and failed it in the
+ * next (relative errors 0.3-1.4), which a one-time check cannot guard against.
+ */
 export const TENSOR_CORE_CANDIDATES: readonly TensorCoreCandidate[] = [...TENSOR_CORE_TILES.direct.map(directCandidate), ...TENSOR_CORE_TILES.staged.map(stagedCandidate)];
+export const TUNED_CANDIDATES: readonly TensorCoreCandidate[] = TENSOR_CORE_TILES.direct.map(directCandidate);
 
 type WebGpuBackendLike = Backend & {
   device: { pushErrorScope(f: string): void; popErrorScope(): Promise<{ message: string } | null>; queue: { onSubmittedWorkDone(): Promise<void> } };
@@ -414,7 +420,7 @@ const pendingClasses = new Set<string>();
 
 /** This thread's tuner over the tensor-core candidates (VERL_GEMM_KERNEL read once). */
 export function gemmAutotuner(): GemmAutotuner {
-  tuner ??= new GemmAutotuner(TENSOR_CORE_CANDIDATES, {
+  tuner ??= new GemmAutotuner(TUNED_CANDIDATES, {
     timer: webGpuTimer, reference: f32Reference, errors: webGpuErrorCapture(), pin: process.env.VERL_GEMM_KERNEL,
     log: logger().child({ component: "gemm" }),
   });
