@@ -89,6 +89,7 @@ type Estimator = (c: ModelConfig, tokens: number, seqlens: readonly number[]) =>
 const ESTIMATORS: Partial<Record<Family, Estimator>> = {
   llama: denseFlops,
   qwen2: denseFlops,
+  mimo: denseFlops,
   mistral: denseFlops,
   qwen3: denseFlops,
   qwen3_moe: moeFlops,

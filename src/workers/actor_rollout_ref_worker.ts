@@ -19,6 +19,7 @@ import { loadRoleCheckpoint, saveRoleCheckpoint, type SaveOptions } from "./chec
 import type { ConfigView } from "./config_view.js";
 import { DataParallelOptimizer } from "./dp_optimizer.js";
 import { loadModelTokenizer, loadPolicy } from "./model_source.js";
+import { readMtpSettings } from "./mtp_settings.js";
 import { checkRolloutFitsModel } from "./rollout_length.js";
 import { applyModelMemoryOptions, readModelMemoryOptions } from "./model_options.js";
 import { globalTokenNum, inferenceSpec, setupWorker } from "./worker_setup.js";
@@ -132,10 +133,13 @@ export class ActorRolloutRefWorker extends Worker {
       logProbSpec: inferenceSpec(rolloutCfg, "log_prob_", "log_prob_use_dynamic_bsz", "log_prob_max_token_len_per_gpu", world),
     };
     const rollCorr = cfg.section("algorithm.rollout_correction");
+    const mtp = readMtpSettings(modelCfg);
     const actorOpts = {
       config: actorCfg, miniBatchPerRank: plan.actorMiniBatchPerRank, microBatchPerRank: plan.actorMicroBatchPerRank, removePadding: memory.removePadding,
       ...(isBypassMode(rollCorr) ? { bypassRolloutCorrection: rollCorr } : {}),
     };
+    // the MTP loss joins the actor's update only (old and reference log-probs are the trunk's alone)
+    const mtpTrain = mtp.enableTrain ? { mtpTrain: { scale: mtp.lossScalingFactor, detachEncoder: mtp.detachEncoder } } : {};
     const engine = this.hasActor ? createRolloutEngine(rolloutCfg.str("name", "tfjs"), { rollout: rolloutCfg, rank: this.rank }) : undefined;
     if (engine) onThreadClose(() => engine.dispose());
     if (this.hasActor) {
@@ -156,7 +160,7 @@ export class ActorRolloutRefWorker extends Worker {
       );
       state.model = model;
       state.optimizer = optimizer;
-      state.actor = new DataParallelPPOActor(model, optimizer, { ...actorOpts, seed: seed + this.rank, replayRouting: state.routerReplay !== "disabled" });
+      state.actor = new DataParallelPPOActor(model, optimizer, { ...actorOpts, ...mtpTrain, seed: seed + this.rank, replayRouting: state.routerReplay !== "disabled" });
       state.flops = new FlopsCounter(model.config, trainingDeviceName(common.backend), this.rank === 0 ? (line) => logger().warn(line) : undefined);
       state.rolloutEngine = engine;
       // rollout.quantization=fp8: the decoders quantize the actor's linear weights at each weight sync (rollout/fp8.ts)
