@@ -3,21 +3,16 @@
 //   enable           load (and save) the MTP layers; off, they are left out as verl leaves them out
 //   enable_train     add the MTP loss (mtp_loss_scaling_factor x its cross entropy) to the actor's loss
 //   detach_encoder   the MTP loss trains the MTP layer only (no gradient into the trunk or the embedding)
-//   enable_rollout   speculative decoding with the MTP layer as the draft (method mtp, num_speculative_tokens)
-// speculative_algorithm / speculative_num_steps / speculative_eagle_topk / speculative_num_draft_tokens are
-// SGLang's EAGLE settings: read only by an SGLang server, which verl-ts does not drive.
+//   enable_rollout   speculative decoding with the MTP layer as the draft: not built (refused here)
+// method / num_speculative_tokens (vLLM) and speculative_* (SGLang's EAGLE) configure that rollout only.
 import type { ModelConfig } from "../models/config.js";
 import type { ConfigView } from "./config_view.js";
 
 export interface MtpSettings {
   enable: boolean;
   enableTrain: boolean;
-  enableRollout: boolean;
   detachEncoder: boolean;
   lossScalingFactor: number;
-  /** vLLM's speculative_config: method and draft tokens per step */
-  method: string;
-  numSpeculativeTokens: number;
 }
 
 /** The section's settings, checked on their own (the model is checked by checkMtpFitsModel). */
@@ -26,27 +21,19 @@ export function readMtpSettings(model: ConfigView): MtpSettings {
   const s: MtpSettings = {
     enable: m.bool("enable", false),
     enableTrain: m.bool("enable_train", false),
-    enableRollout: m.bool("enable_rollout", false),
     detachEncoder: m.bool("detach_encoder", false),
     lossScalingFactor: m.num("mtp_loss_scaling_factor", 0.1),
-    method: m.str("method", "mtp"),
-    numSpeculativeTokens: m.int("num_speculative_tokens", 1),
   };
-  for (const k of ["enable_train", "enable_rollout"] as const) {
-    if ((k === "enable_train" ? s.enableTrain : s.enableRollout) && !s.enable) {
-      throw new Error(`${m.key(k)}=true needs ${m.key("enable")}=true (the MTP layers are loaded only then)`);
-    }
+  if (s.enableTrain && !s.enable) throw new Error(`${m.key("enable_train")}=true needs ${m.key("enable")}=true (the MTP layers are loaded only then)`);
+  if (m.bool("enable_rollout", false)) {
+    throw new Error(
+      `${m.key("enable_rollout")}=true is not supported: speculative decoding with the MTP layer as the draft is not built in verl-ts's decoders ` +
+        `(the MTP layers load, train and export; rollouts decode with the trunk alone)`,
+    );
   }
   if (!(s.lossScalingFactor >= 0)) throw new Error(`${m.key("mtp_loss_scaling_factor")} must be a number >= 0, got ${s.lossScalingFactor}`);
-  if (s.enableRollout) {
-    if (s.method !== "mtp") throw new Error(`${m.key("method")}=${JSON.stringify(s.method)} is not supported: the host decoder drafts with the model's own MTP layer (method mtp)`);
-    if (s.numSpeculativeTokens !== 1) {
-      throw new Error(`${m.key("num_speculative_tokens")}=${s.numSpeculativeTokens} is not supported: MiMo's MTP layer drafts one token per step (vLLM's mimo_mtp takes one too)`);
-    }
-  }
   return s;
 }
-
 /** What the loaded model must have for the settings: MTP layers when enable, one of them when training it. */
 export function checkMtpFitsModel(s: MtpSettings, c: ModelConfig, key: string): void {
   if (!s.enable) return;
