@@ -55,6 +55,8 @@ interface ActorState {
   /** MoE routing replay: actor.router_replay.mode, and whether the rollout records routed_experts. */
   routerReplay: RouterReplayMode;
   rolloutRouting: boolean;
+  /** model.mtp.enable_rollout: rollouts decode speculatively with the MTP layer as the draft. */
+  mtpRollout: boolean;
 }
 
 /** verl's actor.router_replay.mode: R2 records in the old-log-prob pass, R3 replays the rollout's routing there too; both replay in the update. */
@@ -129,7 +131,7 @@ export class ActorRolloutRefWorker extends Worker {
     if (this.hasActor) checkRolloutFitsModel(rolloutCfg, model.config);
     const state: ActorState = {
       cfg, tokenizer, backend: common.backend,
-      rolloutRng: new Rng(seed + 7919 * (this.rank + 1)), seed, routerReplay: "disabled", rolloutRouting: false,
+      rolloutRng: new Rng(seed + 7919 * (this.rank + 1)), seed, routerReplay: "disabled", rolloutRouting: false, mtpRollout: false,
       logProbSpec: inferenceSpec(rolloutCfg, "log_prob_", "log_prob_use_dynamic_bsz", "log_prob_max_token_len_per_gpu", world),
     };
     const rollCorr = cfg.section("algorithm.rollout_correction");
@@ -142,6 +144,10 @@ export class ActorRolloutRefWorker extends Worker {
     const mtpTrain = mtp.enableTrain ? { mtpTrain: { scale: mtp.lossScalingFactor, detachEncoder: mtp.detachEncoder } } : {};
     const engine = this.hasActor ? createRolloutEngine(rolloutCfg.str("name", "tfjs"), { rollout: rolloutCfg, rank: this.rank }) : undefined;
     if (engine) onThreadClose(() => engine.dispose());
+    if (this.hasActor && mtp.enableRollout) {
+      if (!engine?.draftsWithMtp) throw new Error(`${modelCfg.key("mtp.enable_rollout")}=true: rollout engine '${engine?.name}' (actor_rollout_ref.rollout.name) cannot draft with the MTP layer; the host decoder (tfjs, hf, naive, vllm, sglang) can`);
+      state.mtpRollout = true;
+    }
     if (this.hasActor) {
       const rr = routerReplaySettings(cfg, model, engine, isBypassMode(rollCorr));
       state.routerReplay = rr.mode;
@@ -218,8 +224,11 @@ export class ActorRolloutRefWorker extends Worker {
     });
     // validation rollouts train nothing: their routing is not recorded
     const recordRouting = this.state.rolloutRouting && prompts.metaInfo.validate !== true;
-    const out = await engine.generate({ model, tokenizer: this.state.tokenizer, prompts: gen, params, rng, rowSeeds, ...(recordRouting ? { recordRouting } : {}) });
+    const mtpDraft = this.state.mtpRollout ? { drafted: 0, accepted: 0 } : undefined;
+    const out = await engine.generate({ model, tokenizer: this.state.tokenizer, prompts: gen, params, rng, rowSeeds, ...(recordRouting ? { recordRouting } : {}), ...(mtpDraft ? { mtpDraft } : {}) });
     if (recordRouting && !out.batch.routed_experts) throw new Error(`${ROLLOUT_KEY}=True: rollout engine '${engine.name}' returned no routed_experts`);
+    // the share of MTP drafts the trunk accepted (vLLM logs it as its draft acceptance rate)
+    if (mtpDraft && mtpDraft.drafted > 0) return new DataProto(out.batch, {}, { metrics: { "rollout/mtp_acceptance_rate": [mtpDraft.accepted / mtpDraft.drafted] } });
     return new DataProto(out.batch, {}, {});
   }
 
@@ -241,6 +250,7 @@ export class ActorRolloutRefWorker extends Worker {
    */
   private async generateWithAgentLoops(model: LlamaModel, engine: RolloutEngine, prompts: DataProto, rng: Rng): Promise<DataProto> {
     const s = this.state;
+    if (s.mtpRollout) throw new Error("actor_rollout_ref.model.mtp.enable_rollout=true: speculative decoding is built for single-turn rollouts; agent-loop (multi-turn) rollouts decode on the continuous-batching server without a draft");
     // the training server records the routing (rollout routing replay); validation trains nothing
     const training = rng === s.rolloutRng;
     const build = () => {

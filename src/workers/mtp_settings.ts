@@ -3,14 +3,16 @@
 //   enable           load (and save) the MTP layers; off, they are left out as verl leaves them out
 //   enable_train     add the MTP loss (mtp_loss_scaling_factor x its cross entropy) to the actor's loss
 //   detach_encoder   the MTP loss trains the MTP layer only (no gradient into the trunk or the embedding)
-//   enable_rollout   speculative decoding with the MTP layer as the draft: not built (refused here)
-// method / num_speculative_tokens (vLLM) and speculative_* (SGLang's EAGLE) configure that rollout only.
+//   enable_rollout   speculative decoding with the MTP layer as the draft (src/rollout/speculative.ts):
+//                    vLLM's method "mtp" with num_speculative_tokens 1, the only values built
+// speculative_* are SGLang's EAGLE settings: read only by an SGLang server, which verl-ts does not drive.
 import type { ModelConfig } from "../models/config.js";
 import type { ConfigView } from "./config_view.js";
 
 export interface MtpSettings {
   enable: boolean;
   enableTrain: boolean;
+  enableRollout: boolean;
   detachEncoder: boolean;
   lossScalingFactor: number;
 }
@@ -21,15 +23,17 @@ export function readMtpSettings(model: ConfigView): MtpSettings {
   const s: MtpSettings = {
     enable: m.bool("enable", false),
     enableTrain: m.bool("enable_train", false),
+    enableRollout: m.bool("enable_rollout", false),
     detachEncoder: m.bool("detach_encoder", false),
     lossScalingFactor: m.num("mtp_loss_scaling_factor", 0.1),
   };
-  if (s.enableTrain && !s.enable) throw new Error(`${m.key("enable_train")}=true needs ${m.key("enable")}=true (the MTP layers are loaded only then)`);
-  if (m.bool("enable_rollout", false)) {
-    throw new Error(
-      `${m.key("enable_rollout")}=true is not supported: speculative decoding with the MTP layer as the draft is not built in verl-ts's decoders ` +
-        `(the MTP layers load, train and export; rollouts decode with the trunk alone)`,
-    );
+  for (const [k, on] of [["enable_train", s.enableTrain], ["enable_rollout", s.enableRollout]] as const) {
+    if (on && !s.enable) throw new Error(`${m.key(k)}=true needs ${m.key("enable")}=true (the MTP layers are loaded only then)`);
+  }
+  if (s.enableRollout) {
+    const method = m.str("method", "mtp"), k = m.int("num_speculative_tokens", 1);
+    if (method !== "mtp") throw new Error(`${m.key("method")}=${JSON.stringify(method)} is not supported: the draft is the model's own MTP layer (method mtp)`);
+    if (k !== 1) throw new Error(`${m.key("num_speculative_tokens")}=${k} is not supported: MiMo's MTP layer drafts one token per step (vLLM's mimo_mtp takes one too)`);
   }
   if (!(s.lossScalingFactor >= 0)) throw new Error(`${m.key("mtp_loss_scaling_factor")} must be a number >= 0, got ${s.lossScalingFactor}`);
   return s;

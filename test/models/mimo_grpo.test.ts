@@ -1,6 +1,7 @@
 // Two GRPO steps on the tiny MiMo folder through `verl train` in process, with the MTP layer
-// loaded and trained (model.mtp.enable, enable_train): verl's MTP loss metric is logged, and the
-// checkpoint's Hugging Face export carries the trained MTP layer and num_nextn_predict_layers.
+// loaded, trained and drafting (model.mtp.enable, enable_train, enable_rollout): verl's MTP loss
+// metric and the draft acceptance rate are logged, and the checkpoint's Hugging Face export
+// carries the trained MTP layer and num_nextn_predict_layers.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { existsSync, readFileSync, rmSync } from "node:fs";
@@ -14,21 +15,22 @@ import { writeTinyMimo } from "./mimo_fixture.js";
 
 const MTP = "actor_rollout_ref.model.mtp";
 
-test("mimo: 2 GRPO steps with the MTP loss; the export keeps the trained MTP layer", async () => {
+test("mimo: 2 GRPO steps with the MTP loss and MTP-drafted rollouts; the export keeps the trained MTP layer", async () => {
   const ws = await makeWorkspace();
   try {
     const model = writeTinyMimo(join(ws.dir, "mimo"), { chatTemplate: true });
     const out = join(ws.dir, "ckpt");
     const overrides = [...ws.overrides, `actor_rollout_ref.model.path=${model}`, "algorithm.adv_estimator=grpo",
       "actor_rollout_ref.actor.use_kl_loss=true", "data.max_prompt_length=24", "trainer.total_training_steps=2", "trainer.logger=[]",
-      "trainer.save_freq=2", `trainer.default_local_dir=${out}`, `${MTP}.enable=true`, `${MTP}.enable_train=true`, `${MTP}.mtp_loss_scaling_factor=0.5`];
+      "trainer.save_freq=2", `trainer.default_local_dir=${out}`, `${MTP}.enable=true`, `${MTP}.enable_train=true`, `${MTP}.mtp_loss_scaling_factor=0.5`, `${MTP}.enable_rollout=true`];
     const res = await runPpo(loadConfig({ configName: "ppo_trainer", overrides }));
     const steps = res.history.map((h) => h.metrics);
     assert.equal(steps.length, 2);
     for (const [i, m] of steps.entries()) {
-      for (const k of ["actor/pg_loss", "actor/kl_loss", "actor/grad_norm", "actor/mtp_losses/mtp_1_loss"]) {
+      for (const k of ["actor/pg_loss", "actor/kl_loss", "actor/grad_norm", "actor/mtp_losses/mtp_1_loss", "rollout/mtp_acceptance_rate"]) {
         assert.ok(Number.isFinite(m[k]), `step ${i + 1}: ${k} = ${m[k]}`);
       }
+      assert.ok(m["rollout/mtp_acceptance_rate"]! >= 0 && m["rollout/mtp_acceptance_rate"]! <= 1);
       // cross entropy over 320 ids from random weights: positive, and not far from ln(320) = 5.8
       assert.ok(m["actor/mtp_losses/mtp_1_loss"]! > 1 && m["actor/mtp_losses/mtp_1_loss"]! < 20, `step ${i + 1}: mtp loss ${m["actor/mtp_losses/mtp_1_loss"]}`);
     }
