@@ -163,7 +163,8 @@ export function toHfConfig(c: ModelConfig, opts: { valueHead?: boolean } = {}): 
   }
   if (c.mlpBias && family !== "llama") throw new Error(`toHfConfig: only Llama has mlp_bias, not ${family}`);
   if (c.qkNorm !== undefined && c.qkNorm !== spec.qkNorm) throw new Error(`toHfConfig: ${family} ${spec.qkNorm ? "always has" : "has no"} q/k norms`);
-  const arch = opts.valueHead ? spec.aliases.find((a) => a.endsWith("ForTokenClassification"))! : spec.arch;
+  const arch = opts.valueHead ? spec.aliases.find((a) => a.endsWith("ForTokenClassification")) : spec.arch;
+  if (!arch) throw new Error(`toHfConfig: ${family} has no *ForTokenClassification class to save a value model as`);
   const rope = c.localRope
     ? { rope_parameters: { full_attention: ropeToHf(c.ropeTheta, c.ropeScaling ?? null)["rope_parameters"], sliding_attention: ropeToHf(c.localRope.theta, c.localRope.scaling)["rope_parameters"] },
         rope_theta: c.ropeTheta, rope_local_base_freq: c.localRope.theta, rope_scaling: ropeToHf(c.ropeTheta, c.ropeScaling ?? null)["rope_scaling"] }

@@ -92,9 +92,12 @@ export async function loadHfModel(dir: string, configDir = dir, opts: { mtp?: bo
  * initialises a critic from the actor's weights.
  */
 export async function loadHfValueModel(dir: string, rng: Rng, configDir = dir): Promise<ValueHeadModel> {
-  const { config } = configOf(configDir);
+  // a value model has no use for MiMo's MTP layers: its trunk is the causal LM's alone
+  const { config: read } = configOf(configDir);
+  const config = read.mtpLayers ? { ...read, mtpLayers: 0 } : read;
   const t = toTensors(readHfWeights(dir), config);
   try {
+    for (const n of [...t.keys()]) if (n.startsWith("model.mtp_layers.")) { t.get(n)!.dispose(); t.delete(n); }
     if (!t.has("score.weight")) {
       const policy = new LlamaModel(config, toVariables(t));
       try { return ValueHeadModel.fromPolicy(policy, rng); } finally { policy.dispose(); }

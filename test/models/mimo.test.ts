@@ -9,7 +9,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import * as tf from "@tensorflow/tfjs";
 import { initBackend } from "../../src/engine/backend.js";
-import { loadHfModel, readHfWeights, saveHfModel } from "../../src/models/hf.js";
+import { loadHfModel, loadHfValueModel, readHfWeights, saveHfModel } from "../../src/models/hf.js";
+import { Rng } from "../../src/utils/rng.js";
 import type { NamedArray } from "../../src/models/safetensors.js";
 import { maxDiff } from "./families_fixtures.js";
 import { mimoConfigJson, writeTinyMimo } from "./mimo_fixture.js";
@@ -126,6 +127,10 @@ test("MiMo: the trunk equals Qwen2 with the same weights; mtp:false leaves the M
       assert.deepEqual(a, b);
       assert.deepEqual(c, b);
       assert.throws(() => trunk.forwardWithMtp(tf.tensor2d([IDS], [1, IDS.length], "int32")), /without multi-token-prediction layers/);
+      // a value model (critic) from a MiMo folder is the trunk plus its score head
+      const critic = await loadHfValueModel(join(dir, "mimo"), new Rng(1));
+      assert.equal([...critic.params.keys()].some((n) => n.includes("mtp_layers")), false);
+      critic.dispose();
     } finally {
       for (const m of [mimo, qwen, trunk]) m.dispose();
     }
