@@ -17,6 +17,7 @@ import { layerPrefix } from "../models/shapes.js";
 import type { DataProto } from "../protocol/data_proto.js";
 import { heartbeat } from "../single_controller/heartbeat.js";
 import type { Rng } from "../utils/rng.js";
+import { snapshotParam } from "./decode_weights.js";
 import { KvCacheDecoder } from "./decoder.js";
 import { assembleRollout, promptRows } from "./generate.js";
 import { TokenSampler, type SamplingParams } from "./sampling.js";
@@ -24,10 +25,22 @@ import { TokenSampler, type SamplingParams } from "./sampling.js";
 /** Draft counts of a speculative generation (the acceptance rate is accepted / drafted). */
 export interface SpeculativeStats { drafted: number; accepted: number }
 
+const draftViews = new WeakMap<LlamaModel, LlamaModel>();
+
 /**
  * The MTP layer's decoder layer seen as a one-layer model: its own weights under model.layers.0,
- * final_layernorm as the final norm, the trunk's lm_head. It shares the trunk's variables: never dispose it.
+ * final_layernorm as the final norm, the trunk's lm_head. It shares the trunk's variables (so it
+ * sees every weight update; never dispose it), one per trunk: an engine reads its weights with
+ * readParamsForDecode before generating, as it reads the trunk's.
  */
+export function mtpDraftModel(model: LlamaModel): LlamaModel {
+  const hit = draftViews.get(model);
+  if (hit && hit.params.get("model.embed_tokens.weight") === model.p("model.embed_tokens.weight")) return hit;
+  const view = mtpLayerAsModel(model);
+  draftViews.set(model, view);
+  return view;
+}
+
 function mtpLayerAsModel(model: LlamaModel): LlamaModel {
   const c = model.config, P = layerPrefix(c, c.nLayers);
   const config: ModelConfig = { ...c, nLayers: 1, mtpLayers: 0, slidingLayers: undefined, slidingWindow: undefined, moe: undefined };
@@ -45,7 +58,8 @@ class MtpInput {
   private readonly emb: Float32Array; private readonly hn: Float32Array; private readonly tn: Float32Array; private readonly proj: Float32Array;
 
   constructor(model: LlamaModel, private readonly c: ModelConfig) {
-    const P = layerPrefix(c, c.nLayers), read = (n: string) => mergedWeightSync(model, n);
+    // the engine's asynchronous read when there is one (a GPU backend has no synchronous read)
+    const P = layerPrefix(c, c.nLayers), read = (n: string) => snapshotParam(model, n) ?? mergedWeightSync(model, n);
     this.emb = read("model.embed_tokens.weight");
     this.hn = read(P + "hidden_layernorm.weight");
     this.tn = read(P + "token_layernorm.weight");
@@ -100,7 +114,7 @@ export function generateSpeculative(model: LlamaModel, batch: DataProto, params:
   const responses = new Int32Array(B * R).fill(params.padTokenId), responseMask = new Int32Array(B * R), logProbs = new Float32Array(B * R);
   const eos = new Set(params.ignoreEos ? [] : params.eosTokenIds);
   const sampler = new TokenSampler(V, params);
-  const draftModel = mtpLayerAsModel(model), input = new MtpInput(model, c);
+  const draftModel = mtpDraftModel(model), input = new MtpInput(model, c);
   const stats = opts.stats ?? { drafted: 0, accepted: 0 };
   const bytesPerRow = 2 * (c.nLayers + 1) * c.nKvHeads * c.headDim * (P + R + 1) * 4;
   const sub = Math.max(1, Math.min(B, Math.floor((512 * 2 ** 20) / bytesPerRow)));
