@@ -48,7 +48,7 @@ test("mimo: 2 GRPO steps with the MTP loss and MTP-drafted rollouts; the export 
   }
 });
 
-test("mimo: mtp.enable_train without mtp.enable, and mtp.enable on a model without MTP layers, are refused by name", async () => {
+test("mimo: mtp.enable_train without mtp.enable, mtp.enable on a model without MTP layers, and drafting on an engine that cannot, are refused by name", async () => {
   const ws = await makeWorkspace();
   try {
     const mimo = writeTinyMimo(join(ws.dir, "mimo"), { chatTemplate: true });
@@ -58,6 +58,8 @@ test("mimo: mtp.enable_train without mtp.enable, and mtp.enable on a model witho
       /actor_rollout_ref\.model\.mtp\.enable_train=true needs actor_rollout_ref\.model\.mtp\.enable=true/);
     await assert.rejects(runPpo(loadConfig({ configName: "ppo_trainer", overrides: [...base, `actor_rollout_ref.model.path=${qwen}`, `${MTP}.enable=true`] })),
       /actor_rollout_ref\.model\.mtp\.enable=true: the model has no multi-token-prediction layers/);
+    await assert.rejects(runPpo(loadConfig({ configName: "ppo_trainer", overrides: [...base, `actor_rollout_ref.model.path=${mimo}`, `${MTP}.enable=true`, `${MTP}.enable_rollout=true`, "actor_rollout_ref.rollout.name=webgpu"] })),
+      /actor_rollout_ref\.model\.mtp\.enable_rollout=true: rollout engine 'webgpu' .* cannot draft with the MTP layer/);
   } finally {
     rmSync(ws.dir, { recursive: true, force: true });
   }
