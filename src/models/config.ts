@@ -69,6 +69,8 @@ export interface ModelConfig {
   gemma?: GemmaConfig;
   /** Qwen3-MoE experts */
   moe?: MoeConfig;
+  /** MiMo: multi-token-prediction layers (num_nextn_predict_layers), model.mtp_layers.0.. ; absent or 0 = none */
+  mtpLayers?: number;
   bosTokenId?: number | null;
   eosTokenId?: number | number[] | null;
   padTokenId?: number | null;
@@ -102,6 +104,8 @@ export function validateConfig(c: ModelConfig): void {
   if (!(c.ropeTheta > 0) || !(c.normEps > 0)) throw new Error("model config: ropeTheta and normEps must be positive");
   if (c.slidingLayers && c.slidingLayers.length !== c.nLayers) throw new Error(`model config: slidingLayers lists ${c.slidingLayers.length} layers, the model has ${c.nLayers}`);
   if (c.slidingLayers?.some(Boolean) && !(Number.isInteger(c.slidingWindow) && c.slidingWindow! > 0)) throw new Error(`model config: sliding layers need a positive integer slidingWindow, got ${String(c.slidingWindow)}`);
+  if (c.mtpLayers !== undefined && !(Number.isInteger(c.mtpLayers) && c.mtpLayers >= 0)) throw new Error(`model config: mtpLayers must be a non-negative integer, got ${String(c.mtpLayers)}`);
+  if (c.mtpLayers && familyOfConfig(c) !== "mimo") throw new Error(`model config: multi-token-prediction layers are built for MiMo only (modelType 'mimo'), not ${familyOfConfig(c)}`);
   if (c.moe && c.moe.sparseLayers.length !== c.nLayers) throw new Error(`model config: moe.sparseLayers lists ${c.moe.sparseLayers.length} layers, the model has ${c.nLayers}`);
 }
 
@@ -159,7 +163,8 @@ export function toHfConfig(c: ModelConfig, opts: { valueHead?: boolean } = {}): 
   }
   if (c.mlpBias && family !== "llama") throw new Error(`toHfConfig: only Llama has mlp_bias, not ${family}`);
   if (c.qkNorm !== undefined && c.qkNorm !== spec.qkNorm) throw new Error(`toHfConfig: ${family} ${spec.qkNorm ? "always has" : "has no"} q/k norms`);
-  const arch = opts.valueHead ? spec.aliases.find((a) => a.endsWith("ForTokenClassification"))! : spec.arch;
+  const arch = opts.valueHead ? spec.aliases.find((a) => a.endsWith("ForTokenClassification")) : spec.arch;
+  if (!arch) throw new Error(`toHfConfig: ${family} has no *ForTokenClassification class to save a value model as`);
   const rope = c.localRope
     ? { rope_parameters: { full_attention: ropeToHf(c.ropeTheta, c.ropeScaling ?? null)["rope_parameters"], sliding_attention: ropeToHf(c.localRope.theta, c.localRope.scaling)["rope_parameters"] },
         rope_theta: c.ropeTheta, rope_local_base_freq: c.localRope.theta, rope_scaling: ropeToHf(c.ropeTheta, c.ropeScaling ?? null)["rope_scaling"] }
@@ -194,7 +199,7 @@ export function toHfConfig(c: ModelConfig, opts: { valueHead?: boolean } = {}): 
   const anySliding = sliding.some(Boolean);
   if (family !== "llama") j["sliding_window"] = anySliding ? c.slidingWindow! : null;
   if (family === "mistral" && anySliding && !sliding.every(Boolean)) throw new Error("toHfConfig: Mistral's sliding window applies to every layer");
-  if (family === "qwen2" || family === "qwen3" || family === "qwen3_moe") {
+  if (family === "qwen2" || family === "mimo" || family === "qwen3" || family === "qwen3_moe") {
     const first = sliding.indexOf(true);
     if (anySliding && !sliding.every((s, i) => s === i >= first)) throw new Error(`toHfConfig: ${family}'s sliding layers must be the last ones (from max_window_layers on)`);
     j["use_sliding_window"] = anySliding;
@@ -213,6 +218,7 @@ export function toHfConfig(c: ModelConfig, opts: { valueHead?: boolean } = {}): 
       decoder_sparse_step: 1, mlp_only_layers: c.moe.sparseLayers.flatMap((s, i) => (s ? [] : [i])),
     });
   }
+  if (family === "mimo") j["num_nextn_predict_layers"] = c.mtpLayers ?? 0;
   if (opts.valueHead) { j["num_labels"] = 1; j["id2label"] = { "0": "LABEL_0" }; j["label2id"] = { LABEL_0: 0 }; }
   return j;
 }

@@ -6,7 +6,7 @@
 import type { ModelConfig, MoeConfig } from "./config.js";
 import { readRopeConfig, type RopeScaling } from "./rope.js";
 
-export type Family = "llama" | "qwen2" | "mistral" | "qwen3" | "qwen3_moe" | "gemma2" | "gemma3_text";
+export type Family = "llama" | "qwen2" | "mimo" | "mistral" | "qwen3" | "qwen3_moe" | "gemma2" | "gemma3_text";
 
 export interface FamilySpec {
   /** the *ForCausalLM class transformers builds */
@@ -28,6 +28,8 @@ export interface FamilySpec {
 export const FAMILIES: Record<Family, FamilySpec> = {
   llama: { arch: "LlamaForCausalLM", aliases: ["LlamaForTokenClassification"], qkvBiasAlways: false, qkNorm: false, gemma: false, tiedByDefault: false, act: "silu" },
   qwen2: { arch: "Qwen2ForCausalLM", aliases: ["Qwen2ForTokenClassification"], qkvBiasAlways: true, qkNorm: false, gemma: false, tiedByDefault: false, act: "silu" },
+  // MiMo: Qwen2's decoder plus multi-token-prediction layers (model.mtp_layers.*, num_nextn_predict_layers)
+  mimo: { arch: "MiMoForCausalLM", aliases: [], qkvBiasAlways: true, qkNorm: false, gemma: false, tiedByDefault: false, act: "silu" },
   mistral: { arch: "MistralForCausalLM", aliases: ["MistralForTokenClassification"], qkvBiasAlways: false, qkNorm: false, gemma: false, tiedByDefault: false, act: "silu" },
   qwen3: { arch: "Qwen3ForCausalLM", aliases: ["Qwen3ForTokenClassification"], qkvBiasAlways: false, qkNorm: true, gemma: false, tiedByDefault: false, act: "silu" },
   qwen3_moe: { arch: "Qwen3MoeForCausalLM", aliases: ["Qwen3MoeForTokenClassification"], qkvBiasAlways: false, qkNorm: true, gemma: false, tiedByDefault: false, act: "silu" },
@@ -97,7 +99,7 @@ function layerTypes(j: Json, family: Family, nLayers: number, window: number | n
   const all = (f: (i: number) => boolean) => Array.from({ length: nLayers }, (_, i) => window !== null && f(i));
   switch (family) {
     case "mistral": return all(() => true);
-    case "qwen2": case "qwen3": case "qwen3_moe": {
+    case "qwen2": case "mimo": case "qwen3": case "qwen3_moe": {
       const from = num(j, "max_window_layers", file, nLayers);
       return all((i) => bool(j, "use_sliding_window", file, false) && i >= from);
     }
@@ -114,7 +116,7 @@ function layerTypes(j: Json, family: Family, nLayers: number, window: number | n
 function slidingWindow(j: Json, family: Family, file: string): number | null {
   const w = optNum(j, "sliding_window", file);
   // Qwen's configs carry a sliding_window that is off unless use_sliding_window says so.
-  if ((family === "qwen2" || family === "qwen3" || family === "qwen3_moe") && !bool(j, "use_sliding_window", file, false)) return null;
+  if ((family === "qwen2" || family === "mimo" || family === "qwen3" || family === "qwen3_moe") && !bool(j, "use_sliding_window", file, false)) return null;
   if (w !== null && !Number.isInteger(w)) throw new Error(`${file}: sliding_window must be an integer, got ${w}`);
   return w;
 }
@@ -175,7 +177,10 @@ export function readFamilyConfig(j: Json, file: string): Partial<ModelConfig> & 
     refuse(j, "query_pre_attn_scalar", file, off, `${family} scales queries by 1/sqrt(head_dim)`);
   }
   if (family !== "llama") refuse(j, "mlp_bias", file, off, `only Llama's MLP has biases`);
-  if (family === "qwen2" || family === "mistral") refuse(j, "attention_bias", file, (v) => off(v) || (family === "qwen2" && v === true), `${family}'s attention biases are fixed by the architecture`);
+  if (family === "qwen2" || family === "mimo" || family === "mistral") refuse(j, "attention_bias", file, (v) => off(v) || (family !== "mistral" && v === true), `${family}'s attention biases are fixed by the architecture`);
+  if (family !== "mimo") refuse(j, "num_nextn_predict_layers", file, off, `multi-token-prediction layers are built for MiMo only, not ${family}`);
+  const mtpLayers = family === "mimo" ? num(j, "num_nextn_predict_layers", file, 0) : 0;
+  if (!Number.isInteger(mtpLayers) || mtpLayers < 0) throw new Error(`${file}: num_nextn_predict_layers must be a non-negative integer, got ${mtpLayers}`);
   const window = slidingWindow(j, family, file);
   const sliding = layerTypes(j, family, nLayers, window, file);
   let rope: { theta: number; scaling: RopeScaling | null }, localRope: { theta: number; scaling: RopeScaling | null } | undefined;
@@ -208,6 +213,7 @@ export function readFamilyConfig(j: Json, file: string): Partial<ModelConfig> & 
     ...(window !== null && sliding.some(Boolean) ? { slidingWindow: window, slidingLayers: sliding } : {}),
     ...(gemma ? { gemma } : {}),
     ...(family === "qwen3_moe" ? { moe: readMoe(j, nLayers, file) } : {}),
+    ...(mtpLayers > 0 ? { mtpLayers } : {}),
     bosTokenId: typeof j["bos_token_id"] === "number" ? (j["bos_token_id"] as number) : null,
     eosTokenId: typeof j["eos_token_id"] === "number" || Array.isArray(j["eos_token_id"]) ? (j["eos_token_id"] as number | number[]) : null,
     padTokenId: typeof j["pad_token_id"] === "number" ? (j["pad_token_id"] as number) : null,

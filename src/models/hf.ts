@@ -66,12 +66,18 @@ function configOf(dir: string): { config: ModelConfig; raw: Record<string, unkno
   return { config: fromHfConfig(raw, path), raw };
 }
 
-/** Load a causal LM folder (LlamaForCausalLM / Qwen2ForCausalLM); `configDir` holds its config.json (verl's hf_config_path). */
-export async function loadHfModel(dir: string, configDir = dir): Promise<LlamaModel> {
-  const { config } = configOf(configDir);
+/**
+ * Load a causal LM folder (any family of families.ts); `configDir` holds its config.json (verl's hf_config_path).
+ * `mtp: false` leaves a MiMo folder's multi-token-prediction layers out, as verl does unless model.mtp.enable
+ * (it zeroes num_nextn_predict_layers): the model, and what it saves, is then the trunk alone.
+ */
+export async function loadHfModel(dir: string, configDir = dir, opts: { mtp?: boolean } = {}): Promise<LlamaModel> {
+  const { config: read } = configOf(configDir);
+  const config = opts.mtp === false && read.mtpLayers ? { ...read, mtpLayers: 0 } : read;
   const t = toTensors(readHfWeights(dir), config);
   try {
-    for (const n of [...t.keys()]) if (n.startsWith("score.")) { t.get(n)!.dispose(); t.delete(n); }
+    const dropped = (n: string) => n.startsWith("score.") || (opts.mtp === false && n.startsWith("model.mtp_layers."));
+    for (const n of [...t.keys()]) if (dropped(n)) { t.get(n)!.dispose(); t.delete(n); }
     return new LlamaModel(config, toVariables(t));
   } catch (e) {
     throw new Error(`${dir}: ${(e as Error).message}`);
@@ -86,9 +92,12 @@ export async function loadHfModel(dir: string, configDir = dir): Promise<LlamaMo
  * initialises a critic from the actor's weights.
  */
 export async function loadHfValueModel(dir: string, rng: Rng, configDir = dir): Promise<ValueHeadModel> {
-  const { config } = configOf(configDir);
+  // a value model has no use for MiMo's MTP layers: its trunk is the causal LM's alone
+  const { config: read } = configOf(configDir);
+  const config = read.mtpLayers ? { ...read, mtpLayers: 0 } : read;
   const t = toTensors(readHfWeights(dir), config);
   try {
+    for (const n of [...t.keys()]) if (n.startsWith("model.mtp_layers.")) { t.get(n)!.dispose(); t.delete(n); }
     if (!t.has("score.weight")) {
       const policy = new LlamaModel(config, toVariables(t));
       try { return ValueHeadModel.fromPolicy(policy, rng); } finally { policy.dispose(); }

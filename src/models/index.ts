@@ -1,6 +1,6 @@
 // Public surface of the model layer.
 export { makeConfig, validateConfig, numParams, fromHfConfig, toHfConfig, SUPPORTED_ARCHITECTURES, type ModelConfig } from "./config.js";
-export { LlamaModel, parameterShapes, positionsFromMask, ropeTables, contiguousKeyStart, toVariables, type ForwardOptions } from "./llama.js";
+export { LlamaModel, parameterShapes, positionsFromMask, ropeTables, contiguousKeyStart, toVariables, type ForwardOptions, type MtpInputs } from "./llama.js";
 export { groupedAttention, type AttentionShape } from "./attention.js";
 export { rmsNorm, swiGlu } from "./layers.js";
 export { ValueHeadModel } from "./value_head.js";

@@ -15,7 +15,7 @@ import { loraLinear } from "./lora_linear.js";
 import { topKMask } from "./moe_loss.js";
 import { segmentView } from "./packing.js";
 import { isSparseLayer, layerWindow, type ModelConfig } from "./config.js";
-import { parameterShapes } from "./shapes.js";
+import { layerPrefix, parameterShapes } from "./shapes.js";
 
 export { parameterShapes };
 import { ropeInvFreq, type RopeScaling } from "./rope.js";
@@ -43,7 +43,27 @@ export interface ForwardOptions {
   replayExperts?: ArrayLike<number>;
   /** MoE: receives each sparse layer's chosen experts [N, topK] int32, in layer order (kept: the caller disposes them). */
   routedExperts?: tf.Tensor[];
+  /** MiMo: also run the first multi-token-prediction layer (see MtpInputs). */
+  mtp?: MtpInputs;
 }
+
+/**
+ * The first MTP layer's inputs and output. Position t combines the trunk's hidden state at t
+ * (before the final norm, as vLLM's MiMo hands it over) with the embedding of `nextIds[t]`,
+ * the token at t+1 (Megatron's roll of input_ids by -1; any id where there is none, its
+ * output is then meaningless and must be masked); its logits predict the token at t+2.
+ */
+export interface MtpInputs {
+  /** [B*T] (packed: [N]) the token after each position, in row order. */
+  nextIds: ArrayLike<number>;
+  /** verl's detach_encoder: no gradient from the MTP output into the trunk's hidden states or the embedding. */
+  detachEncoder?: boolean;
+  /** Receives the MTP layer's final-normed hidden states [B, T, dim] (kept: the caller disposes them). */
+  hidden: tf.Tensor[];
+}
+
+/** Identity forward, zero gradient (torch's .detach()). */
+const detach = tf.customGrad((x) => ({ value: tf.clone(x as tf.Tensor), gradFunc: (dy: tf.Tensor) => tf.zerosLike(dy) }));
 
 /** What a sparse layer reads and writes besides its input: collected router logits and chosen experts, forced experts [N*topK]. */
 interface MoeIo { logits?: tf.Tensor[]; chosen?: tf.Tensor[]; replay?: Int32Array }
@@ -215,10 +235,11 @@ export class LlamaModel {
    * adapter dropout `drop`, where the adapter has them).
    */
   private project(x: tf.Tensor, i: number, mods: string[], w: (n: string) => tf.Tensor, drop: AdapterDropout | null): tf.Tensor {
-    const base = mods.map((m) => w(`model.layers.${i}.${m}.weight`) as tf.Tensor2D);
+    const L = layerPrefix(this.config, i);
+    const base = mods.map((m) => w(`${L}${m}.weight`) as tf.Tensor2D);
     const lora = this.lora;
     if (!lora) return linear(x, (base.length === 1 ? base[0]! : tf.concat(base, 0)) as tf.Tensor2D);
-    const names = mods.map((m) => `model.layers.${i}.${m}`);
+    const names = mods.map((m) => `${L}${m}`);
     if (!names.some((n) => lora.has(n))) return frozenLinear(x, base);
     const blocks = names.map((n, j) => (lora.has(n) ? lora.block(n, base[j]!, x.shape[0]!, w, drop) : { w: base[j]! }));
     return loraLinear(x as tf.Tensor2D, blocks, lora.scale);
@@ -226,7 +247,7 @@ export class LlamaModel {
 
   /** Names of what trains in layer `i` (the inputs a recomputed layer differentiates). */
   private layerTrainables(i: number): string[] {
-    const p = `model.layers.${i}.`;
+    const p = layerPrefix(this.config, i);
     return [...this.trainableParams().keys()].filter((n) => n.startsWith(p));
   }
 
@@ -235,10 +256,10 @@ export class LlamaModel {
     return rmsNorm(x, this.config.gemma ? tf.add(w, 1) : w, this.config.normEps); // w * x / sqrt(mean(x^2) + eps)
   }
 
-  /** One decoder layer on token rows x [N, dim]. */
+  /** One decoder layer on token rows x [N, dim] (i >= nLayers: the decoder layer inside MTP layer i - nLayers). */
   private decoderLayer(i: number, x: tf.Tensor, ctx: LayerContext, view: AttentionView, w: (n: string) => tf.Tensor, drop: AdapterDropout | null, io: MoeIo = {}): tf.Tensor {
     const c = this.config, hd = c.headDim, g = c.nHeads / c.nKvHeads, N = x.shape[0]!;
-    const { batch: B, seqLen: T } = view, L = `model.layers.${i}.`;
+    const { batch: B, seqLen: T } = view, L = layerPrefix(c, i);
     const sliding = layerWindow(c, i) !== null;
     // attention: one fused q/k/v projection, rotary on q and k together
     const n1 = this.norm(x, w(L + "input_layernorm.weight"));
@@ -281,7 +302,7 @@ export class LlamaModel {
 
   /** The gated feed-forward under `prefix` (mlp. or mlp.experts.e.): one fused gate/up product, act(gate) * up, down. */
   private mlp(x: tf.Tensor, i: number, prefix: string, w: (n: string) => tf.Tensor, drop: AdapterDropout | null): tf.Tensor {
-    const c = this.config, L = `model.layers.${i}.${prefix}`, bias = c.mlpBias && prefix === "mlp.";
+    const c = this.config, L = layerPrefix(c, i) + prefix, bias = c.mlpBias && prefix === "mlp.";
     let gu = this.project(x, i, [prefix + "gate_proj", prefix + "up_proj"], w, drop) as tf.Tensor2D;
     if (bias) gu = gu.add(tf.concat([w(L + "gate_proj.bias"), w(L + "up_proj.bias")])) as tf.Tensor2D;
     const hidden = c.gemma ? geGlu(gu) : swiGlu(gu); // gelu_tanh(gate) * up, or silu(gate) * up
@@ -382,8 +403,26 @@ export class LlamaModel {
           return this.decoderLayer(i, xs, context(cs), view, (n) => given.get(n) ?? this.tensor(n), drop, { replay: io.replay });
         }, x, names.map(plain), consts);
       }
+      if (opts.mtp) opts.mtp.hidden.push(tf.keep(this.mtpLayer(x, opts.mtp, ctx, view, plain, drop).reshape([B, T, c.dim])));
       return this.norm(x, this.p("model.norm.weight")).reshape([B, T, c.dim]) as tf.Tensor3D;
     });
+  }
+
+  /**
+   * MiMo's MTP layer 0 on the trunk's pre-norm rows h [N, dim]: input_proj(concat(hidden_layernorm(h),
+   * token_layernorm(embed(next)))), one Qwen2 decoder layer with the trunk's positions and mask, final_layernorm.
+   */
+  private mtpLayer(h: tf.Tensor, mtp: MtpInputs, ctx: LayerContext, view: AttentionView, w: (n: string) => tf.Tensor, drop: AdapterDropout | null): tf.Tensor {
+    const c = this.config, N = h.shape[0]!;
+    if (!c.mtpLayers) throw new Error("LlamaModel: MTP asked of a model without multi-token-prediction layers (num_nextn_predict_layers is 0 or absent; MiMo has them)");
+    if (mtp.nextIds.length !== N) throw new Error(`LlamaModel: mtp.nextIds holds ${mtp.nextIds.length} ids, the forward has ${N} tokens`);
+    const P = layerPrefix(c, c.nLayers);
+    let e: tf.Tensor = tf.gather(this.p("model.embed_tokens.weight"), tf.tensor1d(Int32Array.from(mtp.nextIds), "int32"));
+    let hh = h;
+    if (mtp.detachEncoder) { e = detach(e); hh = detach(h); }
+    const joined = tf.concat([this.norm(hh, w(P + "hidden_layernorm.weight")), this.norm(e, w(P + "token_layernorm.weight"))], 1);
+    const x = this.project(joined, c.nLayers, ["input_proj"], w, drop);
+    return this.norm(this.decoderLayer(c.nLayers, x, ctx, view, w, drop), w(P + "final_layernorm.weight"));
   }
 
   /** The output projection weight [vocab, dim] (the embedding when tied). */
@@ -415,6 +454,28 @@ export class LlamaModel {
   /** Logits [B, T, vocab]. */
   forward(inputIds: tf.Tensor2D, opts: ForwardOptions = {}): tf.Tensor3D {
     return tf.tidy(() => this.lmHead(this.hiddenStates(inputIds, opts)) as tf.Tensor3D);
+  }
+
+  /**
+   * MiMo: the trunk's logits and the first MTP layer's, both [B, T, vocab]; the MTP logits at t
+   * predict the token at t+2 from the trunk's state at t and the token at t+1. `nextIds` [B*T]
+   * defaults to input_ids rolled left by one per row (the last column reads id 0: mask it).
+   */
+  forwardWithMtp(inputIds: tf.Tensor2D, opts: ForwardOptions & { nextIds?: ArrayLike<number>; detachEncoder?: boolean } = {}): { logits: tf.Tensor3D; mtpLogits: tf.Tensor3D } {
+    const [B, T] = inputIds.shape;
+    let next = opts.nextIds;
+    if (!next) {
+      const ids = inputIds.dataSync(), rolled = new Int32Array(B * T);
+      for (let b = 0; b < B; b++) for (let t = 0; t + 1 < T; t++) rolled[b * T + t] = ids[b * T + t + 1]!;
+      next = rolled;
+    }
+    const mtp: MtpInputs = { nextIds: next, detachEncoder: opts.detachEncoder, hidden: [] };
+    return tf.tidy(() => {
+      const logits = this.lmHead(this.hiddenStates(inputIds, { ...opts, mtp })) as tf.Tensor3D;
+      const mtpLogits = this.lmHead(mtp.hidden[0]!) as tf.Tensor3D;
+      tf.dispose(mtp.hidden);
+      return { logits, mtpLogits };
+    });
   }
 
   trainableVariables(): tf.Variable[] {

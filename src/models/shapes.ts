@@ -16,8 +16,15 @@ export function parameterShapes(c: ModelConfig, opts: { lmHead?: boolean } = {})
     linear(p + "down_proj", c.dim, width, bias);
   };
   s.set("model.embed_tokens.weight", [c.vocabSize, c.dim]);
-  for (let i = 0; i < c.nLayers; i++) {
-    const p = `model.layers.${i}.`;
+  // MiMo's MTP layers (after the trunk's, as vLLM numbers them): their own norms and input
+  // projection around one Qwen2 decoder layer; the embedding and lm_head are the trunk's.
+  const mtp = c.mtpLayers ?? 0;
+  for (let i = 0; i < c.nLayers + mtp; i++) {
+    const p = layerPrefix(c, i);
+    if (i >= c.nLayers) {
+      for (const n of ["token_layernorm", "hidden_layernorm", "final_layernorm"]) s.set(`${p}${n}.weight`, [c.dim]);
+      s.set(p + "input_proj.weight", [c.dim, 2 * c.dim]);
+    }
     s.set(p + "input_layernorm.weight", [c.dim]);
     linear(p + "self_attn.q_proj", q, c.dim, c.attentionBias);
     linear(p + "self_attn.k_proj", kv, c.dim, c.attentionBias);
@@ -26,7 +33,7 @@ export function parameterShapes(c: ModelConfig, opts: { lmHead?: boolean } = {})
     if (c.qkNorm) { s.set(p + "self_attn.q_norm.weight", [c.headDim]); s.set(p + "self_attn.k_norm.weight", [c.headDim]); }
     s.set(p + "post_attention_layernorm.weight", [c.dim]);
     if (c.gemma) { s.set(p + "pre_feedforward_layernorm.weight", [c.dim]); s.set(p + "post_feedforward_layernorm.weight", [c.dim]); }
-    if (c.moe?.sparseLayers[i]) {
+    if (i < c.nLayers && c.moe?.sparseLayers[i]) {
       s.set(p + "mlp.gate.weight", [c.moe.numExperts, c.dim]);
       for (let e = 0; e < c.moe.numExperts; e++) mlp(`${p}mlp.experts.${e}.`, c.moe.intermediateSize, false);
     } else {
@@ -36,4 +43,9 @@ export function parameterShapes(c: ModelConfig, opts: { lmHead?: boolean } = {})
   s.set("model.norm.weight", [c.dim]);
   if (!c.tieWordEmbeddings && opts.lmHead !== false) s.set("lm_head.weight", [c.vocabSize, c.dim]);
   return s;
+}
+
+/** The parameter prefix of layer `i`: a trunk layer, or from nLayers on an MTP layer (model.mtp_layers.{i - nLayers}.). */
+export function layerPrefix(c: ModelConfig, i: number): string {
+  return i < c.nLayers ? `model.layers.${i}.` : `model.mtp_layers.${i - c.nLayers}.`;
 }

@@ -75,6 +75,16 @@ export interface SlotDecoder {
   dispose(): void;
 }
 
+/** What a forwardRows call takes besides token ids, or gives besides the last tokens' logits (speculative decoding's needs). */
+export interface ForwardIo {
+  /** [N, dim] input rows in place of the token embeddings (an MTP layer's projected input) */
+  inputRows?: Float32Array;
+  /** receives every token's hidden state before the final norm [N, dim] */
+  hidden?: Float32Array;
+  /** logits of every token [N, V] rather than of each row's last */
+  allTokens?: boolean;
+}
+
 /** Builds a SlotDecoder of `slots` rows of `maxLen` columns over the model's current weights. */
 export type SlotDecoderFactory = (model: LlamaModel, slots: number, maxLen: number, prefillChunk: number) => SlotDecoder;
 
@@ -90,6 +100,8 @@ export class KvCacheDecoder implements StepDecoder, SlotDecoder {
   private readonly xn: HostBuffer; private readonly qkv: HostBuffer; private readonly att: HostBuffer;
   private readonly o: HostBuffer; private readonly gu: HostBuffer; private readonly h: HostBuffer;
   private readonly logits: HostBuffer;
+  /** logits of every token of a call (ForwardIo.allTokens), grown on demand */
+  private allLogits?: HostBuffer;
   /** rotary tables: [0] the full layers', [1] the sliding layers' when their RoPE differs (Gemma 3) */
   private readonly ropes: RopeTable[];
   /** MoE buffers: router logits, one expert's gathered rows, its gate/up, hidden and output */
@@ -225,7 +237,7 @@ export class KvCacheDecoder implements StepDecoder, SlotDecoder {
    * tokens, which are computed but never attended to. Returns the logits
    * [rows.length, V] of each row's last new token; the view is valid until the next call.
    */
-  forwardRows(rows: Int32Array, tokens: Int32Array, positions: Int32Array, slotStart: Int32Array, T: number, valid?: ArrayLike<number>): Float32Array {
+  forwardRows(rows: Int32Array, tokens: Int32Array, positions: Int32Array, slotStart: Int32Array, T: number, valid?: ArrayLike<number>, io: ForwardIo = {}): Float32Array {
     const c = this.c, D = c.dim, F = c.hiddenDim, R = rows.length, N = R * T;
     const W = (c.nHeads + 2 * c.nKvHeads) * c.headDim, Q = c.nHeads * c.headDim;
     if (N > this.maxRows || R > this.batch) throw new Error(`KvCacheDecoder: ${R} rows x ${T} tokens exceed the buffers (${this.maxRows} rows)`);
@@ -241,10 +253,15 @@ export class KvCacheDecoder implements StepDecoder, SlotDecoder {
     // Gemma's queries scale by query_pre_attn_scalar^-0.5; the cache's attention divides by sqrt(head_dim)
     const qScale = c.gemma ? Math.sqrt(c.headDim / c.gemma.queryPreAttnScalar) : 1;
     const softcap = c.gemma?.attnSoftcap ?? null;
-    for (let n = 0; n < N; n++) {
-      const tkn = tokens[n]!;
-      if (tkn < 0 || tkn >= c.vocabSize) throw new Error(`KvCacheDecoder: token id ${tkn} outside the vocabulary [0, ${c.vocabSize})`);
-      x.set(this.w.emb.subarray(tkn * D, tkn * D + D), n * D);
+    if (io.inputRows) {
+      if (io.inputRows.length !== N * D) throw new Error(`KvCacheDecoder: inputRows must hold ${N} x ${D} values`);
+      x.set(io.inputRows);
+    } else {
+      for (let n = 0; n < N; n++) {
+        const tkn = tokens[n]!;
+        if (tkn < 0 || tkn >= c.vocabSize) throw new Error(`KvCacheDecoder: token id ${tkn} outside the vocabulary [0, ${c.vocabSize})`);
+        x.set(this.w.emb.subarray(tkn * D, tkn * D + D), n * D);
+      }
     }
     if (c.gemma) { const e = Math.fround(Math.sqrt(D)); for (let i = 0; i < N * D; i++) x[i] = Math.fround(x[i]! * e); }
     for (let l = 0; l < c.nLayers; l++) {
@@ -279,11 +296,14 @@ export class KvCacheDecoder implements StepDecoder, SlotDecoder {
       if (L.postFfnNorm) rmsNorm(this.o.view(), this.o.view(), N, D, L.postFfnNorm, c.normEps);
       addInto(x, this.o.view(), N * D);
     }
-    // final norm of each row's last token, then the output projection
-    const last = T === 1 ? x : gatherLast(x, R, T, D);
-    rmsNorm(last, this.xn.view(), R, D, this.w.finalNorm, c.normEps);
-    k.matmul(this.xn, R, this.w.lmHead, this.logits);
-    const out = this.logits.view().subarray(0, R * c.vocabSize);
+    if (io.hidden) io.hidden.set(x.subarray(0, N * D));
+    // final norm of each row's last token (or of every token), then the output projection
+    const M = io.allTokens ? N : R, last = T === 1 || io.allTokens ? x : gatherLast(x, R, T, D);
+    if (M > this.batch && (!this.allLogits || this.allLogits.view().length < M * c.vocabSize)) this.allLogits = this.kernels.alloc(M * c.vocabSize);
+    const logitsBuf = M > this.batch ? this.allLogits! : this.logits;
+    rmsNorm(last, this.xn.view(), M, D, this.w.finalNorm, c.normEps);
+    k.matmul(this.xn, M, this.w.lmHead, logitsBuf);
+    const out = logitsBuf.view().subarray(0, M * c.vocabSize);
     const cap = c.gemma?.finalSoftcap ?? null;
     if (cap !== null) for (let i = 0; i < out.length; i++) out[i] = cap * Math.tanh(out[i]! / cap);
     return out;

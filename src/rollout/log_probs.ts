@@ -7,7 +7,7 @@ import * as tf from "@tensorflow/tfjs";
 import { routerLoss } from "../models/moe_loss.js";
 import { DataProto } from "../protocol/data_proto.js";
 import { int32Columns, int32Values, tensor, type TensorData } from "../protocol/tensor.js";
-import type { LlamaModel } from "../models/llama.js";
+import type { LlamaModel, MtpInputs } from "../models/llama.js";
 import { packResponses } from "../models/packing.js";
 
 // Both go through tf.logSoftmax, whose gradient is written by hand in tfjs
@@ -56,6 +56,11 @@ export interface LogProbOptions {
    * forward did not run: padding, and without removePadding the batch's last column (it predicts nothing).
    */
   recordExperts?: boolean;
+  /**
+   * MiMo multi-token prediction (model.mtp.enable_train): also the MTP head's log-prob of each response
+   * token, predicted two positions ahead (Megatron's MTP loss: input_ids, labels and loss mask rolled by one).
+   */
+  mtp?: { detachEncoder?: boolean };
 }
 
 /** What responseLogProbs returns: [B, R] log-probs, entropy when asked, the router's loss terms when asked. */
@@ -63,6 +68,12 @@ export type ResponseLogProbs = {
   logProbs: tf.Tensor2D; entropy?: tf.Tensor2D; sumPiSquared?: tf.Tensor2D; router?: { aux: tf.Scalar; load: tf.Scalar };
   /** recordExperts: [B, L, sparseLayers, topK] int32 */
   routedExperts?: tf.Tensor4D;
+  /**
+   * mtp: [B, R] log p_MTP(response j | trunk state at P+j-2, token P+j-1), no temperature (the MTP loss is
+   * plain cross entropy), and the mask of the response tokens that have such a position (0 for padding and
+   * for a response token right after a one-token prompt).
+   */
+  mtp?: { logProbs: tf.Tensor2D; mask: tf.Tensor2D };
 };
 
 /** Sparse layers and top-k of a MoE model: the trailing dimensions of routed_experts. */
@@ -79,6 +90,39 @@ function checkRoutedExperts(t: TensorData, model: LlamaModel, B: number, L: numb
     throw new Error(`log-probs: routed_experts has shape [${t.shape}], input_ids [${B}, ${L}] with ${S} sparse layers and top-${K} routing need [${B}, ${L}, ${S}, ${K}]`);
   }
   return S * K;
+}
+
+/**
+ * The MTP head's log-probs at response slots: `source` [B*R] is each slot's row of `hidden` [rows, dim]
+ * (-1: none), `labels` [B*R] the response tokens. Slots without a source read 0 and are masked.
+ */
+function mtpResponseTerms(model: LlamaModel, hidden: tf.Tensor, source: Int32Array, labels: ArrayLike<number>, B: number, R: number): { logProbs: tf.Tensor2D; mask: tf.Tensor2D } {
+  const rows: number[] = [], picked: number[] = [], slot = new Int32Array(B * R), mask = new Float32Array(B * R);
+  source.forEach((src, i) => {
+    slot[i] = src < 0 ? -1 : rows.length;
+    if (src >= 0) { rows.push(src); picked.push(labels[i]!); mask[i] = 1; }
+  });
+  const n = rows.length;
+  for (let i = 0; i < slot.length; i++) if (slot[i]! < 0) slot[i] = n;
+  const maskT = tf.tensor2d(mask, [B, R]);
+  if (n === 0) return { logProbs: tf.zeros([B, R]) as tf.Tensor2D, mask: maskT };
+  const logits = model.lmHead(tf.gather(hidden.reshape([-1, model.config.dim]), tf.tensor1d(Int32Array.from(rows), "int32")));
+  const lp = pick(tf.logSoftmax(logits), tf.tensor1d(Int32Array.from(picked), "int32"));
+  return { logProbs: tf.gather(tf.concat([lp, tf.zeros([1])]), tf.tensor1d(slot, "int32")).reshape([B, R]) as tf.Tensor2D, mask: maskT };
+}
+
+/**
+ * The response tokens the MTP loss covers [B, R]: real (attention_mask) and with a real token two
+ * columns back to predict them from (Megatron's loss mask rolled by one: every response token after
+ * a prompt of two or more tokens). The same mask responseLogProbs' `mtp.mask` holds.
+ */
+export function mtpTokenMask(micro: DataProto): TensorData {
+  const mask = tdata(micro, "attention_mask"), R = tdata(micro, "responses").shape[1]!;
+  const [B, L] = mask.shape as [number, number], P = L - R, out = new Float32Array(B * R);
+  for (let b = 0; b < B; b++) for (let j = 0; j < R; j++) {
+    if (P + j - 2 >= 0 && mask.data[b * L + P + j] && mask.data[b * L + P + j - 2]) out[b * R + j] = 1;
+  }
+  return tensor(out, [B, R], "float32");
 }
 
 /** The router's loss terms from the logits a forward collected (disposed here). */
@@ -126,6 +170,8 @@ export function responseLogProbs(model: LlamaModel, micro: DataProto, opts: LogP
     for (let t = R - 1; t >= lastR; t--) if (mask.data[b * L + P + t]) { lastR = t + 1; break; }
   }
   lastR = Math.max(lastR, 1);
+  // the MTP head predicts the first response token from column P-2: keep it in the forward
+  if (opts.mtp && P >= 2) first = Math.min(first, P - 2);
   const temperature = opts.temperature && opts.temperature > 0 ? opts.temperature : 1;
   return tf.tidy(() => {
     // Columns are cut on the host, and mask and positions go to the forward as host arrays:
@@ -137,9 +183,20 @@ export function responseLogProbs(model: LlamaModel, micro: DataProto, opts: LogP
     // routed_experts [B, L, S, K] read as rows of L*S*K values: the same columns as the tokens
     const SK = opts.replayExperts ? checkRoutedExperts(opts.replayExperts, model, B, L) : 0;
     const replay = opts.replayExperts ? int32Columns({ ...opts.replayExperts, shape: [B, L * SK] }, first * SK, W * SK) : undefined;
+    const mtp = opts.mtp ? { nextIds: int32Columns(ids, first + 1, W), detachEncoder: opts.mtp.detachEncoder, hidden: [] as tf.Tensor[] } : undefined;
     const hidden = model.hiddenStates(tf.tensor2d(cols(ids), [B, W], "int32"), {
-      attentionMask: cols(mask), positionIds: pos ? cols(pos) : undefined, routerLogits: collected, replayExperts: replay, routedExperts: chosen,
+      attentionMask: cols(mask), positionIds: pos ? cols(pos) : undefined, routerLogits: collected, replayExperts: replay, routedExperts: chosen, mtp,
     });
+    let mtpOut: ResponseLogProbs["mtp"];
+    if (mtp) { // response j from column P+j-2 (a real token of the forward's columns), else no term
+      const source = new Int32Array(B * R).fill(-1);
+      for (let b = 0; b < B; b++) for (let j = 0; j < R; j++) {
+        const c = P + j - 2;
+        if (c >= first && mask.data[b * L + c] && mask.data[b * L + P + j]) source[b * R + j] = b * W + c - first;
+      }
+      mtpOut = mtpResponseTerms(model, mtp.hidden[0]!, source, int32Values(responses), B, R);
+      tf.dispose(mtp.hidden);
+    }
     const router = collected ? routerTerms(model, collected, cols(mask)) : undefined;
     const routedExperts = chosen ? widenRouted(model, chosen, B, W, first, L) : undefined;
     // the logits at column j predict token j+1: the responses are predicted from columns P-1 .. P+lastR-2
@@ -149,7 +206,7 @@ export function responseLogProbs(model: LlamaModel, micro: DataProto, opts: LogP
     const labels = tf.tensor2d(int32Values(responses), [B, R], "int32").slice([0, 0], [B, lastR]);
     const pad = (t: tf.Tensor) => (lastR < R ? tf.concat([t, tf.zeros([B, R - lastR])], 1) : t) as tf.Tensor2D;
     const logSm = tf.logSoftmax(logits);
-    return { logProbs: pad(pick(logSm, labels)), ...extras(logSm, opts, pad), ...(router ? { router } : {}), ...(routedExperts ? { routedExperts } : {}) };
+    return { logProbs: pad(pick(logSm, labels)), ...extras(logSm, opts, pad), ...(router ? { router } : {}), ...(routedExperts ? { routedExperts } : {}), ...(mtpOut ? { mtp: mtpOut } : {}) };
   });
 }
 
@@ -180,7 +237,8 @@ function packedResponseLogProbs(model: LlamaModel, micro: DataProto, opts: LogPr
   if (pk.source.length === 0) {
     const zeros = () => tf.zeros([B, R]) as tf.Tensor2D;
     const routed = opts.recordExperts ? { routedExperts: tf.zeros([B, L, ...routedExpertsShape(model)], "int32") as tf.Tensor4D } : {};
-    return { logProbs: zeros(), ...(opts.calculateEntropy ? { entropy: zeros() } : {}), ...(opts.calculateSumPiSquared ? { sumPiSquared: zeros() } : {}), ...routed };
+    const mtp = opts.mtp ? { mtp: { logProbs: zeros(), mask: zeros() } } : {};
+    return { logProbs: zeros(), ...(opts.calculateEntropy ? { entropy: zeros() } : {}), ...(opts.calculateSumPiSquared ? { sumPiSquared: zeros() } : {}), ...routed, ...mtp };
   }
   return tf.tidy(() => {
     const N = pk.ids.length;
@@ -192,7 +250,23 @@ function packedResponseLogProbs(model: LlamaModel, micro: DataProto, opts: LogPr
       replay = new Int32Array(N * SK);
       pk.packedIndex.forEach((at, i) => { if (at >= 0) replay!.set(src.subarray(i * SK, (i + 1) * SK), at * SK); });
     }
-    const hidden = model.hiddenStates(tf.tensor2d(pk.ids, [1, N], "int32"), { positionIds: pk.positions, segments: pk.lengths, routerLogits: collected, replayExperts: replay, routedExperts: chosen });
+    let mtp: (MtpInputs & { hidden: tf.Tensor[] }) | undefined;
+    if (opts.mtp) { // the next token within the same sequence (0 after its last: that position is never a source)
+      const nextIds = new Int32Array(N);
+      for (let i = 0; i + 1 < B * L; i++) if (pk.packedIndex[i]! >= 0 && pk.packedIndex[i + 1]! >= 0 && (i + 1) % L !== 0) nextIds[pk.packedIndex[i]!] = pk.ids[pk.packedIndex[i + 1]!]!;
+      mtp = { nextIds, detachEncoder: opts.mtp.detachEncoder, hidden: [] };
+    }
+    const hidden = model.hiddenStates(tf.tensor2d(pk.ids, [1, N], "int32"), { positionIds: pk.positions, segments: pk.lengths, routerLogits: collected, replayExperts: replay, routedExperts: chosen, mtp });
+    let mtpOut: ResponseLogProbs["mtp"];
+    if (mtp) {
+      const P = L - R, source = new Int32Array(B * R).fill(-1);
+      for (let b = 0; b < B; b++) for (let j = 0; j < R; j++) {
+        const c = P + j - 2;
+        if (c >= 0 && pk.packedIndex[b * L + P + j]! >= 0) source[b * R + j] = pk.packedIndex[b * L + c]!;
+      }
+      mtpOut = mtpResponseTerms(model, mtp.hidden[0]!, source, int32Values(responses), B, R);
+      tf.dispose(mtp.hidden);
+    }
     const router = collected ? routerTerms(model, collected) : undefined;
     let routedExperts: tf.Tensor4D | undefined;
     if (chosen) { // back to [B, L, S, K]: padding reads an appended row of zeros
@@ -206,7 +280,7 @@ function packedResponseLogProbs(model: LlamaModel, micro: DataProto, opts: LogPr
     const logSm = tf.logSoftmax(logits);
     const slots = tf.tensor1d(pk.slot, "int32");
     const unpack = (t: tf.Tensor) => tf.gather(tf.concat([t, tf.zeros([1])]), slots).reshape([B, R]) as tf.Tensor2D;
-    return { logProbs: unpack(pick(logSm, tf.tensor1d(pk.labels, "int32"))), ...extras(logSm, opts, unpack), ...(router ? { router } : {}), ...(routedExperts ? { routedExperts } : {}) };
+    return { logProbs: unpack(pick(logSm, tf.tensor1d(pk.labels, "int32"))), ...extras(logSm, opts, unpack), ...(router ? { router } : {}), ...(routedExperts ? { routedExperts } : {}), ...(mtpOut ? { mtp: mtpOut } : {}) };
   });
 }
 

@@ -82,10 +82,61 @@ export class TokenSampler {
     return { token, logProb: z[token]! - logZ };
   }
 
+  /**
+   * The distribution `sample` draws from, into `out` [V]: softmax(logits / temperature) restricted by
+   * top-k then top-p and renormalised (one-hot at the argmax when greedy). Speculative decoding's
+   * acceptance test needs it for the target and the draft alike.
+   */
+  probabilities(logits: Float32Array, offset: number, out: Float64Array): Float64Array {
+    const V = this.vocabSize, z = this.scaled, e = this.probs;
+    let max = -Infinity, arg = 0;
+    for (let i = 0; i < V; i++) {
+      const v = logits[offset + i]! * this.invT;
+      z[i] = v;
+      if (v > max) { max = v; arg = i; }
+    }
+    out.fill(0, 0, V);
+    if (this.greedy) { out[arg] = 1; return out; }
+    let sum = 0;
+    for (let i = 0; i < V; i++) { const x = Math.exp(z[i]! - max); e[i] = x; sum += x; }
+    const kept = this.restricted(e, sum);
+    if (!kept) { for (let i = 0; i < V; i++) out[i] = e[i]! / sum; return out; }
+    let mass = 0;
+    for (let j = 0; j < kept.keep; j++) mass += e[kept.cand[j]!]!;
+    for (let j = 0; j < kept.keep; j++) out[kept.cand[j]!] = e[kept.cand[j]!]! / mass;
+    return out;
+  }
+
+  /** log softmax(logits / temperature)[token] (temperature 1 when greedy): the log-prob `sample` reports. */
+  logProb(logits: Float32Array, offset: number, token: number): number {
+    const V = this.vocabSize;
+    let max = -Infinity;
+    for (let i = 0; i < V; i++) max = Math.max(max, logits[offset + i]! * this.invT);
+    let sum = 0;
+    for (let i = 0; i < V; i++) sum += Math.exp(logits[offset + i]! * this.invT - max);
+    return logits[offset + token]! * this.invT - max - Math.log(sum);
+  }
+
   /** Draw from unnormalised weights e (sum `total`), restricted by top-k then top-p. */
   private draw(e: Float64Array, total: number, rng: Rng): number {
+    const V = this.vocabSize;
+    const kept = this.restricted(e, total);
+    if (!kept) return inverseCdf(e, V, total, rng.random());
+    const { cand, keep } = kept;
+    let mass = 0;
+    for (let j = 0; j < keep; j++) mass += e[cand[j]!]!;
+    let u = rng.random() * mass;
+    for (let j = 0; j < keep; j++) {
+      u -= e[cand[j]!]!;
+      if (u < 0) return cand[j]!;
+    }
+    return cand[keep - 1]!;
+  }
+
+  /** The tokens top-k then top-p leave drawable: the first `keep` of `cand` (heaviest first); null when neither restricts. */
+  private restricted(e: Float64Array, total: number): { cand: number[]; keep: number } | null {
     const V = this.vocabSize, k = this.p.topK, topP = this.p.topP, idx = this.order;
-    if ((k <= 0 || k >= V) && topP >= 1) return inverseCdf(e, V, total, rng.random());
+    if ((k <= 0 || k >= V) && topP >= 1) return null;
     let n = 0;
     if (k > 0 && k < V) {
       // the k largest (ties at the k-th value all kept)
@@ -112,14 +163,7 @@ export class TokenSampler {
         acc += e[cand[j]!]!;
       }
     }
-    let mass = 0;
-    for (let j = 0; j < keep; j++) mass += e[cand[j]!]!;
-    let u = rng.random() * mass;
-    for (let j = 0; j < keep; j++) {
-      u -= e[cand[j]!]!;
-      if (u < 0) return cand[j]!;
-    }
-    return cand[keep - 1]!;
+    return { cand, keep };
   }
 }
 

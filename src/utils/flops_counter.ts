@@ -53,7 +53,7 @@ function embedAndHeadParams(c: ModelConfig): number {
   return c.vocabSize * c.dim * 2;
 }
 
-/** llama, qwen2, mistral, qwen3: dense SwiGLU decoders (verl's _estimate_qwen2_flops). */
+/** llama, qwen2, mimo (its trunk), mistral, qwen3: dense SwiGLU decoders (verl's _estimate_qwen2_flops). */
 function denseFlops(c: ModelConfig, tokens: number, seqlens: readonly number[]): number {
   const mlp = c.dim * c.hiddenDim * 3;
   const dense = (mlp + attnLinearParams(c)) * c.nLayers + embedAndHeadParams(c);
@@ -89,6 +89,7 @@ type Estimator = (c: ModelConfig, tokens: number, seqlens: readonly number[]) =>
 const ESTIMATORS: Partial<Record<Family, Estimator>> = {
   llama: denseFlops,
   qwen2: denseFlops,
+  mimo: denseFlops,
   mistral: denseFlops,
   qwen3: denseFlops,
   qwen3_moe: moeFlops,

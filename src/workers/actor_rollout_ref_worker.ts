@@ -19,6 +19,7 @@ import { loadRoleCheckpoint, saveRoleCheckpoint, type SaveOptions } from "./chec
 import type { ConfigView } from "./config_view.js";
 import { DataParallelOptimizer } from "./dp_optimizer.js";
 import { loadModelTokenizer, loadPolicy } from "./model_source.js";
+import { readMtpSettings } from "./mtp_settings.js";
 import { checkRolloutFitsModel } from "./rollout_length.js";
 import { applyModelMemoryOptions, readModelMemoryOptions } from "./model_options.js";
 import { globalTokenNum, inferenceSpec, setupWorker } from "./worker_setup.js";
@@ -54,6 +55,8 @@ interface ActorState {
   /** MoE routing replay: actor.router_replay.mode, and whether the rollout records routed_experts. */
   routerReplay: RouterReplayMode;
   rolloutRouting: boolean;
+  /** model.mtp.enable_rollout: rollouts decode speculatively with the MTP layer as the draft. */
+  mtpRollout: boolean;
 }
 
 /** verl's actor.router_replay.mode: R2 records in the old-log-prob pass, R3 replays the rollout's routing there too; both replay in the update. */
@@ -128,16 +131,23 @@ export class ActorRolloutRefWorker extends Worker {
     if (this.hasActor) checkRolloutFitsModel(rolloutCfg, model.config);
     const state: ActorState = {
       cfg, tokenizer, backend: common.backend,
-      rolloutRng: new Rng(seed + 7919 * (this.rank + 1)), seed, routerReplay: "disabled", rolloutRouting: false,
+      rolloutRng: new Rng(seed + 7919 * (this.rank + 1)), seed, routerReplay: "disabled", rolloutRouting: false, mtpRollout: false,
       logProbSpec: inferenceSpec(rolloutCfg, "log_prob_", "log_prob_use_dynamic_bsz", "log_prob_max_token_len_per_gpu", world),
     };
     const rollCorr = cfg.section("algorithm.rollout_correction");
+    const mtp = readMtpSettings(modelCfg);
     const actorOpts = {
       config: actorCfg, miniBatchPerRank: plan.actorMiniBatchPerRank, microBatchPerRank: plan.actorMicroBatchPerRank, removePadding: memory.removePadding,
       ...(isBypassMode(rollCorr) ? { bypassRolloutCorrection: rollCorr } : {}),
     };
+    // the MTP loss joins the actor's update only (old and reference log-probs are the trunk's alone)
+    const mtpTrain = mtp.enableTrain ? { mtpTrain: { scale: mtp.lossScalingFactor, detachEncoder: mtp.detachEncoder } } : {};
     const engine = this.hasActor ? createRolloutEngine(rolloutCfg.str("name", "tfjs"), { rollout: rolloutCfg, rank: this.rank }) : undefined;
     if (engine) onThreadClose(() => engine.dispose());
+    if (this.hasActor && mtp.enableRollout) {
+      if (!engine?.draftsWithMtp) throw new Error(`${modelCfg.key("mtp.enable_rollout")}=true: rollout engine '${engine?.name}' (actor_rollout_ref.rollout.name) cannot draft with the MTP layer; the host decoder (tfjs, hf, naive, vllm, sglang) can`);
+      state.mtpRollout = true;
+    }
     if (this.hasActor) {
       const rr = routerReplaySettings(cfg, model, engine, isBypassMode(rollCorr));
       state.routerReplay = rr.mode;
@@ -156,7 +166,7 @@ export class ActorRolloutRefWorker extends Worker {
       );
       state.model = model;
       state.optimizer = optimizer;
-      state.actor = new DataParallelPPOActor(model, optimizer, { ...actorOpts, seed: seed + this.rank, replayRouting: state.routerReplay !== "disabled" });
+      state.actor = new DataParallelPPOActor(model, optimizer, { ...actorOpts, ...mtpTrain, seed: seed + this.rank, replayRouting: state.routerReplay !== "disabled" });
       state.flops = new FlopsCounter(model.config, trainingDeviceName(common.backend), this.rank === 0 ? (line) => logger().warn(line) : undefined);
       state.rolloutEngine = engine;
       // rollout.quantization=fp8: the decoders quantize the actor's linear weights at each weight sync (rollout/fp8.ts)
@@ -214,8 +224,11 @@ export class ActorRolloutRefWorker extends Worker {
     });
     // validation rollouts train nothing: their routing is not recorded
     const recordRouting = this.state.rolloutRouting && prompts.metaInfo.validate !== true;
-    const out = await engine.generate({ model, tokenizer: this.state.tokenizer, prompts: gen, params, rng, rowSeeds, ...(recordRouting ? { recordRouting } : {}) });
+    const mtpDraft = this.state.mtpRollout ? { drafted: 0, accepted: 0 } : undefined;
+    const out = await engine.generate({ model, tokenizer: this.state.tokenizer, prompts: gen, params, rng, rowSeeds, ...(recordRouting ? { recordRouting } : {}), ...(mtpDraft ? { mtpDraft } : {}) });
     if (recordRouting && !out.batch.routed_experts) throw new Error(`${ROLLOUT_KEY}=True: rollout engine '${engine.name}' returned no routed_experts`);
+    // the share of MTP drafts the trunk accepted (vLLM logs it as its draft acceptance rate)
+    if (mtpDraft && mtpDraft.drafted > 0) return new DataProto(out.batch, {}, { metrics: { "rollout/mtp_acceptance_rate": [mtpDraft.accepted / mtpDraft.drafted] } });
     return new DataProto(out.batch, {}, {});
   }
 
@@ -237,6 +250,7 @@ export class ActorRolloutRefWorker extends Worker {
    */
   private async generateWithAgentLoops(model: LlamaModel, engine: RolloutEngine, prompts: DataProto, rng: Rng): Promise<DataProto> {
     const s = this.state;
+    if (s.mtpRollout) throw new Error("actor_rollout_ref.model.mtp.enable_rollout=true: speculative decoding is built for single-turn rollouts; agent-loop (multi-turn) rollouts decode on the continuous-batching server without a draft");
     // the training server records the routing (rollout routing replay); validation trains nothing
     const training = rng === s.rolloutRng;
     const build = () => {

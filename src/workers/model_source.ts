@@ -16,6 +16,7 @@ import {
 import { checkChatTemplate, loadTokenizer } from "../models/tokenizers/index.js";
 import { Rng } from "../utils/rng.js";
 import type { ConfigView } from "./config_view.js";
+import { checkMtpFitsModel, readMtpSettings } from "./mtp_settings.js";
 
 export const SCRATCH = "scratch";
 
@@ -110,15 +111,27 @@ function refuseOverridesOnCheckpoint(model: ConfigView): void {
   );
 }
 
-/** The causal LM named by a model section. */
+/** The causal LM named by a model section (with its MTP layers when the section's mtp.enable says so). */
 export async function loadPolicy(model: ConfigView, tokenizer: Tokenizer, seed: number): Promise<LlamaModel> {
+  const mtp = readMtpSettings(model);
+  const m = await loadPolicyWeights(model, tokenizer, seed, mtp.enable);
+  try {
+    checkMtpFitsModel(mtp, m.config, model.prefix);
+  } catch (e) {
+    m.dispose();
+    throw e;
+  }
+  return m;
+}
+
+async function loadPolicyWeights(model: ConfigView, tokenizer: Tokenizer, seed: number, mtp: boolean): Promise<LlamaModel> {
   const path = model.str("path");
   const kind = modelKind(path, model.key("path"));
   if (kind === "scratch") return initModel(scratchConfig(hfOverrides(model), tokenizer, model.key("override_config")), new Rng(seed));
   refuseOverridesOnCheckpoint(model);
   const configDir = hfConfigDir(model, kind);
   if (kind === "llama2c") return loadLlama2c(expandHome(path));
-  return loadHfModel(expandHome(path), configDir);
+  return loadHfModel(expandHome(path), configDir, { mtp });
 }
 
 /** hf_config_path: the folder whose config.json describes the weights at `path` (default: `path`). */

@@ -28,6 +28,8 @@ const READ: [string, Record<string, unknown>, Partial<ModelConfig>][] = [
   ["qwen2", { use_sliding_window: false, sliding_window: 4096, max_window_layers: 2 }, { slidingLayers: undefined }],
   ["qwen2", { use_sliding_window: true, sliding_window: 16, max_window_layers: 1 }, { slidingWindow: 16, slidingLayers: [false, true, true, true] }],
   ["qwen2", { use_sliding_window: true, sliding_window: 16, layer_types: ["sliding_attention", "full_attention", "full_attention", "sliding_attention"] }, { slidingLayers: [true, false, false, true] }],
+  ["mimo", { num_nextn_predict_layers: 1, attention_bias: true }, { attentionBias: true, attentionOutBias: false, mtpLayers: 1 }],
+  ["mimo", {}, { attentionBias: true, mtpLayers: undefined }],
   ["mistral", { sliding_window: 8 }, { slidingWindow: 8, slidingLayers: [true, true, true, true] }],
   ["mistral", { sliding_window: null }, { slidingLayers: undefined }],
   ["qwen3", { head_dim: 24 }, { qkNorm: true, headDim: 24, attentionBias: false }],
@@ -61,7 +63,9 @@ const REFUSED: [string, Record<string, unknown>, RegExp][] = [
   ["qwen3", { partial_rotary_factor: 0.5 }, /partial_rotary_factor 0\.5 is not supported/],
   ["qwen3_moe", { num_experts: 4, num_experts_per_tok: 8, moe_intermediate_size: 16 }, /num_experts_per_tok must be an integer in \[1, 4\]/],
   ["qwen3_moe", { num_experts: 4, moe_intermediate_size: 16, num_experts_per_tok: 2, shared_expert_intermediate_size: 32 }, /shared_expert_intermediate_size=32 is not supported/],
-  ["deepseek_v3", {}, /unsupported model .*model_type deepseek_v3.*supported: llama, qwen2, mistral, qwen3, qwen3_moe, gemma2, gemma3_text/],
+  ["qwen2", { num_nextn_predict_layers: 1 }, /num_nextn_predict_layers=1 is not supported \(multi-token-prediction layers are built for MiMo only/],
+  ["mimo", { num_nextn_predict_layers: 1.5 }, /num_nextn_predict_layers must be a non-negative integer/],
+  ["deepseek_v3", {}, /unsupported model .*model_type deepseek_v3.*supported: llama, qwen2, mimo, mistral, qwen3, qwen3_moe, gemma2, gemma3_text/],
   ["gemma3", {}, /Gemma 3 multimodal folder: only its text model/],
 ];
 

@@ -8,6 +8,7 @@ import type { AsyncRolloutServer } from "../../agent_loop/server.js";
 import { readParamsForDecode } from "../decode_weights.js";
 import type { SlotDecoderFactory } from "../decoder.js";
 import { generate } from "../generate.js";
+import { generateSpeculative, mtpDraftModel } from "../speculative.js";
 import { generateSeeded, registerRolloutEngine, type RequestServerContext, type RolloutEngine, type RolloutRequest } from "./registry.js";
 
 /** A continuous-batching server over `decoder`'s cache slots (the host KvCacheDecoder when absent). */
@@ -22,10 +23,14 @@ export const HOST_ENGINE_NAMES = ["tfjs", "hf", "naive"] as const;
 export class HostRolloutEngine implements RolloutEngine {
   readonly name = "tfjs";
   readonly recordsRouting = true;
+  readonly draftsWithMtp = true;
 
   async generate(req: RolloutRequest): Promise<DataProto> {
     // the decoder copies the weights: read them asynchronously first (WebGPU has no sync read)
     await readParamsForDecode(req.model);
+    const stats = req.mtpDraft;
+    if (stats) await readParamsForDecode(mtpDraftModel(req.model));
+    if (stats) return generateSeeded(req, (prompts, rng) => generateSpeculative(req.model, prompts, req.params, rng, { stats }));
     return generateSeeded(req, (prompts, rng) => generate(req.model, prompts, req.params, rng, { recordRouting: req.recordRouting }));
   }
 

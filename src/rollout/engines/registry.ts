@@ -9,6 +9,7 @@ import type { LlamaModel } from "../../models/llama.js";
 import type { Tokenizer } from "../../models/tokenizer.js";
 import type { ConfigView } from "../../workers/config_view.js";
 import type { SamplingParams } from "../sampling.js";
+import type { SpeculativeStats } from "../speculative.js";
 import type { AsyncRolloutServer } from "../../agent_loop/server.js";
 import { NamedRegistry } from "../../agent_loop/named_registry.js";
 
@@ -28,6 +29,11 @@ export interface RolloutRequest {
    * the experts each token was routed to while generating. Only engines with `recordsRouting` can.
    */
   recordRouting?: boolean;
+  /**
+   * model.mtp.enable_rollout: speculative decoding with the model's MTP layer as the draft; the engine adds
+   * its draft counts here. Only engines with `draftsWithMtp` can.
+   */
+  mtpDraft?: SpeculativeStats;
 }
 
 /** What a per-request server (agent loops: multi-turn, tools) is built over. */
@@ -49,6 +55,8 @@ export interface RolloutEngine {
   readonly name: string;
   /** Whether generate can record the experts each token was routed to (RolloutRequest.recordRouting). */
   readonly recordsRouting?: boolean;
+  /** Whether generate can decode speculatively with the MTP layer as the draft (RolloutRequest.mtpDraft). */
+  readonly draftsWithMtp?: boolean;
   generate(req: RolloutRequest): Promise<DataProto>;
   /**
    * Token ids in, token ids out, one request at a time as the agent loops send them:

@@ -70,12 +70,14 @@ export class BestAvailableRolloutEngine implements RolloutEngine {
   readonly name = "auto";
   /** a MoE model (the only kind with routing to record) always decodes on the host decoder here */
   readonly recordsRouting = true;
+  /** speculative decoding runs on the host decoder */
+  readonly draftsWithMtp = true;
   private gpu: WebGpuRolloutEngine | undefined;
   private host: HostRolloutEngine | undefined;
   constructor(private readonly ctx?: RolloutEngineContext) {}
 
   generate(req: RolloutRequest): Promise<DataProto> {
-    if (req.recordRouting) return (this.host ??= new HostRolloutEngine()).generate(req);
+    if (req.recordRouting || req.mtpDraft) return (this.host ??= new HostRolloutEngine()).generate(req);
     // a family the WebGPU decoder does not serve yet (llamaGraphGap) decodes on the host decoder
     if (tf.getBackend() === "webgpu" && llamaGraphGap(req.model.config, { qkNorm: true }) === null) return (this.gpu ??= new WebGpuRolloutEngine(this.ctx)).generate(req);
     return (this.host ??= new HostRolloutEngine()).generate(req);

@@ -23,6 +23,7 @@ import type { DataParallelOptimizer } from "../dp_optimizer.js";
 import type { LlamaModel } from "../../models/index.js";
 import { trainingForward } from "../../models/lora.js";
 import { responseLogProbs } from "../../rollout/index.js";
+import { mtpTokenMask } from "../../rollout/log_probs.js";
 import { inferInMicroBatches, readScalars } from "../forward.js";
 import { computeRolloutCorrection, rolloutCorrectionConfig, type RolloutCorrectionConfig } from "../../trainer/ppo/rollout_corr.js";
 
@@ -44,6 +45,16 @@ export interface DpActorOptions {
   bypassRolloutCorrection?: Record<string, unknown>;
   /** MoE routing replay (actor.router_replay.mode R2/R3): the update's forward uses the batch's routed_experts. */
   replayRouting?: boolean;
+  /** model.mtp.enable_train (MiMo): the MTP loss, times `scale` (mtp_loss_scaling_factor), joins the update's loss. */
+  mtpTrain?: MtpTrainOptions;
+}
+
+/** verl's MTP training settings (actor_rollout_ref.model.mtp). */
+export interface MtpTrainOptions {
+  /** mtp_loss_scaling_factor over the MTP layers trained (Megatron's mtp_loss_scaling_factor / mtp_num_layers; one here) */
+  scale: number;
+  /** detach_encoder: the MTP loss trains the MTP layer only */
+  detachEncoder: boolean;
 }
 
 /** Routing replay in a log-prob pass: record the experts chosen (R2), or replay the batch's (R3). */
@@ -162,6 +173,7 @@ export class DataParallelPPOActor {
     const vars = optimizer.vars;
     const metrics: MetricLists = {};
     const moe = this.model.config.moe;
+    const mtp = this.opts.mtpTrain;
     // 16-bit matrix products (fsdp_config.mixed_precision): the loss is scaled so small gradients survive them
     const lossScale = matmulPrecision() === "f32" ? 1 : (this.lossScale ??= new DynamicLossScale()).scale;
     const prof = phaseProfile("actor.updatePolicy");
@@ -170,7 +182,9 @@ export class DataParallelPPOActor {
     for (let epoch = 0; epoch < epochs; epoch++) {
       for (const mini of miniBatches(batch, this.opts.miniBatchPerRank, shuffle ? this.rng : undefined)) {
         const info = optimizer.globalLossNorm(column(mini, "response_mask"), scaleFactor);
-        let pgSum = 0, klSum = 0, entSum = 0, auxSum = 0, loadSum = 0;
+        // the MTP loss is a token mean over every rank's MTP tokens of the mini-batch (Megatron's num_tokens)
+        const mtpTokens = mtp ? optimizer.globalLossNorm(mtpTokenMask(mini), null).batchNumTokens : undefined;
+        let pgSum = 0, klSum = 0, entSum = 0, auxSum = 0, loadSum = 0, mtpSum = 0;
         const means = new TokenWeightedMeans();
         for (const micro of microBatches(mini, spec).batches) {
           heartbeat();
@@ -179,9 +193,10 @@ export class DataParallelPPOActor {
           let current = null as tf.Tensor | null;
           const { value, grads } = tf.variableGrads(() => {
             // a training pass: the adapter's dropout applies here only (verl computes log-probs in eval mode)
-            const { logProbs: logProb, entropy, router } = trainingForward(this.model.lora, this.rng, () => responseLogProbs(this.model, micro, {
+            const { logProbs: logProb, entropy, router, mtp: mtpOut } = trainingForward(this.model.lora, this.rng, () => responseLogProbs(this.model, micro, {
               temperature, calculateEntropy: withEntropy, removePadding: this.opts.removePadding, routerLoss: moe !== undefined,
               ...(replay ? { replayExperts: column(micro, "routed_experts") } : {}),
+              ...(mtp ? { mtp: { detachEncoder: mtp.detachEncoder } } : {}),
             }));
             const responseMask = toTf(column(micro, "response_mask"), "float32");
             const old = onPolicy ? stopGradient(logProb) : toTf(column(micro, "old_log_probs"), "float32");
@@ -193,7 +208,12 @@ export class DataParallelPPOActor {
             kept = keepMetrics(out.metrics);
             if (bypassCfg) current = tf.keep(stopGradient(logProb));
             let loss: tf.Scalar = out.pgLoss;
-            const terms: tf.Scalar[] = [out.pgLoss, tf.scalar(0), tf.scalar(0), tf.scalar(0), tf.scalar(0)];
+            const terms: tf.Scalar[] = [out.pgLoss, tf.scalar(0), tf.scalar(0), tf.scalar(0), tf.scalar(0), tf.scalar(0)];
+            if (mtp) {
+              // cross entropy of each response token from the MTP head, a token mean (whatever loss_agg_mode), scaled
+              terms[5] = aggLoss(tf.neg(mtpOut!.logProbs), mtpOut!.mask, "token-mean", { batchNumTokens: mtpTokens });
+              loss = tf.add(loss, tf.mul(terms[5], mtp.scale));
+            }
             if (router) {
               // MoE: router_aux_loss_coef x the load-balancing loss (as transformers adds it), this micro-batch's share of the batch
               const share = micro.length / Math.max(1, info.globalBatchSize ?? mini.length);
@@ -224,7 +244,7 @@ export class DataParallelPPOActor {
           const vals = read.terms;
           // `value` may be one of `parts` (the bare policy loss): dispose each once.
           tf.dispose([...new Set<tf.Tensor>([value, ...parts, ...Object.values(grads)])]);
-          pgSum += vals[0]!; klSum += vals[1]!; entSum += vals[2]!; auxSum += vals[3]!; loadSum += vals[4]!;
+          pgSum += vals[0]!; klSum += vals[1]!; entSum += vals[2]!; auxSum += vals[3]!; loadSum += vals[4]!; mtpSum += vals[5]!;
           if (bypassCfg && current) {
             Object.assign(read.metrics, await bypassMetrics(current, onPolicy ? null : column(micro, "old_log_probs"), column(micro, "response_mask"), bypassCfg));
             current.dispose();
@@ -232,10 +252,12 @@ export class DataParallelPPOActor {
           means.add(read.metrics, tokenAndSequenceCounts(column(micro, "response_mask")).tokens);
         }
         prof?.mark("micro_batch_rest");
-        const res = await optimizer.step([pgSum, klSum, entSum, auxSum, loadSum, ...means.pack()], 1 / lossScale);
+        const res = await optimizer.step([pgSum, klSum, entSum, auxSum, loadSum, mtpSum, ...means.pack()], 1 / lossScale);
         prof?.mark("optimizer_step");
         if (lossScale !== 1) this.lossScale!.update(res.skipped);
-        for (const [k, v] of Object.entries(means.read(res.scalars.subarray(5)))) push(metrics, k, v);
+        for (const [k, v] of Object.entries(means.read(res.scalars.subarray(6)))) push(metrics, k, v);
+        // verl logs Megatron's tracker value: the unscaled MTP cross entropy of layer 1
+        if (mtp) push(metrics, "actor/mtp_losses/mtp_1_loss", res.scalars[5]!);
         if (moe) {
           push(metrics, "actor/router_aux_loss", res.scalars[3]!);
           push(metrics, "actor/router_aux_loss_coef", moe.routerAuxLossCoef);
