@@ -69,9 +69,9 @@ test("inert keys set away from default are listed in one warning; at their defau
 
 test("not-built features set away from default fail in one error naming each feature", () => {
   assert.throws(
-    () => check(["+actor_rollout_ref.model.lora.adapter_path=/x", "actor_rollout_ref.actor.freeze_vision_tower=true"]),
+    () => check(["+reward_model.model.lora_rank=8", "actor_rollout_ref.actor.freeze_vision_tower=true"]),
     (e: unknown) =>
-      e instanceof ConfigError && e.exitCode === 2 && /lora\.adapter_path="\/x": Megatron-Bridge adapter checkpoints .* is not built/.test(e.message) && /freeze_vision_tower=true: vision-language models is not built/.test(e.message),
+      e instanceof ConfigError && e.exitCode === 2 && /reward_model\.model\.lora_rank=8: LoRA is not built/.test(e.message) && /freeze_vision_tower=true: vision-language models is not built/.test(e.message),
   );
   // rollout skipping is built; verl's agent loop reads neither multi-turn key, so both are inert here
   const r = check([
