@@ -169,48 +169,39 @@ export class Collective implements RankCollective {
     if (!is64 && !(buf instanceof Float32Array)) throw new TypeError("allReduce: buf must be a Float32Array or a Float64Array");
     if (!(op in REDUCE_CODES)) throw new Error(`allReduce: op must be one of ${Object.keys(REDUCE_CODES).join(", ")}, got '${String(op)}'`);
     if (this.worldSize === 1) return;
-    this.enter("allReduce");
-    const world = this.worldSize, rank = this.rank;
-    const view = is64 ? this.f64 : this.f32;
-    const C = is64 ? this.chunkElems / 2 : this.chunkElems;
-    const res = world * C;
-    const n = buf.length;
-    this.announce(REDUCE_CODES[op] + (is64 ? 100 : 0), n);
-    let off = 0;
-    do {
-      const len = Math.min(C, n - off);
-      view.set(buf.subarray(off, off + len), rank * C);
-      this.arriveAndWait("allReduce");
-      if (off === 0) this.checkAgreement("allReduce");
-      const seg = Math.ceil(len / world);
-      const s0 = Math.min(len, rank * seg), s1 = Math.min(len, s0 + seg);
-      reduceSegment(view, C, world, res, s0, s1, op);
-      this.arriveAndWait("allReduce");
-      buf.set(view.subarray(res, res + len), off);
-      off += len;
-    } while (off < n);
+    this.reduceChunks("allReduce", buf, op, REDUCE_CODES[op] + (buf instanceof Float64Array ? 100 : 0), [[0, buf.length]]);
   }
 
   reduceScatter(buf: Float32Array, bounds: ArrayLike<number>): void {
     checkBounds("reduceScatter", buf, bounds, this.worldSize, true);
     if (this.worldSize === 1) return;
-    this.enter("reduceScatter");
-    const world = this.worldSize, rank = this.rank, view = this.f32, C = this.chunkElems, res = world * C, n = buf.length;
-    const mine = [bounds[rank]!, bounds[rank + 1]!], tail = [bounds[world]!, n];
-    this.announce(OP_REDUCE_SCATTER, n);
+    this.reduceChunks("reduceScatter", buf, "sum", OP_REDUCE_SCATTER, [[bounds[this.rank]!, bounds[this.rank + 1]!], [bounds[this.worldSize]!, buf.length]]);
+  }
+
+  /**
+   * The reduce through the scratch, chunk by chunk: every rank copies its chunk in and reduces its
+   * share of it (rank order, float64, rounded once); then copies out the parts of `out` (ranges of buf) in the chunk.
+   */
+  private reduceChunks(name: string, buf: Float32Array | Float64Array, op: ReduceOp, code: number, out: [number, number][]): void {
+    this.enter(name);
+    const world = this.worldSize, rank = this.rank, is64 = buf instanceof Float64Array;
+    const view = is64 ? this.f64 : this.f32;
+    const C = is64 ? this.chunkElems / 2 : this.chunkElems;
+    const res = world * C;
+    const n = buf.length;
+    this.announce(code, n);
     let off = 0;
     do {
       const len = Math.min(C, n - off);
       view.set(buf.subarray(off, off + len), rank * C);
-      this.arriveAndWait("reduceScatter");
-      if (off === 0) this.checkAgreement("reduceScatter");
-      // Every rank reduces its share of the chunk, as in allReduce; only the copy out is this rank's slice.
+      this.arriveAndWait(name);
+      if (off === 0) this.checkAgreement(name);
       const seg = Math.ceil(len / world);
       const s0 = Math.min(len, rank * seg), s1 = Math.min(len, s0 + seg);
-      reduceSegment(view, C, world, res, s0, s1, "sum");
-      this.arriveAndWait("reduceScatter");
-      for (const [a, b] of [mine, tail]) {
-        const i0 = Math.max(a!, off), i1 = Math.min(b!, off + len);
+      reduceSegment(view, C, world, res, s0, s1, op);
+      this.arriveAndWait(name);
+      for (const [a, b] of out) {
+        const i0 = Math.max(a, off), i1 = Math.min(b, off + len);
         if (i0 < i1) buf.set(view.subarray(res + i0 - off, res + i1 - off), i0);
       }
       off += len;

@@ -49,39 +49,22 @@ export function bucketElems(align: number | undefined, bytes = DEFAULT_BUCKET_BY
  * `parts[i]` (this rank's values for it) is in, while the later parts are still being read back.
  * Whatever `buf` holds past the parts (scalars riding along) is reduced with the last bucket.
  * B must be a multiple of the collective's bucketAlignElems (or cover all of `buf`): then the bits equal one call's.
+ * With `bounds` (W+1 offsets from 0: the ranks' slices) it is a reduceScatter instead: each bucket's
+ * call gets the bounds clipped to it, and what lies past bounds[W] is reduced on every rank.
  */
-export async function allReduceBuckets(collective: AllReducer, buf: Float32Array, parts: Promise<Float32Array>[], B: number): Promise<void> {
+export async function allReduceBuckets(collective: AllReducer, buf: Float32Array, parts: Promise<Float32Array>[], B: number, bounds?: readonly number[]): Promise<void> {
+  const name = bounds ? "reduceScatterBuckets" : "allReduceBuckets";
+  if (bounds && !collective.reduceScatter) throw new Error(`${name}: the collective has no reduceScatter`);
   // one bucket over the whole buffer is one call whatever its size
   if (collective.bucketAlignElems !== undefined && B < buf.length && B % collective.bucketAlignElems !== 0) {
-    throw new Error(`allReduceBuckets: bucket of ${B} elements is not a multiple of the collective's ${collective.bucketAlignElems}`);
+    throw new Error(`${name}: bucket of ${B} elements is not a multiple of the collective's ${collective.bucketAlignElems}`);
   }
   let i = 0, o = 0;
   do {
     const end = Math.min(buf.length, o + B);
     if (i < parts.length) buf.set(await parts[i]!, o);
-    collective.allReduce(buf.subarray(o, end), "sum");
-    i++;
-    o = end;
-  } while (o < buf.length);
-}
-
-/**
- * reduceScatter (sum) over `buf` bucket by bucket, as allReduceBuckets: `bounds` (W+1 offsets
- * from 0) split the flat vector into the ranks' slices, whatever lies past bounds[W] (scalars
- * riding along) is reduced on every rank. Each bucket's call gets the bounds clipped to it.
- */
-export async function reduceScatterBuckets(
-  collective: AllReducer, buf: Float32Array, parts: Promise<Float32Array>[], B: number, bounds: readonly number[],
-): Promise<void> {
-  if (!collective.reduceScatter) throw new Error("reduceScatterBuckets: the collective has no reduceScatter");
-  if (collective.bucketAlignElems !== undefined && B < buf.length && B % collective.bucketAlignElems !== 0) {
-    throw new Error(`reduceScatterBuckets: bucket of ${B} elements is not a multiple of the collective's ${collective.bucketAlignElems}`);
-  }
-  let i = 0, o = 0;
-  do {
-    const end = Math.min(buf.length, o + B);
-    if (i < parts.length) buf.set(await parts[i]!, o);
-    collective.reduceScatter(buf.subarray(o, end), bounds.map((b) => Math.min(end - o, Math.max(0, b - o))));
+    if (bounds) collective.reduceScatter!(buf.subarray(o, end), bounds.map((b) => Math.min(end - o, Math.max(0, b - o))));
+    else collective.allReduce(buf.subarray(o, end), "sum");
     i++;
     o = end;
   } while (o < buf.length);
@@ -269,8 +252,7 @@ export class DataParallelOptimizer {
     const parts = this.acc.takeBuckets(B);
     // Sharded across every rank, each needs only its slice of the sum; otherwise (replicated or
     // hybrid) every rank needs all of it.
-    if (this.shards > 1 && this.shards === this.worldSize) await reduceScatterBuckets(this.collective, buf, parts, B, this.shardBounds);
-    else await allReduceBuckets(this.collective, buf, parts, B);
+    await allReduceBuckets(this.collective, buf, parts, B, this.shards > 1 && this.shards === this.worldSize ? this.shardBounds : undefined);
     const summed = Float64Array.from(buf.subarray(n));
     const [lo, hi] = this.range;
     const gradNorm = this.globalNorm(buf, lo, hi);

@@ -52,6 +52,32 @@ for (const world of [2, 3, 4]) {
   });
 }
 
+interface BucketedScatter {
+  whole: Float32Array;
+  bucketed: Float32Array;
+  bucket: number;
+  bounds: number[];
+}
+
+/** Each rank's slice and the tail of the bucketed reduce-scatter have the bits of one call. */
+function checkBucketed(res: BucketedScatter[], expectBucket: number, what: string): void {
+  const n = res[0]!.whole.length - 2;
+  for (const [r, x] of res.entries()) {
+    assert.equal(x.bucket, expectBucket, `${what}: bucket size`);
+    for (const [a, b] of [[x.bounds[r]!, x.bounds[r + 1]!], [n, n + 2]] as const) {
+      assert.ok(bits(x.bucketed.subarray(a, b)).equals(bits(x.whole.subarray(a, b))), `${what}: rank ${r} [${a}, ${b})`);
+    }
+  }
+}
+
+test("the optimizer's bucketed reduce-scatter has one call's bits (in one process)", async () => {
+  await withPool({ worldSize: 3, chunkElems: 1000 }, async (pool) => {
+    const wg = await shardWorker(pool);
+    // 1000-element buckets over 5000 values: slice bounds fall inside buckets
+    checkBucketed((await wg.bucketedScatter!(5000, 4000)) as BucketedScatter[], 1000, "one process");
+  }, 30_000);
+});
+
 test("the collectives refuse bad bounds, and a rank reduce-scattering while another all-reduces", async () => {
   const solo = Collective.single();
   assert.throws(() => solo.reduceScatter(new Float32Array(4), [1, 4]), /reduceScatter: bounds must be 2 non-decreasing offsets from 0 within the buffer of 4, got \[1, 4\]/);
@@ -77,6 +103,8 @@ test("reduceScatter and allGather across hosts (2 hosts x 2 ranks)", { timeout: 
       const gatherBounds = bounds.map((b, i) => (i === 0 ? 7 : Math.max(7, b)));
       check((await wg.scatterGather!(n, bounds, gatherBounds)) as ScatterGatherResult[], bounds, gatherBounds, `hosts [${bounds.join(",")}]`);
     }
+    // buckets at the bridge's multiples (1024 float32): the bits of one call across hosts too
+    checkBucketed((await wg.bucketedScatter!(n, 8192)) as BucketedScatter[], 2048, "across hosts");
   } finally {
     await cluster.stop();
   }

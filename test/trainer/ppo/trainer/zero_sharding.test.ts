@@ -6,18 +6,12 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { existsSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
-import { loadConfig } from "../../../../src/config/index.js";
-import { runPpo } from "../../../../src/trainer/main_ppo.js";
-import { makeWorkspace, scratchModel, stories } from "./fixtures.js";
+import { makeWorkspace, scratchModel, stories, trainCurves } from "./fixtures.js";
 
 const VOLATILE = /^(timing_s\/|timing_per_token_ms\/|perf\/throughput$|perf\/time_per_step$|perf\/mfu\/|perf\/max_memory_|perf\/cpu_memory_used_gb$)/;
 const REPLICATED = ["actor_rollout_ref.actor.fsdp_config.fsdp_size=1", "critic.model.fsdp_config.fsdp_size=1"];
 
-async function curves(overrides: string[]): Promise<Record<string, number>[]> {
-  const config = loadConfig({ configName: "ppo_trainer", overrides: [...overrides, "trainer.n_gpus_per_node=2", "trainer.logger=[]"] });
-  const res = await runPpo(config);
-  return res.history.map((h) => h.metrics);
-}
+const curves = (overrides: string[]) => trainCurves(overrides, 2);
 
 function assertSameMetrics(got: Record<string, number>, want: Record<string, number>, what: string): void {
   const keys = Object.keys(want).filter((k) => !VOLATILE.test(k));
