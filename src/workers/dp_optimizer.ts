@@ -174,7 +174,7 @@ export class DataParallelOptimizer {
   ) {
     this.worldSize = collective.worldSize ?? 1;
     this.rank = collective.rank ?? 0;
-    this.onDevice = opts.onDevice ?? (this.worldSize === 1 && tf.getBackend() === "webgpu");
+    this.onDevice = opts.onDevice ?? (collective.worldSize === 1 && tf.getBackend() === "webgpu");
     if (this.onDevice && this.worldSize !== 1) throw new Error("DataParallelOptimizer: the on-device step needs a world size of 1");
     const shards = opts.shards ?? 1;
     if (!(Number.isInteger(shards) && shards >= 1 && shards <= this.worldSize && this.worldSize % shards === 0)) {
@@ -247,7 +247,7 @@ export class DataParallelOptimizer {
     // Only an asynchronous read-back (WebGPU) has something to overlap: elsewhere the read is
     // synchronous and the slices would be an extra pass (measured on wasm: 64 MiB read in 4 buckets
     // 131-205 ms against 118-177 whole), and one rank has nothing to reduce. Then one bucket.
-    const overlap = this.worldSize > 1 && tf.getBackend() === "webgpu";
+    const overlap = (this.collective.worldSize ?? 2) > 1 && tf.getBackend() === "webgpu";
     const B = overlap ? bucketElems(this.collective.bucketAlignElems) : Math.max(1, buf.length);
     const parts = this.acc.takeBuckets(B);
     // Sharded across every rank, each needs only its slice of the sum; otherwise (replicated or
