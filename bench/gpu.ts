@@ -104,7 +104,7 @@ export function rolloutBatch(B: number, P: number, R: number, vocab: number, see
 export function buildActor(model: LlamaModel, rows: number, micro: number, lr = 1e-4, extra: string[] = [], optimizerOnDevice?: boolean): DataParallelPPOActor {
   const cfg = loadConfig({ configName: "ppo_trainer", overrides: [`actor_rollout_ref.actor.optim.lr=${lr}`, "actor_rollout_ref.actor.grad_clip=1.0", ...extra] });
   const view = new ConfigView(cfg, "actor_rollout_ref.actor");
-  const opt = new DataParallelOptimizer(model.trainableVariables(), view.at("optim"), 1000, Collective.single(), view.num("grad_clip"), optimizerOnDevice);
+  const opt = new DataParallelOptimizer(model.trainableVariables(), view.at("optim"), 1000, Collective.single(), view.num("grad_clip"), { onDevice: optimizerOnDevice });
   return new DataParallelPPOActor(model, opt, { config: view, miniBatchPerRank: rows, microBatchPerRank: micro, seed: 1 });
 }
 

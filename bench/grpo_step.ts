@@ -4,7 +4,9 @@
 // the file logger. Validation and checkpoints are off so every step is the same work;
 // the first --warmup steps are not counted. Figures: timing_s/step and its breakdown
 // (gen, reward, old_log_prob, ref, adv, update_actor), median/min/max over the steps.
-// Run: node dist/bench/grpo_step.js [--reps 4] [--warmup 1] [--ranks 2]
+// --optimizer replicated keeps a whole optimizer on every rank (fsdp_size=1) instead of the
+// default ZeRO-1 shards (fsdp_size=-1; bench/zero_optimizer.ts compares the two).
+// Run: node dist/bench/grpo_step.js [--reps 4] [--warmup 1] [--ranks 2] [--optimizer sharded|replicated]
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { resolveBackendName } from "../src/engine/index.js";
@@ -35,6 +37,8 @@ async function main(): Promise<void> {
   if (!bin) return emit({ name: NAME, skipped: STORIES_ABSENT });
   const load0 = loadAvg1m();
   const world = intFlag(args, "ranks", 2);
+  const optimizer = args.extra.get("optimizer") ?? "sharded";
+  if (optimizer !== "sharded" && optimizer !== "replicated") throw new Error(`grpo_step: --optimizer must be sharded or replicated, got '${optimizer}'`);
   const steps = args.warmup + args.reps;
   const out = join(packageRoot, "outputs", "bench", "grpo_step");
   mkdirSync(join(out, "data"), { recursive: true });
@@ -52,6 +56,7 @@ async function main(): Promise<void> {
     "data.train_batch_size=16", "data.max_response_length=64", "actor_rollout_ref.rollout.n=8",
     "actor_rollout_ref.actor.ppo_mini_batch_size=16", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=32",
     `trainer.total_training_steps=${steps}`, "trainer.val_before_train=False", "trainer.test_freq=-1", "trainer.save_freq=-1",
+    `actor_rollout_ref.actor.fsdp_config.fsdp_size=${optimizer === "sharded" ? -1 : 1}`,
   ]);
   const backend = await resolveBackendName(String((config.trainer as Record<string, unknown>).device));
   await runPpo(config);
@@ -68,7 +73,7 @@ async function main(): Promise<void> {
   emit({
     name: NAME,
     config: {
-      recipe: "recipes/stories_grpo/run.sh (full size)", path: "runPpo (verl train)", ranks: world,
+      recipe: "recipes/stories_grpo/run.sh (full size)", path: "runPpo (verl train)", ranks: world, optimizer,
       prompts: 16, n: 8, max_response_length: 64, kl_loss: "low_var_kl 0.05", validation: "off", checkpoints: "off",
       steps, warmup_steps: args.warmup, metrics_file: metricsFile,
     },

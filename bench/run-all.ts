@@ -38,6 +38,8 @@ const BENCHES: Record<string, BenchSpec> = {
   // The same update in PyTorch, right after ours (same load); skipped where Python has no torch.
   pytorch_actor_update: { script: "pytorch_actor_update.py", full: ["--reps", "5"], quick: ["--reps", "2"], timeoutS: 300 },
   grpo_step: { script: "grpo_step.js", full: ["--reps", "4"], quick: ["--reps", "2"], timeoutS: 400 },
+  // ZeRO-1: the optimizer step and its state per rank, 1 rank vs 2 ranks replicated vs sharded, and the stories GRPO step both ways
+  zero_optimizer: { script: "zero_optimizer.js", full: ["--reps", "5", "--recipe-reps", "3"], quick: ["--reps", "2", "--numel", "2000000", "--recipe-reps", "1"], timeoutS: 900 },
   memory: { script: "memory.js", full: ["--steps", "100"], quick: ["--steps", "10", "--warmup", "2"], timeoutS: 600 },
   // gradient checkpointing / LoRA / remove-padding: peak memory and step time (one process per case)
   training_memory: {

@@ -167,6 +167,16 @@ export const KEY_RULES: readonly KeyRule[] = [
     kind: "honoured",
     what: "16-bit matrix products on WebGPU's tensor cores (param_dtype; reduce/buffer fp32 only): src/engine/webgpu_kernels.ts",
   },
+  {
+    keys: `{${A}.fsdp_config,critic.model.fsdp_config,engine}.fsdp_size`,
+    kind: "honoured",
+    what: "optimizer state sharding (ZeRO-1) as FSDP shards it: -1 or >= world size over all ranks, k over groups of k ranks (hybrid), 1 replicated (src/workers/optimizer_sharding.ts; docs/distributed.md)",
+  },
+  {
+    keys: `{${A}.megatron,critic.megatron,engine}.use_distributed_optimizer`,
+    kind: "honoured",
+    what: "strategy megatron: optimizer state sharded over all ranks (true) or replicated (false) (src/workers/optimizer_sharding.ts)",
+  },
   { keys: "**.fsdp_config.**", kind: "inert", what: "FSDP" },
   { keys: "{**.,}megatron.**", kind: "inert", what: "Megatron-LM" },
   { keys: "engine.**", kind: "inert", what: "verl's training engines (FSDP/Megatron/VeOmni)" },

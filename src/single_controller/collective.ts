@@ -3,7 +3,10 @@
 // length) and broadcast. Blocking: Atomics.wait parks the worker thread, which
 // is fine off the main thread. Results do not depend on arrival order: each
 // element is reduced in rank order (in float64, stored once), so reruns are
-// bitwise identical and one rank's "mean" is the identity.
+// bitwise identical and one rank's "mean" is the identity. For an optimizer
+// sharded across ranks (ZeRO-1) there are reduceScatter (each rank copies out
+// only its slice of the sum, with the bits allReduce gives it) and allGather
+// (each rank writes only its slice, every rank reads all).
 //
 // Layout. control (Int32): count, generation, bell, broken, then per rank the
 // generation it last arrived at, the op it announced, its length, and per
@@ -40,7 +43,7 @@ export const DEFAULT_CHUNK_ELEMS = 1 << 18;
 
 const COUNT = 0, GEN = 1, BELL = 2, BROKEN = 3, HEADER = 4;
 const REASON_BYTES = 2048;
-const OP_BARRIER = 1, OP_BROADCAST = 2;
+const OP_BARRIER = 1, OP_BROADCAST = 2, OP_REDUCE_SCATTER = 20, OP_ALL_GATHER = 30;
 const REDUCE_CODES: Record<ReduceOp, number> = { sum: 10, mean: 11, max: 12, min: 13 };
 
 export function createCollectiveBuffers(worldSize: number, opts: CollectiveOptions = {}): CollectiveBuffers {
@@ -73,6 +76,17 @@ export interface RankCollective {
   barrier(): void;
   allReduce(buf: Float32Array | Float64Array, op?: ReduceOp): void;
   broadcast(buf: ArrayBufferView, root?: number): void;
+  /**
+   * In place, a sum: on rank r, buf[bounds[r], bounds[r+1]) and the tail buf[bounds[W], end) become
+   * the element-wise sum over ranks, with the bits allReduce gives them; the rest of buf is unspecified.
+   * `bounds`: W+1 non-decreasing offsets from 0, the same on every rank.
+   */
+  reduceScatter(buf: Float32Array, bounds: ArrayLike<number>): void;
+  /**
+   * In place: rank r's buf[bounds[r], bounds[r+1]) is copied into every rank's buf, so that
+   * buf[bounds[0], bounds[W]) is the same everywhere. `bounds`: W+1 non-decreasing offsets, the same on every rank.
+   */
+  allGather(buf: Float32Array, bounds: ArrayLike<number>): void;
   setCall(call: CallInfo | undefined): void;
   abort(reason: string): void;
   /**
@@ -155,26 +169,68 @@ export class Collective implements RankCollective {
     if (!is64 && !(buf instanceof Float32Array)) throw new TypeError("allReduce: buf must be a Float32Array or a Float64Array");
     if (!(op in REDUCE_CODES)) throw new Error(`allReduce: op must be one of ${Object.keys(REDUCE_CODES).join(", ")}, got '${String(op)}'`);
     if (this.worldSize === 1) return;
-    this.enter("allReduce");
-    const world = this.worldSize, rank = this.rank;
+    this.reduceChunks("allReduce", buf, op, REDUCE_CODES[op] + (buf instanceof Float64Array ? 100 : 0), [[0, buf.length]]);
+  }
+
+  reduceScatter(buf: Float32Array, bounds: ArrayLike<number>): void {
+    checkBounds("reduceScatter", buf, bounds, this.worldSize, true);
+    if (this.worldSize === 1) return;
+    this.reduceChunks("reduceScatter", buf, "sum", OP_REDUCE_SCATTER, [[bounds[this.rank]!, bounds[this.rank + 1]!], [bounds[this.worldSize]!, buf.length]]);
+  }
+
+  /**
+   * The reduce through the scratch, chunk by chunk: every rank copies its chunk in and reduces its
+   * share of it (rank order, float64, rounded once); then copies out the parts of `out` (ranges of buf) in the chunk.
+   */
+  private reduceChunks(name: string, buf: Float32Array | Float64Array, op: ReduceOp, code: number, out: [number, number][]): void {
+    this.enter(name);
+    const world = this.worldSize, rank = this.rank, is64 = buf instanceof Float64Array;
     const view = is64 ? this.f64 : this.f32;
     const C = is64 ? this.chunkElems / 2 : this.chunkElems;
     const res = world * C;
     const n = buf.length;
-    this.announce(REDUCE_CODES[op] + (is64 ? 100 : 0), n);
+    this.announce(code, n);
     let off = 0;
     do {
       const len = Math.min(C, n - off);
       view.set(buf.subarray(off, off + len), rank * C);
-      this.arriveAndWait("allReduce");
-      if (off === 0) this.checkAgreement("allReduce");
+      this.arriveAndWait(name);
+      if (off === 0) this.checkAgreement(name);
       const seg = Math.ceil(len / world);
       const s0 = Math.min(len, rank * seg), s1 = Math.min(len, s0 + seg);
       reduceSegment(view, C, world, res, s0, s1, op);
-      this.arriveAndWait("allReduce");
-      buf.set(view.subarray(res, res + len), off);
+      this.arriveAndWait(name);
+      for (const [a, b] of out) {
+        const i0 = Math.max(a, off), i1 = Math.min(b, off + len);
+        if (i0 < i1) buf.set(view.subarray(res + i0 - off, res + i1 - off), i0);
+      }
       off += len;
     } while (off < n);
+  }
+
+  allGather(buf: Float32Array, bounds: ArrayLike<number>): void {
+    checkBounds("allGather", buf, bounds, this.worldSize, false);
+    if (this.worldSize === 1) return;
+    this.enter("allGather");
+    // The window is the ranks' slots, not the result slot: a slower rank may still be copying the
+    // previous allReduce's result out of it while this rank writes before the first barrier.
+    const world = this.worldSize, view = this.f32, cap = world * this.chunkElems;
+    const lo = bounds[this.rank]!, hi = bounds[this.rank + 1]!, start = bounds[0]!, end = bounds[world]!;
+    this.announce(OP_ALL_GATHER, buf.length);
+    // Each rank writes its part of a window of the gathered range, then all read the rest.
+    let off = start;
+    do {
+      const len = Math.min(cap, end - off), wEnd = off + len;
+      const i0 = Math.max(lo, off), i1 = Math.min(hi, wEnd);
+      if (i0 < i1) view.set(buf.subarray(i0, i1), i0 - off);
+      this.arriveAndWait("allGather");
+      if (off === start) this.checkAgreement("allGather");
+      const ownFrom = Math.min(Math.max(lo, off), wEnd), ownTo = Math.max(Math.min(hi, wEnd), ownFrom);
+      if (off < ownFrom) buf.set(view.subarray(0, ownFrom - off), off);
+      if (ownTo < wEnd) buf.set(view.subarray(ownTo - off, len), ownTo);
+      this.arriveAndWait("allGather");
+      off = wEnd;
+    } while (off < end);
   }
 
   /** In place: every rank's `buf` becomes root's (any typed array; same byte length on every rank). */
@@ -306,8 +362,20 @@ export class Collective implements RankCollective {
   }
 }
 
+/** bounds: worldSize + 1 non-decreasing integer offsets within buf (from 0 for a reduceScatter). */
+export function checkBounds(op: string, buf: Float32Array, bounds: ArrayLike<number>, worldSize: number, fromZero: boolean): void {
+  if (!(buf instanceof Float32Array)) throw new TypeError(`${op}: buf must be a Float32Array`);
+  const ok = bounds.length === worldSize + 1 && (!fromZero || bounds[0] === 0) && bounds[worldSize]! <= buf.length &&
+    Array.from(bounds).every((b, i) => Number.isInteger(b) && b >= 0 && (i === 0 || b >= bounds[i - 1]!));
+  if (!ok) {
+    throw new Error(`${op}: bounds must be ${worldSize + 1} non-decreasing offsets${fromZero ? " from 0" : ""} within the buffer of ${buf.length}, got [${Array.from(bounds).join(", ")}]`);
+  }
+}
+
 function describeOp(code: number): string {
   if (code === OP_BARRIER) return "barrier";
+  if (code === OP_REDUCE_SCATTER) return "reduceScatter sum float32";
+  if (code === OP_ALL_GATHER) return "allGather float32";
   if (code >= OP_BROADCAST * 1000) return `broadcast from rank ${code - OP_BROADCAST * 1000} (bytes)`;
   const is64 = code >= 100;
   const name = Object.entries(REDUCE_CODES).find(([, c]) => c === code % 100)?.[0];

@@ -18,6 +18,7 @@ import type { MicroBatchSpec } from "./batching.js";
 import { loadRoleCheckpoint, saveRoleCheckpoint, type SaveOptions } from "./checkpoint.js";
 import type { ConfigView } from "./config_view.js";
 import { DataParallelOptimizer } from "./dp_optimizer.js";
+import { roleOptimizerShards } from "./optimizer_sharding.js";
 import { loadModelTokenizer, loadPolicy } from "./model_source.js";
 import { readMtpSettings } from "./mtp_settings.js";
 import { checkRolloutFitsModel } from "./rollout_length.js";
@@ -163,6 +164,7 @@ export class ActorRolloutRefWorker extends Worker {
       const totalSteps = actorCfg.int("optim.total_training_steps", -1);
       const optimizer = new DataParallelOptimizer(
         model.trainableVariables(), actorCfg.at("optim"), Math.max(totalSteps, 0), this.collective, actorCfg.optNum("grad_clip"),
+        { shards: roleOptimizerShards(actorCfg, "fsdp_config", this.worldSize) },
       );
       state.model = model;
       state.optimizer = optimizer;

@@ -8,6 +8,7 @@ import { Dispatch, register, Worker } from "../single_controller/index.js";
 import { loadRoleCheckpoint, saveRoleCheckpoint } from "./checkpoint.js";
 import { DataParallelPPOCritic } from "./critic/dp_critic.js";
 import { DataParallelOptimizer } from "./dp_optimizer.js";
+import { roleOptimizerShards } from "./optimizer_sharding.js";
 import { hfOverrides, loadModelTokenizer, loadValueModel } from "./model_source.js";
 import { applyModelMemoryOptions, readModelMemoryOptions } from "./model_options.js";
 import { globalTokenNum, inferenceSpec, setupWorker } from "./worker_setup.js";
@@ -49,7 +50,7 @@ export class CriticWorker extends Worker {
     applyModelMemoryOptions(valueModel.trunk, memory, model, seed + 1);
     const optimizer = new DataParallelOptimizer(
       valueModel.trainableVariables(), critic.at("optim"), Math.max(critic.int("optim.total_training_steps", -1), 0),
-      this.collective, critic.optNum("grad_clip"),
+      this.collective, critic.optNum("grad_clip"), { shards: roleOptimizerShards(critic, "model.fsdp_config", this.worldSize) },
     );
     this.s = {
       model: valueModel, optimizer, ppoEpochs: critic.int("ppo_epochs", 1),

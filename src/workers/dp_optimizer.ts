@@ -4,9 +4,15 @@
 // global token / sequence count, so the sum is the mini-batch gradient), clipped
 // by global norm, and applied with AdamW at the scheduled learning rate. A few
 // scalars ride along in the same all-reduce so loss metrics come out global too.
+// Sharded (ZeRO-1, `shards` > 1): each rank keeps AdamW state for one contiguous
+// slice of the flat parameter vector and updates only that slice; the gradient is
+// reduce-scattered (all-reduced when the shards are replicated, hybrid), the clip
+// norm is the sum of the slices' squared norms, and the updated slices are
+// all-gathered. The norm is summed per rank slice in rank order whatever the
+// sharding, so sharded and replicated runs give the same bits.
 import * as tf from "@tensorflow/tfjs";
 import { AdamW, type AdamWState } from "../engine/optim/adamw.js";
-import { clipByGlobalNorm, FlatGradAccumulator } from "../engine/optim/grad_utils.js";
+import { clipCoefficient, FlatGradAccumulator, normOfPartials, scaleInPlace, shardBounds, sumSquares } from "../engine/optim/grad_utils.js";
 import { LrScheduler, type LrSchedulerState } from "../engine/optim/lr_scheduler.js";
 import type { TensorData } from "../protocol/tensor.js";
 import { getLrSchedule, type AggLossOptions } from "../trainer/ppo/core_algos/index.js";
@@ -22,6 +28,11 @@ export interface AllReducer {
   readonly bucketAlignElems?: number;
   /** A buffer allReduce reduces without copying it in or out (RankCollective.reduceBuffer). */
   reduceBuffer?(elems: number): Float32Array;
+  /** This rank (0 when absent: one rank). */
+  readonly rank?: number;
+  /** RankCollective.reduceScatter / allGather: needed by a sharded optimizer. */
+  reduceScatter?(buf: Float32Array, bounds: ArrayLike<number>): void;
+  allGather?(buf: Float32Array, bounds: ArrayLike<number>): void;
 }
 
 /** The gradient all-reduce's bucket: about this many bytes (torch DDP's bucket_cap_mb is 25). */
@@ -38,17 +49,22 @@ export function bucketElems(align: number | undefined, bytes = DEFAULT_BUCKET_BY
  * `parts[i]` (this rank's values for it) is in, while the later parts are still being read back.
  * Whatever `buf` holds past the parts (scalars riding along) is reduced with the last bucket.
  * B must be a multiple of the collective's bucketAlignElems (or cover all of `buf`): then the bits equal one call's.
+ * With `bounds` (W+1 offsets from 0: the ranks' slices) it is a reduceScatter instead: each bucket's
+ * call gets the bounds clipped to it, and what lies past bounds[W] is reduced on every rank.
  */
-export async function allReduceBuckets(collective: AllReducer, buf: Float32Array, parts: Promise<Float32Array>[], B: number): Promise<void> {
+export async function allReduceBuckets(collective: AllReducer, buf: Float32Array, parts: Promise<Float32Array>[], B: number, bounds?: readonly number[]): Promise<void> {
+  const name = bounds ? "reduceScatterBuckets" : "allReduceBuckets";
+  if (bounds && !collective.reduceScatter) throw new Error(`${name}: the collective has no reduceScatter`);
   // one bucket over the whole buffer is one call whatever its size
   if (collective.bucketAlignElems !== undefined && B < buf.length && B % collective.bucketAlignElems !== 0) {
-    throw new Error(`allReduceBuckets: bucket of ${B} elements is not a multiple of the collective's ${collective.bucketAlignElems}`);
+    throw new Error(`${name}: bucket of ${B} elements is not a multiple of the collective's ${collective.bucketAlignElems}`);
   }
   let i = 0, o = 0;
   do {
     const end = Math.min(buf.length, o + B);
     if (i < parts.length) buf.set(await parts[i]!, o);
-    collective.allReduce(buf.subarray(o, end), "sum");
+    if (bounds) collective.reduceScatter!(buf.subarray(o, end), bounds.map((b) => Math.min(end - o, Math.max(0, b - o))));
+    else collective.allReduce(buf.subarray(o, end), "sum");
     i++;
     o = end;
   } while (o < buf.length);
@@ -113,10 +129,36 @@ export function adamWArgs(optim: ConfigView): { lr: number; betas: [number, numb
   return out;
 }
 
+export interface DpOptimizerOptions {
+  /**
+   * Norm, clip and AdamW on the backend, reading back only the norm. Only possible on one
+   * rank (there is nothing to all-reduce); the default on WebGPU, where reading the flat
+   * gradient back and uploading it again cost 87% of a 0.5B update (docs/gpu.md).
+   */
+  onDevice?: boolean;
+  /**
+   * Ranks that share one copy of the optimizer state, each holding a 1/shards slice (ZeRO-1):
+   * 1 (default) replicates it, the world size shards it across all ranks, a divisor of the world
+   * size shards it within groups of consecutive ranks and replicates it across the groups (verl's
+   * hybrid sharding; src/workers/optimizer_sharding.ts reads it from verl's keys).
+   */
+  shards?: number;
+}
+
 export class DataParallelOptimizer {
   readonly optimizer: AdamW;
   readonly scheduler: LrScheduler;
+  /** Ranks sharing one copy of the state (1: replicated); this rank's shard and its slice of the flat vector. */
+  readonly shards: number;
+  readonly shardIndex: number;
+  readonly numel: number;
   private readonly acc: FlatGradAccumulator;
+  private readonly onDevice: boolean;
+  private readonly worldSize: number;
+  private readonly rank: number;
+  /** Slice bounds of the shards (shards + 1) and of the ranks (worldSize + 1; the norm's partition). */
+  private readonly shardBounds: number[];
+  private readonly rankBounds: number[];
 
   /**
    * `optim` is the role's optim section (lr, weight_decay, betas, lr schedule keys);
@@ -128,21 +170,37 @@ export class DataParallelOptimizer {
     totalSteps: number,
     private readonly collective: AllReducer,
     private readonly gradClip: number | null,
-    /**
-     * Norm, clip and AdamW on the backend, reading back only the norm. Only possible on one
-     * rank (there is nothing to all-reduce); the default on WebGPU, where reading the flat
-     * gradient back and uploading it again cost 87% of a 0.5B update (docs/gpu.md).
-     */
-    private readonly onDevice = collective.worldSize === 1 && tf.getBackend() === "webgpu",
+    opts: DpOptimizerOptions = {},
   ) {
-    if (onDevice && collective.worldSize !== 1) throw new Error("DataParallelOptimizer: the on-device step needs a world size of 1");
+    this.worldSize = collective.worldSize ?? 1;
+    this.rank = collective.rank ?? 0;
+    this.onDevice = opts.onDevice ?? (collective.worldSize === 1 && tf.getBackend() === "webgpu");
+    if (this.onDevice && this.worldSize !== 1) throw new Error("DataParallelOptimizer: the on-device step needs a world size of 1");
+    const shards = opts.shards ?? 1;
+    if (!(Number.isInteger(shards) && shards >= 1 && shards <= this.worldSize && this.worldSize % shards === 0)) {
+      throw new Error(`DataParallelOptimizer: ${shards} optimizer shards do not divide the world size ${this.worldSize}`);
+    }
+    if (shards > 1 && (!collective.allGather || (shards === this.worldSize && !collective.reduceScatter))) {
+      throw new Error("DataParallelOptimizer: a sharded optimizer needs a collective with reduceScatter and allGather");
+    }
+    this.shards = shards;
+    this.shardIndex = this.rank % shards;
     const name = optim.str("optimizer", "AdamW");
     if (!isAdamW(name)) throw new Error(`${optim.key("optimizer")}='${name}' is not available; verl-ts implements AdamW`);
     const { lr, betas, eps, weightDecay } = adamWArgs(optim);
-    this.optimizer = new AdamW(vars, { lr, betas, eps, weightDecay });
+    this.acc = new FlatGradAccumulator(vars);
+    this.numel = this.acc.numel;
+    this.shardBounds = shardBounds(this.numel, shards);
+    this.rankBounds = shardBounds(this.numel, this.worldSize);
+    const range: [number, number] = [this.shardBounds[this.shardIndex]!, this.shardBounds[this.shardIndex + 1]!];
+    this.optimizer = new AdamW(vars, { lr, betas, eps, weightDecay, range });
     const schedule = getLrSchedule(optim.section() as Parameters<typeof getLrSchedule>[0], totalSteps);
     this.scheduler = new LrScheduler(lr, (s) => schedule.ratio(s));
-    this.acc = new FlatGradAccumulator(vars);
+  }
+
+  /** [start, end) of the flat parameter vector whose optimizer state this rank holds. */
+  get range(): [number, number] {
+    return this.optimizer.range;
   }
 
   get lr(): number {
@@ -186,7 +244,7 @@ export class DataParallelOptimizer {
     // cannot go out during it; what overlaps is the read-back of later buckets with the reduce
     // of earlier ones. Bucket bounds at multiples of the collective's alignment: the same bits
     // as one call over the whole buffer.
-    const n = this.acc.numel;
+    const n = this.numel;
     // Across hosts the leader's gradient lives in the bridge memory, reduced there without a copy in or out.
     const buf = this.collective.reduceBuffer?.(n + scalars.length) ?? new Float32Array(n + scalars.length);
     buf.set(scalars, n);
@@ -195,14 +253,68 @@ export class DataParallelOptimizer {
     // 131-205 ms against 118-177 whole), and one rank has nothing to reduce. Then one bucket.
     const overlap = (this.collective.worldSize ?? 2) > 1 && tf.getBackend() === "webgpu";
     const B = overlap ? bucketElems(this.collective.bucketAlignElems) : Math.max(1, buf.length);
-    await allReduceBuckets(this.collective, buf, this.acc.takeBuckets(B), B);
-    const flat = buf.subarray(0, n);
-    if (gradScale !== 1) for (let i = 0; i < n; i++) flat[i] = flat[i]! * gradScale;
+    const parts = this.acc.takeBuckets(B);
+    // Sharded across every rank, each needs only its slice of the sum; otherwise (replicated or
+    // hybrid) every rank needs all of it.
+    await allReduceBuckets(this.collective, buf, parts, B, this.shards > 1 && this.shards === this.worldSize ? this.shardBounds : undefined);
     const summed = Float64Array.from(buf.subarray(n));
-    const gradNorm = clipByGlobalNorm(flat, this.gradClip);
+    const [lo, hi] = this.range;
+    if (gradScale !== 1) {
+      // 1 / the loss scale: on the slice this rank holds when sharded across all ranks, else on all of it
+      const sliced = this.shards > 1 && this.shards === this.worldSize;
+      scaleInPlace(buf, gradScale, sliced ? lo : 0, sliced ? hi : n);
+    }
+    const gradNorm = this.globalNorm(buf, lo, hi);
     const skipped = !Number.isFinite(gradNorm);
-    if (!skipped) this.optimizer.stepFlat(flat, this.scheduler.lr);
+    if (!skipped) {
+      const coef = clipCoefficient(gradNorm, this.gradClip);
+      if (coef < 1) scaleInPlace(buf, coef, lo, hi);
+      if (this.shards === 1) this.optimizer.stepFlat(buf.subarray(0, n), this.scheduler.lr);
+      else await this.stepShard(buf, lo, hi);
+    }
     return { gradNorm, skipped, scalars: summed };
+  }
+
+  /**
+   * The gradient's norm: squared norms of the ranks' slices added in rank order. A rank holding
+   * the whole sum computes every slice's; a rank holding only its slice (sharded across all ranks)
+   * gets the others' through an all-reduce in which each slice's value comes from its rank alone.
+   */
+  private globalNorm(buf: Float32Array, lo: number, hi: number): number {
+    const W = this.worldSize, partials = new Float64Array(W);
+    if (this.shards > 1 && this.shards === W) {
+      partials[this.rank] = sumSquares(buf, lo, hi);
+      this.collective.allReduce(partials, "sum");
+    } else {
+      for (let r = 0; r < W; r++) partials[r] = sumSquares(buf, this.rankBounds[r], this.rankBounds[r + 1]);
+    }
+    return normOfPartials(partials);
+  }
+
+  /** AdamW on this rank's slice, then the slices all-gathered into every rank's parameters. */
+  private async stepShard(buf: Float32Array, lo: number, hi: number): Promise<void> {
+    const n = this.numel;
+    const next = this.optimizer.stepSlice(buf.subarray(lo, hi), this.scheduler.lr);
+    let mine: Float32Array;
+    try {
+      mine = await next.data<"float32">() as Float32Array;
+    } finally {
+      next.dispose();
+    }
+    // The gradient is spent: its buffer takes the parameters unless it is the bridge memory, which
+    // the next step reuses while tensors made from it may still point at it (cpu and WebGPU keep the array).
+    const params = buf.buffer instanceof SharedArrayBuffer ? new Float32Array(n) : buf.subarray(0, n);
+    params.set(mine, lo);
+    // The first group of `shards` ranks contributes its slices; replicas of a shard (hybrid) hold the same bits.
+    const W = this.worldSize, k = this.shards;
+    this.collective.allGather!(params, Array.from({ length: W + 1 }, (_, r) => (r <= k ? this.shardBounds[r]! : n)));
+    let o = 0;
+    for (const v of this.vars) {
+      const size = v.size, inside = o >= lo && o + size <= hi;
+      // variables wholly in the slice were assigned on the backend by stepSlice
+      if (!inside && size > 0) tf.tidy(() => v.assign(tf.tensor(params.subarray(o, o + size), v.shape, "float32")));
+      o += size;
+    }
   }
 
   /** The same step with the gradient left on the backend (one rank): the norm is the only read. */

@@ -2,7 +2,11 @@
 // matching torch.optim.AdamW. The update is fused over one flat vector: the
 // parameters are concatenated, updated with a dozen element-wise ops and split
 // back, so the op count per step stays constant instead of growing with the
-// number of variables (the dispatch cost dominates on WebGPU).
+// number of variables (the dispatch cost dominates on WebGPU). With `range` the
+// optimizer owns one contiguous slice of that flat vector (a ZeRO-1 shard): its
+// moments cover the slice only and a step updates the slice, returning it for the
+// all-gather; the element-wise arithmetic is the same, so the slice's values are
+// the bits the whole-vector update gives them.
 import * as tf from "@tensorflow/tfjs";
 
 export interface AdamWOptions {
@@ -10,6 +14,8 @@ export interface AdamWOptions {
   betas?: [number, number];
   eps?: number;
   weightDecay?: number;
+  /** [start, end) of the flat parameter vector this optimizer updates (default: all of it). */
+  range?: [number, number];
 }
 
 /** The saveable optimizer state: flat moment vectors in variable order. */
@@ -20,6 +26,18 @@ export interface AdamWState {
   /** Names and sizes of the variables, checked on load. */
   paramNames: string[];
   paramSizes: number[];
+  /** The slice of the flat vector the moments cover (absent: all of it). */
+  range?: [number, number];
+}
+
+/** A variable's overlap with the optimizer's slice: var-local [from, to), at `at` in the slice. */
+interface Piece {
+  index: number;
+  from: number;
+  to: number;
+  at: number;
+  /** The whole variable lies in the slice. */
+  whole: boolean;
 }
 
 export class AdamW {
@@ -32,6 +50,9 @@ export class AdamW {
   readonly weightDecay: number;
   private stepCount = 0;
   private readonly sizes: number[];
+  /** [start, end) of the flat vector. */
+  readonly range: [number, number];
+  private readonly pieces: Piece[];
   private expAvg: tf.Variable;
   private expAvgSq: tf.Variable;
 
@@ -50,8 +71,31 @@ export class AdamW {
     this.weightDecay = opts.weightDecay ?? 0;
     this.sizes = vars.map((v) => v.size);
     this.numel = this.sizes.reduce((a, b) => a + b, 0);
-    this.expAvg = tf.variable(tf.zeros([this.numel]), false);
-    this.expAvgSq = tf.variable(tf.zeros([this.numel]), false);
+    const [start, end] = opts.range ?? [0, this.numel];
+    if (!(Number.isInteger(start) && Number.isInteger(end) && start >= 0 && start <= end && end <= this.numel)) {
+      throw new Error(`AdamW: range [${start}, ${end}) is not a slice of the ${this.numel} parameters`);
+    }
+    this.range = [start, end];
+    this.pieces = [];
+    let o = 0;
+    this.sizes.forEach((size, index) => {
+      const from = Math.max(start, o) - o, to = Math.min(end, o + size) - o;
+      if (from < to) this.pieces.push({ index, from, to, at: o + from - start, whole: from === 0 && to === size });
+      o += size;
+    });
+    // in a tidy: a variable made from a tensor leaves that tensor registered
+    this.expAvg = tf.tidy(() => tf.variable(tf.zeros([end - start]), false));
+    this.expAvgSq = tf.tidy(() => tf.variable(tf.zeros([end - start]), false));
+  }
+
+  /** Values in this optimizer's slice. */
+  get sliceSize(): number {
+    return this.range[1] - this.range[0];
+  }
+
+  /** Bytes of optimizer state (the two float32 moments of the slice). */
+  get stateBytes(): number {
+    return 2 * 4 * this.sliceSize;
   }
 
   get step(): number {
@@ -63,28 +107,58 @@ export class AdamW {
    * `lr` overrides the current learning rate for this and later steps.
    */
   stepFlat(grad: Float32Array | tf.Tensor1D, lr: number = this.lr): void {
+    if (this.sliceSize !== this.numel) throw new Error(`AdamW.stepFlat: this optimizer owns [${this.range[0]}, ${this.range[1]}) of ${this.numel} parameters; use stepSlice`);
+    tf.tidy(() => {
+      const pNew = this.update(grad, lr);
+      const parts = tf.split(pNew, this.sizes);
+      parts.forEach((part, i) => this.vars[i]!.assign(part.reshape(this.vars[i]!.shape)));
+    });
+  }
+
+  /**
+   * One update of this optimizer's slice from the slice's gradient: the variables lying wholly in
+   * the slice are assigned; the slice's new values are returned (the caller disposes them) for the
+   * all-gather that brings the other ranks' slices.
+   */
+  stepSlice(grad: Float32Array | tf.Tensor1D, lr: number = this.lr): tf.Tensor1D {
+    return tf.tidy(() => {
+      const pNew = this.update(grad, lr);
+      for (const p of this.pieces) {
+        const v = this.vars[p.index]!;
+        if (p.whole) v.assign(pNew.slice(p.at, p.to - p.from).reshape(v.shape));
+      }
+      return pNew;
+    });
+  }
+
+  /** Moments updated, new parameter values of the slice returned (inside the caller's tidy). */
+  private update(grad: Float32Array | tf.Tensor1D, lr: number): tf.Tensor1D {
     const n = grad instanceof Float32Array ? grad.length : grad.size;
-    if (n !== this.numel) throw new Error(`AdamW.stepFlat: gradient has ${n} elements, parameters have ${this.numel}`);
+    if (n !== this.sliceSize) {
+      const slice = this.sliceSize === this.numel ? "" : ` (its slice [${this.range[0]}, ${this.range[1]}) of ${this.numel})`;
+      throw new Error(`AdamW: gradient has ${n} elements, parameters have ${this.sliceSize}${slice}`);
+    }
     this.lr = lr;
     this.stepCount += 1;
+    if (n === 0) return tf.zeros([0]) as tf.Tensor1D;
     const t = this.stepCount;
     const bc1 = 1 - this.beta1 ** t;
     const bc2 = 1 - this.beta2 ** t;
     const stepSize = lr / bc1;
     const { beta1, beta2, eps } = this;
     const decay = 1 - lr * this.weightDecay;
-    tf.tidy(() => {
-      const g = grad instanceof Float32Array ? tf.tensor1d(grad) : grad;
-      const p = tf.concat(this.vars.map((v) => v.reshape([-1])));
-      const m = this.expAvg.mul(beta1).add(g.mul(1 - beta1));
-      const v = this.expAvgSq.mul(beta2).add(g.square().mul(1 - beta2));
-      const denom = v.sqrt().div(Math.sqrt(bc2)).add(eps);
-      const pNew = p.mul(decay).sub(m.div(denom).mul(stepSize));
-      this.expAvg.assign(m);
-      this.expAvgSq.assign(v);
-      const parts = tf.split(pNew, this.sizes);
-      parts.forEach((part, i) => this.vars[i]!.assign(part.reshape(this.vars[i]!.shape)));
-    });
+    const g = grad instanceof Float32Array ? tf.tensor1d(grad) : grad;
+    const p = tf.concat(this.pieces.map((pc) => {
+      const flat = this.vars[pc.index]!.reshape([-1]);
+      return pc.whole ? flat : flat.slice(pc.from, pc.to - pc.from);
+    })) as tf.Tensor1D;
+    const m = this.expAvg.mul(beta1).add(g.mul(1 - beta1));
+    const v = this.expAvgSq.mul(beta2).add(g.square().mul(1 - beta2));
+    const denom = v.sqrt().div(Math.sqrt(bc2)).add(eps);
+    const pNew = p.mul(decay).sub(m.div(denom).mul(stepSize)) as tf.Tensor1D;
+    this.expAvg.assign(m);
+    this.expAvgSq.assign(v);
+    return pNew;
   }
 
   /** The moments read back asynchronously (the only way a GPU backend reads under Node). */
@@ -96,6 +170,7 @@ export class AdamW {
       expAvgSq: expAvgSq as Float32Array,
       paramNames: this.vars.map((v) => v.name),
       paramSizes: [...this.sizes],
+      range: [...this.range],
     };
   }
 
@@ -106,8 +181,12 @@ export class AdamW {
         `this optimizer has ${this.sizes.length} (${this.numel} values)`,
       );
     }
-    if (s.expAvg.length !== this.numel || s.expAvgSq.length !== this.numel) {
-      throw new Error(`AdamW.loadStateDict: moment vectors have ${s.expAvg.length}/${s.expAvgSq.length} values, expected ${this.numel}`);
+    const [start, end] = s.range ?? [0, this.numel];
+    if (start !== this.range[0] || end !== this.range[1]) {
+      throw new Error(`AdamW.loadStateDict: saved moments cover [${start}, ${end}) of the parameters, this optimizer owns [${this.range[0]}, ${this.range[1]})`);
+    }
+    if (s.expAvg.length !== this.sliceSize || s.expAvgSq.length !== this.sliceSize) {
+      throw new Error(`AdamW.loadStateDict: moment vectors have ${s.expAvg.length}/${s.expAvgSq.length} values, expected ${this.sliceSize}`);
     }
     this.stepCount = s.step;
     tf.tidy(() => {

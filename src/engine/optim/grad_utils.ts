@@ -82,11 +82,47 @@ export class FlatGradAccumulator {
   }
 }
 
+/**
+ * Where `k` contiguous slices of `n` elements start and end: k + 1 offsets, slice i being
+ * [b[i], b[i+1]); the first n % k slices hold one element more (ZeRO-1's even split of the flat vector).
+ */
+export function shardBounds(n: number, k: number): number[] {
+  if (!(Number.isInteger(n) && n >= 0 && Number.isInteger(k) && k >= 1)) throw new Error(`shardBounds: need n >= 0 and k >= 1 integers, got ${n}, ${k}`);
+  const base = Math.floor(n / k), extra = n % k;
+  return Array.from({ length: k + 1 }, (_, i) => i * base + Math.min(i, extra));
+}
+
+/** The sum of squares of flat[start, end), accumulated in float64 left to right. */
+export function sumSquares(flat: Float32Array, start = 0, end = flat.length): number {
+  let s = 0;
+  for (let i = start; i < end; i++) s += flat[i]! * flat[i]!;
+  return s;
+}
+
+/**
+ * The norm from per-slice sums of squares, added in slice order. Ranks that each hold one slice's
+ * sum get the bits of one rank holding them all, whatever the reduce's own order.
+ */
+export function normOfPartials(partials: ArrayLike<number>): number {
+  let s = 0;
+  for (let i = 0; i < partials.length; i++) s += partials[i]!;
+  return Math.sqrt(s);
+}
+
 /** The L2 norm of a flat gradient, accumulated in float64. */
 export function globalNorm(flat: Float32Array): number {
-  let s = 0;
-  for (let i = 0; i < flat.length; i++) s += flat[i]! * flat[i]!;
-  return Math.sqrt(s);
+  return normOfPartials([sumSquares(flat)]);
+}
+
+/** torch's clip_grad_norm_ factor for a gradient of norm `norm`: maxNorm/(norm+1e-6) when that is below 1, else 1. */
+export function clipCoefficient(norm: number, maxNorm: number | null | undefined): number {
+  if (!Number.isFinite(norm) || maxNorm === null || maxNorm === undefined || !(maxNorm > 0)) return 1;
+  return Math.min(1, maxNorm / (norm + 1e-6));
+}
+
+/** flat[start, end) *= coef, in place (each product rounded to float32 once). */
+export function scaleInPlace(flat: Float32Array, coef: number, start = 0, end = flat.length): void {
+  for (let i = start; i < end; i++) flat[i] = flat[i]! * coef;
 }
 
 /**
@@ -96,8 +132,7 @@ export function globalNorm(flat: Float32Array): number {
  */
 export function clipByGlobalNorm(flat: Float32Array, maxNorm: number | null | undefined): number {
   const norm = globalNorm(flat);
-  if (!Number.isFinite(norm) || maxNorm === null || maxNorm === undefined || !(maxNorm > 0)) return norm;
-  const coef = maxNorm / (norm + 1e-6);
-  if (coef < 1) for (let i = 0; i < flat.length; i++) flat[i] = flat[i]! * coef;
+  const coef = clipCoefficient(norm, maxNorm);
+  if (coef < 1) scaleInPlace(flat, coef);
   return norm;
 }

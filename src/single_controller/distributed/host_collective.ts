@@ -3,7 +3,11 @@
 // partial result across hosts (bridge -> the host's main thread -> ring.ts), and
 // shares the answer with its host's ranks. "mean" is summed everywhere and then
 // divided by the world size, the same on every rank, so all ranks hold the same bits.
-import { Collective, type CallInfo, type RankCollective, type ReduceOp } from "../collective.js";
+// reduceScatter across hosts is a whole allReduce (the ring sums an element in an
+// order set by where it lies in the request, so only that keeps allReduce's bits);
+// allGather gathers each host's block locally, passes the blocks along the ring
+// from their hosts and shares the whole with the host's ranks.
+import { checkBounds, Collective, type CallInfo, type RankCollective, type ReduceOp } from "../collective.js";
 import { CollectiveError } from "../errors.js";
 import { BridgeClient, type BridgeBuffers, type BridgeDtype, type BridgeOp } from "./bridge.js";
 
@@ -76,6 +80,34 @@ export class HierarchicalCollective implements RankCollective {
       const w = this.worldSize;
       for (let i = 0; i < buf.length; i++) buf[i] = buf[i]! / w;
     }
+  }
+
+  reduceScatter(buf: Float32Array, bounds: ArrayLike<number>): void {
+    checkBounds("reduceScatter", buf, bounds, this.worldSize, true);
+    if (this.layout.nnodes === 1) {
+      this.enter("reduceScatter");
+      this.local.reduceScatter(buf, bounds);
+      return;
+    }
+    this.allReduce(buf, "sum");
+  }
+
+  allGather(buf: Float32Array, bounds: ArrayLike<number>): void {
+    checkBounds("allGather", buf, bounds, this.worldSize, false);
+    this.enter("allGather");
+    const L = this.layout.localWorldSize, H = this.layout.nnodes, h = this.layout.hostIndex;
+    this.local.allGather(buf, Array.from(bounds).slice(h * L, (h + 1) * L + 1));
+    if (H === 1) return;
+    this.acrossHosts("allGather", () => {
+      for (let g = 0; g < H; g++) {
+        const a = bounds[g * L]!, b = bounds[(g + 1) * L]!;
+        // every host computes the same bounds, so every host skips the same empty blocks
+        if (a === b) continue;
+        const block = new Uint8Array(buf.buffer, buf.byteOffset + a * 4, (b - a) * 4);
+        this.chunked(block, (chunk, n) => this.bridge!.request("broadcast", "bytes", chunk, n, g));
+      }
+    });
+    this.local.broadcast(buf.subarray(bounds[0]!, bounds[this.worldSize]!), 0);
   }
 
   broadcast(buf: ArrayBufferView, root = 0): void {

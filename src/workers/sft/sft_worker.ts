@@ -17,6 +17,7 @@ import { microBatches, type MicroBatchSpec } from "../batching.js";
 import { loadRoleCheckpoint, saveRoleCheckpoint } from "../checkpoint.js";
 import { ConfigView } from "../config_view.js";
 import { DataParallelOptimizer } from "../dp_optimizer.js";
+import { optimizerShards } from "../optimizer_sharding.js";
 import { importExternalLib } from "../model_source.js";
 import { globalTokenNum, initWorkerBackend } from "../worker_setup.js";
 import { FlopsCounter } from "../../utils/flops_counter.js";
@@ -71,6 +72,16 @@ function optimView(config: Config): ConfigView {
   return new ConfigView({ optim }, "optim");
 }
 
+/**
+ * The engine trainer's optimizer shards come from its engine section (fsdp_size, or Megatron's
+ * use_distributed_optimizer); verl's legacy FSDP SFT trainer always shards over every rank (FULL_SHARD).
+ */
+function sftOptimizerShards(config: Config, worldSize: number): number {
+  if (!isEngineSftLayout(config)) return worldSize;
+  const engine = new ConfigView(config, "engine");
+  return optimizerShards(engine, engine.str("strategy", "fsdp"), worldSize);
+}
+
 export class SFTWorker extends Worker {
   private s: SftState | undefined;
 
@@ -106,7 +117,7 @@ export class SFTWorker extends Worker {
     // checkpointing with the PPO actor's keys and peft layout: only the adapter trains
     applyModelMemoryOptions(model, readModelMemoryOptions(modelView, { removePadding: false }), modelView, seed);
     const vars = model.trainableVariables();
-    const optimizer = new DataParallelOptimizer(vars, optimView(this.config), totalSteps, this.collective, cfg.optNum("optim.clip_grad"));
+    const optimizer = new DataParallelOptimizer(vars, optimView(this.config), totalSteps, this.collective, cfg.optNum("optim.clip_grad"), { shards: sftOptimizerShards(this.config, this.worldSize) });
     // train/mfu is the engine trainer's metric: only its layout warns about a model_type without an estimate
     const warn = this.rank === 0 && isEngineSftLayout(this.config) ? (line: string) => logger().warn(line) : undefined;
     const flops = new FlopsCounter(model.config, trainingDeviceName(backend), warn);

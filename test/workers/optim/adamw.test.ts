@@ -133,7 +133,7 @@ test("the on-device step (one rank) gives the host step's norm, clip, skip and w
   const run = async (onDevice: boolean) => {
     const before = tf.memory().numTensors;
     const w = tf.variable(tf.tensor1d([1, -2, 3, 0.5]), true), u = tf.variable(tf.tensor2d([[0.3, -0.1], [2, 1]]), true);
-    const opt = new DataParallelOptimizer([w, u], new ConfigView(cfg, "actor_rollout_ref.actor.optim"), 10, Collective.single(), 1.0, onDevice);
+    const opt = new DataParallelOptimizer([w, u], new ConfigView(cfg, "actor_rollout_ref.actor.optim"), 10, Collective.single(), 1.0, { onDevice });
     const norms: number[] = [], skipped: boolean[] = [];
     for (const scale of [3, 0.01, NaN, 2]) {
       for (let micro = 0; micro < 2; micro++) {

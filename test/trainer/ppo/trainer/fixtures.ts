@@ -6,7 +6,9 @@ import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { loadConfig } from "../../../../src/config/index.js";
 import { writeParquet } from "../../../../src/data/index.js";
+import { runPpo } from "../../../../src/trainer/main_ppo.js";
 import { sharedPath } from "../../../../src/utils/paths.js";
 
 const OPENINGS = [
@@ -54,6 +56,13 @@ export async function makeWorkspace(): Promise<Workspace> {
       `trainer.default_local_dir=${join(dir, "ckpt")}`, "trainer.project_name=t", "trainer.experiment_name=e",
     ],
   };
+}
+
+/** `verl train` in process with `world` ranks and no logger: each step's metrics. */
+export async function trainCurves(overrides: string[], world: number): Promise<Record<string, number>[]> {
+  const config = loadConfig({ configName: "ppo_trainer", overrides: [...overrides, `trainer.n_gpus_per_node=${world}`, "trainer.logger=[]"] });
+  const res = await runPpo(config);
+  return res.history.map((h) => h.metrics);
 }
 
 /** A from-scratch Llama with a character tokenizer (prompts are longer in characters, hence max_prompt_length 24). */

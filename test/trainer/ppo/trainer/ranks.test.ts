@@ -5,17 +5,9 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { rmSync } from "node:fs";
-import { loadConfig } from "../../../../src/config/index.js";
-import { runPpo } from "../../../../src/trainer/main_ppo.js";
-import { assertMemory, assertMfu, makeWorkspace, scratchModel, stories } from "./fixtures.js";
+import { assertMemory, assertMfu, makeWorkspace, scratchModel, stories, trainCurves as curves } from "./fixtures.js";
 
 const VOLATILE = /^(timing_s\/|timing_per_token_ms\/|perf\/throughput$|perf\/time_per_step$|perf\/mfu\/|perf\/max_memory_|perf\/cpu_memory_used_gb$|global_seqlen\/)/;
-
-async function curves(overrides: string[], world: number): Promise<Record<string, number>[]> {
-  const config = loadConfig({ configName: "ppo_trainer", overrides: [...overrides, `trainer.n_gpus_per_node=${world}`, "trainer.logger=[]"] });
-  const res = await runPpo(config);
-  return res.history.map((h) => h.metrics);
-}
 
 function assertSameCurves(a: Record<string, number>[], b: Record<string, number>[], what: string): void {
   assert.equal(a.length, b.length, `${what}: number of logged steps`);

@@ -1,0 +1,109 @@
+// ZeRO-1 against a replicated optimizer on the CPU (wasm ranks): per rank, the optimizer step's
+// seconds (gradient reduce, clip, AdamW, and for shards the all-gather) and the bytes of AdamW
+// state, for 1 rank and for 2 ranks replicated and sharded, at stories260K's size (260,032
+// parameters) and a larger vector (--numel, default 16M); then whole GRPO steps of the stories
+// recipe (bench/grpo_step.ts, each case in its own process) with 1 rank and 2 ranks both ways.
+// Each optimizer case runs in a fresh process (the wasm heap never shrinks: its size is the case's peak).
+// --backend webgpu times the optimizer part on a GPU (one rank then steps on the device; the recipe
+// part is CPU only): bash scripts/gpu-run.sh node dist/bench/zero_optimizer.js --backend webgpu --parts optimizer --numel 358000000
+// Run: node dist/bench/zero_optimizer.js [--reps 5] [--warmup 1] [--numel 16000000] [--recipe-reps 3] [--parts optimizer,recipe] [--backend wasm]
+import { spawnSync } from "node:child_process";
+import { fileURLToPath } from "node:url";
+import { ClassWithInitArgs, ResourcePool, WorkerGroup } from "../src/single_controller/index.js";
+import { emit, intFlag, loadAvg1m, machine, parseBenchArgs, runMain, stats, type BenchArgs } from "./common.js";
+import type { OptimizerTiming } from "./zero_worker.js";
+
+const NAME = "zero_optimizer";
+const STORIES_NUMEL = 260_032;
+const MiB = 2 ** 20;
+const CASES = [
+  { name: "ranks_1", world: 1, shards: 1 },
+  { name: "ranks_2_replicated", world: 2, shards: 1 },
+  { name: "ranks_2_sharded", world: 2, shards: 2 },
+] as const;
+
+/** One optimizer case in this process: every rank's timings. */
+async function optimizerCase(world: number, shards: number, numel: number, backend: string, args: BenchArgs): Promise<OptimizerTiming[]> {
+  const pool = new ResourcePool({ worldSize: world, name: "zero_bench" });
+  try {
+    const wg = (await WorkerGroup.create(pool, new ClassWithInitArgs(new URL("./zero_worker.js", import.meta.url), "ZeroBenchWorker"))) as unknown as {
+      timeSteps(s: { backend: string; numel: number; shards: number; warmup: number; reps: number }): Promise<OptimizerTiming[]>;
+    };
+    return await wg.timeSteps({ backend, numel, shards, warmup: args.warmup, reps: args.reps });
+  } finally {
+    await pool.destroy();
+  }
+}
+
+function summarise(ranks: OptimizerTiming[]): Record<string, unknown> {
+  // a step ends when its slowest rank ends
+  const perStep = ranks[0]!.stepSeconds.map((_, i) => Math.max(...ranks.map((r) => r.stepSeconds[i]!)));
+  return {
+    step_seconds: stats(perStep),
+    optimizer_state_mib_per_rank: ranks.map((r) => Number((r.stateBytes / MiB).toFixed(3))),
+    wasm_heap_mib_per_rank: ranks.map((r) => Number((r.wasmHeapBytes / MiB).toFixed(1))),
+    tensor_mib_per_rank: ranks.map((r) => Number((r.tensorBytes / MiB).toFixed(1))),
+  };
+}
+
+/** Runs this file again for one case, reading its JSON line. */
+function child(argv: string[]): Record<string, unknown> {
+  const res = spawnSync(process.execPath, [fileURLToPath(import.meta.url), ...argv], { encoding: "utf8", maxBuffer: 64 * MiB });
+  const line = res.stdout.split("\n").reverse().find((l) => l.startsWith("{"));
+  if (res.status !== 0 || !line) throw new Error(`${NAME} case ${argv.join(" ")} failed (exit ${res.status}): ${res.stderr.slice(-2000)}`);
+  return JSON.parse(line) as Record<string, unknown>;
+}
+
+function grpoStep(argv: string[]): Record<string, unknown> {
+  const res = spawnSync(process.execPath, [fileURLToPath(new URL("./grpo_step.js", import.meta.url)), ...argv], { encoding: "utf8", maxBuffer: 64 * MiB });
+  const line = res.stdout.split("\n").reverse().find((l) => l.startsWith("{"));
+  if (res.status !== 0 || !line) throw new Error(`grpo_step ${argv.join(" ")} failed (exit ${res.status}): ${res.stderr.slice(-2000)}`);
+  const out = JSON.parse(line) as { figures?: { step_seconds?: unknown; timing_s?: Record<string, unknown> }; skipped?: string };
+  if (out.skipped) return { skipped: out.skipped };
+  return { step_seconds: out.figures?.step_seconds, update_actor_seconds: out.figures?.timing_s?.update_actor };
+}
+
+async function main(): Promise<void> {
+  const args = parseBenchArgs(process.argv.slice(2), { reps: 5 });
+  const caseFlag = args.extra.get("case");
+  const backend = args.extra.get("backend") ?? "wasm";
+  if (caseFlag) {
+    // a child: one case, one JSON line
+    const c = CASES.find((x) => x.name === caseFlag);
+    if (!c) throw new Error(`${NAME}: unknown --case '${caseFlag}'`);
+    const numel = intFlag(args, "numel", STORIES_NUMEL);
+    process.stdout.write(`${JSON.stringify(summarise(await optimizerCase(c.world, c.shards, numel, backend, args)))}\n`);
+    return;
+  }
+  const load0 = loadAvg1m();
+  const parts = (args.extra.get("parts") ?? "optimizer,recipe").split(",");
+  const large = intFlag(args, "numel", 16_000_000);
+  const figures: Record<string, unknown> = {};
+  if (parts.includes("optimizer")) {
+    for (const numel of [STORIES_NUMEL, large]) {
+      const row: Record<string, unknown> = {};
+      for (const c of CASES) row[c.name] = child(["--case", c.name, "--numel", String(numel), "--reps", String(args.reps), "--warmup", String(args.warmup), "--backend", backend]);
+      figures[`optimizer_step_numel_${numel}`] = row;
+    }
+  }
+  if (parts.includes("recipe")) {
+    const reps = String(intFlag(args, "recipe-reps", 3));
+    figures.grpo_step_stories = {
+      ranks_1: grpoStep(["--ranks", "1", "--reps", reps, "--warmup", "1"]),
+      ranks_2_replicated: grpoStep(["--ranks", "2", "--reps", reps, "--warmup", "1", "--optimizer", "replicated"]),
+      ranks_2_sharded: grpoStep(["--ranks", "2", "--reps", reps, "--warmup", "1", "--optimizer", "sharded"]),
+    };
+  }
+  emit({
+    name: NAME,
+    config: {
+      backend: `${backend} ranks (worker threads)`, grad_clip: 1.0, optimizer: "AdamW", reps: args.reps, warmup: args.warmup,
+      cases: CASES.map((c) => `${c.name}: ${c.world} rank(s), ${c.shards} shard(s)`),
+      recipe: "bench/grpo_step.ts (recipes/stories_grpo full size), seconds per whole step and in update_actor",
+    },
+    figures,
+    machine: machine(`${backend} (ranks)`, load0),
+  });
+}
+
+runMain(NAME, main);

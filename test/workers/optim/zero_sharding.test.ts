@@ -1,0 +1,108 @@
+// ZeRO-1: DataParallelOptimizer with its state sharded over the ranks (each updates one slice of
+// the flat parameter vector, the slices all-gathered) gives the replicated optimizer's bits:
+// parameters, gradient norms (clipped and not), skipped steps and the scalars riding along, on
+// the cpu and wasm backends, over 2 and 4 ranks and hybrid (4 ranks, 2 shards). Checkpoints save
+// each shard's slice and load into any sharding or world size.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { ClassWithInitArgs, WorkerGroup } from "../../../src/single_controller/index.js";
+import { SHAPES, type ZeroResult, type ZeroSpec } from "../../single_controller/fixtures/zero_worker.js";
+import { fixture, withPool } from "../../single_controller/helpers.js";
+
+const NUMEL = SHAPES.reduce((a, s) => a + s.reduce((x, y) => x * y, 1), 0);
+const bits = (a: Float32Array) => Buffer.from(a.buffer, a.byteOffset, a.byteLength).toString("hex");
+
+async function train(world: number, specs: ZeroSpec[]): Promise<ZeroResult[][]> {
+  return withPool({ worldSize: world }, async (pool) => {
+    const wg = (await WorkerGroup.create(pool, new ClassWithInitArgs(fixture("zero_worker"), "ZeroWorker"))) as unknown as { train(s: ZeroSpec): Promise<ZeroResult[]> };
+    const out: ZeroResult[][] = [];
+    for (const s of specs) out.push(await wg.train(s));
+    return out;
+  }, 60_000);
+}
+
+function assertSameBits(got: ZeroResult[], want: ZeroResult[], what: string): void {
+  for (const [r, x] of got.entries()) {
+    assert.equal(bits(x.params), bits(want[r]!.params), `${what}: rank ${r} parameters`);
+    assert.deepEqual(x.norms, want[r]!.norms, `${what}: rank ${r} gradient norms`);
+    assert.deepEqual(x.skipped, want[r]!.skipped, `${what}: rank ${r} skipped steps`);
+    assert.deepEqual(x.scalars, want[r]!.scalars, `${what}: rank ${r} scalars`);
+    assert.equal(x.leaked, 0, `${what}: rank ${r} left tensors behind`);
+  }
+}
+
+/** The moments of all ranks' slices laid end to end (the first rank holding each offset). */
+function fullMoments(res: ZeroResult[]): { m: Float32Array; v: Float32Array } {
+  const m = new Float32Array(NUMEL).fill(NaN), v = new Float32Array(NUMEL).fill(NaN);
+  for (const x of res) {
+    m.set(x.expAvg, x.range[0]);
+    v.set(x.expAvgSq, x.range[0]);
+  }
+  return { m, v };
+}
+
+for (const backend of ["cpu", "wasm"]) {
+  test(`ZeRO-1 on ${backend}: sharded over 2 and 4 ranks and hybrid give the replicated optimizer's bits`, { timeout: 120_000 }, async () => {
+    const steps = [0, 1, 2, 3, 4, 5];
+    const [two1, two2] = await train(2, [1, 2].map((shards) => ({ backend, shards, steps, nanStep: 2 })));
+    assert.deepEqual(two1![0]!.skipped, [false, false, true, false, false, false], "a NaN on one rank skips the step everywhere");
+    assert.ok(two1![0]!.norms.some((n) => n > 1) && two1![0]!.norms.some((n) => n < 1), `the clip acts on some steps only: ${two1![0]!.norms}`);
+    assert.equal(bits(two1![0]!.params), bits(two1![1]!.params), "replicas agree");
+    assertSameBits(two2!, two1!, `${backend}, 2 ranks, 2 shards`);
+    assert.deepEqual(two2!.map((x) => x.range), [[0, 41], [41, 82]]);
+
+    const four = await train(4, [1, 2, 4].map((shards) => ({ backend, shards, steps, nanStep: 2 })));
+    assertSameBits(four[1]!, four[0]!, `${backend}, 4 ranks, 2 shards (hybrid)`);
+    assertSameBits(four[2]!, four[0]!, `${backend}, 4 ranks, 4 shards`);
+    // optimizer state per rank: the whole vector replicated, a half or a quarter sharded
+    assert.deepEqual(four.map((run) => run.map((x) => x.stateBytes)), [[1, 1, 1, 1].map(() => 8 * NUMEL), [41, 41, 41, 41].map((n) => 8 * n), [21, 21, 20, 20].map((n) => 8 * n)]);
+    assert.deepEqual(four[1]!.map((x) => x.range), [[0, 41], [41, 82], [0, 41], [41, 82]], "hybrid: rank r holds shard r % 2");
+    const whole = fullMoments(four[0]!.slice(0, 1)), sharded = fullMoments(four[2]!);
+    assert.equal(bits(sharded.m), bits(whole.m), "the shards' first moments are the replicated optimizer's");
+    assert.equal(bits(sharded.v), bits(whole.v), "the shards' second moments are the replicated optimizer's");
+  });
+}
+
+test("sharded checkpoints: each shard saves its slice; a resume in another sharding or world size re-slices the moments", { timeout: 120_000 }, async () => {
+  const dir = mkdtempSync(join(tmpdir(), "verl-zero-"));
+  try {
+    const backend = "wasm";
+    const [uninterrupted, firstHalf] = await train(4, [
+      { backend, shards: 1, steps: [0, 1, 2, 3, 4] },
+      { backend, shards: 4, steps: [0, 1, 2], saveTo: join(dir, "s4") },
+    ]);
+    for (let r = 0; r < 4; r++) assert.ok(existsSync(join(dir, "s4", `optim_world_size_4_rank_${r}.safetensors`)), `shard ${r} saved`);
+    assert.ok(!existsSync(join(dir, "s4", "optim.safetensors")), "no replicated file beside the shards");
+    assert.equal(JSON.parse(readFileSync(join(dir, "s4", "checkpoint_meta.json"), "utf8")).optimizer_shards, 4);
+
+    // Same world size, other shardings: the remaining steps give the uninterrupted run's bits.
+    const [hybrid, replicated] = await train(4, [
+      { backend, shards: 2, steps: [3, 4], loadFrom: join(dir, "s4"), saveTo: join(dir, "h2") },
+      { backend, shards: 1, steps: [3, 4], loadFrom: join(dir, "s4") },
+    ]);
+    // the uninterrupted run's last two steps (two scalars ride along per step)
+    const lastTwo = uninterrupted!.map((x) => ({ ...x, norms: x.norms.slice(3), skipped: x.skipped.slice(3), scalars: x.scalars.slice(6) }));
+    assertSameBits(hybrid!, lastTwo, "resumed 4 -> 2 shards");
+    assertSameBits(replicated!, lastTwo, "resumed 4 -> replicated");
+    // hybrid: two files, written by the first group
+    assert.ok(existsSync(join(dir, "h2", "optim_world_size_2_rank_1.safetensors")) && !existsSync(join(dir, "h2", "optim_world_size_2_rank_2.safetensors")));
+
+    // Another world size: the moments are the saved ones, re-sliced (2 ranks, 2 shards; 3 ranks, 3 shards).
+    const saved = fullMoments(firstHalf!);
+    for (const world of [2, 3]) {
+      const [loaded] = await train(world, [{ backend, shards: world, steps: [], loadFrom: join(dir, "s4") }]);
+      const got = fullMoments(loaded!);
+      assert.equal(bits(got.m), bits(saved.m), `${world} ranks: first moments`);
+      assert.equal(bits(got.v), bits(saved.v), `${world} ranks: second moments`);
+      assert.ok(loaded!.every((x) => x.step === 3), "optimizer step restored");
+    }
+    // A missing shard file is named.
+    rmSync(join(dir, "s4", "optim_world_size_4_rank_2.safetensors"));
+    await assert.rejects(train(2, [{ backend, shards: 2, steps: [], loadFrom: join(dir, "s4") }]), /optim_world_size_4_rank_2\.safetensors is missing \(the optimizer was saved in 4 shards\)/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
