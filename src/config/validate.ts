@@ -126,17 +126,18 @@ export function validatePpoConfig(cfg: Config): PpoBatchPlan {
     criticMini = miniBatch(cfg, "critic", trainBatch, n, world, flag(cfg, "critic.use_dynamic_bsz") ? null : criticMicro, errors);
   }
   if (flag(cfg, "reward_model.enable")) {
-    microPerRank(cfg, "reward_model", "", "use_dynamic_bsz", world, errors);
+    // a generative reward model is served, not run in micro-batches
+    if (generativeRewardModel(cfg) === null) microPerRank(cfg, "reward_model", "", "use_dynamic_bsz", world, errors);
     const served = servedRewardModel(cfg);
     if (served !== null && !(SERVED_RM_ENGINES as readonly string[]).includes(served)) {
       errors.push(`reward_model.rollout.name is ${JSON.stringify(served)}; verl's reward loop serves a reward model with ${SERVED_RM_ENGINES.join(" or ")} (TensorRT-LLM does not support reward models)`);
     }
     const custom = getPath(cfg, "custom_reward_function.path");
-    if (served !== null && custom !== null && custom !== undefined && custom !== "") {
+    if (generativeRewardModel(cfg) !== null && typeof custom === "string" && (custom.startsWith("pkg://") || /\.py$/i.test(custom))) {
       errors.push(
-        `reward_model.rollout.name=${served} with custom_reward_function.path: verl's reward loop then hands your reward function the served reward model's address ` +
-          "(reward_router_address) to query it, as generative reward models do; verl-ts serves no reward-model endpoint, so this is not built " +
-          "(drop reward_model.rollout.* to score with the reward model, or custom_reward_function.path to score with its rm_scores)",
+        `reward_model.rollout.name=${served} with custom_reward_function.path=${custom}: verl hands the function the reward model's Hugging Face ` +
+          "tokenizer (reward_model_tokenizer), which a Python process here cannot have (verl-ts runs no transformers); write the function in JS/TS, " +
+          "where it gets the reward model's verl-ts tokenizer and the server's address (docs/rewards.md)",
       );
     }
   }
@@ -196,4 +197,16 @@ export function servedRewardModel(cfg: Config): string | null {
   const name = getPath(cfg, "reward_model.rollout.name");
   if (name === undefined || name === null || name === "???" || getPath(cfg, "reward_model.use_reward_loop") === false) return null;
   return String(name);
+}
+
+/**
+ * The serving engine's name when the reward model is generative, as verl's reward loop tells it: the
+ * model is served (reward_model.enable with rollout.name) and custom_reward_function.path is set, so the
+ * function receives the server's address and queries it; else null (a served model without a function
+ * is discriminative: its score head rates each response).
+ */
+export function generativeRewardModel(cfg: Config): string | null {
+  const custom = getPath(cfg, "custom_reward_function.path");
+  if (getPath(cfg, "reward_model.enable") !== true || custom === undefined || custom === null || custom === "") return null;
+  return servedRewardModel(cfg);
 }

@@ -5,8 +5,10 @@
 // Calling convention (JS has no keyword arguments): the function is called
 // positionally as compute_score(dataSource, solutionStr, groundTruth, extraInfo, kwargs),
 // where kwargs is an object holding reward_kwargs (verl merges them as
-// keyword arguments, reward_kwargs winning). It may be sync or async and may
-// return a number, a boolean or {score, ...extra}.
+// keyword arguments, reward_kwargs winning) and, with a generative reward model
+// served for the run, reward_router_address and reward_model_tokenizer (as verl's
+// reward loop passes them). It may be sync or async and may return a number, a
+// boolean or {score, ...extra}.
 import { existsSync } from "node:fs";
 import { extname, isAbsolute, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
@@ -14,6 +16,7 @@ import { getPath, type Config } from "../config/index.js";
 import type { BatchComputeScoreFn, ComputeScoreFn, RewardFnSource } from "./types.js";
 import { isPythonModule, loadPythonRewardFunction } from "./python_reward.js";
 import { DEFAULT_REWARD_TIMEOUT_S, rewardTimeoutFromConfig } from "./timeout.js";
+import { servedRewardModelKwargs, type ServedRewardModelRef } from "./served_reward_model.js";
 
 const JS_EXT = new Set([".js", ".mjs", ".cjs"]);
 const TS_EXT = new Set([".ts", ".mts", ".cts"]);
@@ -64,13 +67,13 @@ export function asRecord(v: unknown, where: string): Record<string, unknown> {
   return { ...(v as Record<string, unknown>) };
 }
 
-/** Wrap an already-loaded function (e.g. in a worker thread) with its kwargs. */
-export function bindRewardFunction(raw: unknown, source: RewardFnSource): CustomRewardFunction {
+/** Wrap an already-loaded function (e.g. in a worker thread) with its kwargs; `served` are the served reward model's. */
+export function bindRewardFunction(raw: unknown, source: RewardFnSource, served: Record<string, unknown> = {}): CustomRewardFunction {
   if (typeof raw !== "function") {
     throw new Error(`reward module ${source.path}: export '${source.name}' is a ${typeof raw}, not a function`);
   }
   const fn = raw as (...args: unknown[]) => unknown;
-  const merged = (callKwargs?: Record<string, unknown>) => ({ ...(callKwargs ?? {}), ...source.kwargs });
+  const merged = (callKwargs?: Record<string, unknown>) => ({ ...(callKwargs ?? {}), ...served, ...source.kwargs });
   return {
     source,
     raw: fn,
@@ -82,19 +85,26 @@ export function bindRewardFunction(raw: unknown, source: RewardFnSource): Custom
 /** `timeoutMs` bounds each Python call and the module's import (reward_model.reward_kwargs.timeout_s). */
 export async function loadRewardFunction(source: RewardFnSource, timeoutMs = DEFAULT_REWARD_TIMEOUT_S.default * 1000): Promise<CustomRewardFunction> {
   if (isPythonModule(source.path)) {
+    // validatePpoConfig refuses this pairing first, with the reason
+    if (source.servedRewardModel) throw new Error(`reward module ${source.path}: a Python function cannot receive the served reward model's tokenizer; write it in JS/TS`);
     const py = await loadPythonRewardFunction(source, timeoutMs);
     return { source, raw: py.computeScore as (...args: unknown[]) => unknown, computeScore: py.computeScore, computeBatch: py.computeBatch };
   }
-  return bindRewardFunction(await loadExport(source.path, source.name), source);
+  const served = source.servedRewardModel ? await servedRewardModelKwargs(source.servedRewardModel) : {};
+  return bindRewardFunction(await loadExport(source.path, source.name), source, served);
 }
 
-/** The custom reward function from `custom_reward_function`, or null when no path is set (built-in scorers apply). */
-export async function loadCustomRewardFunction(config: Config): Promise<CustomRewardFunction | null> {
+/**
+ * The custom reward function from `custom_reward_function`, or null when no path is set (built-in scorers apply).
+ * `served`: the generative reward model served for the run, whose address and tokenizer each call gets.
+ */
+export async function loadCustomRewardFunction(config: Config, served?: ServedRewardModelRef): Promise<CustomRewardFunction | null> {
   const path = getPath(config, "custom_reward_function.path");
   if (path === undefined || path === null || path === "") return null;
   if (typeof path !== "string") throw new Error(`custom_reward_function.path must be a string, got ${JSON.stringify(path)}`);
   const name = getPath(config, "custom_reward_function.name") ?? "compute_score";
   if (typeof name !== "string" || name === "") throw new Error(`custom_reward_function.name must be a non-empty string, got ${JSON.stringify(name)}`);
   const kwargs = asRecord(getPath(config, "custom_reward_function.reward_kwargs"), "custom_reward_function.reward_kwargs");
-  return loadRewardFunction({ path: path.startsWith("pkg://") ? path : resolve(process.cwd(), path), name, kwargs }, rewardTimeoutFromConfig(config) * 1000);
+  const source: RewardFnSource = { path: path.startsWith("pkg://") ? path : resolve(process.cwd(), path), name, kwargs, ...(served ? { servedRewardModel: served } : {}) };
+  return loadRewardFunction(source, rewardTimeoutFromConfig(config) * 1000);
 }

@@ -12,6 +12,7 @@ import { sandboxDefaultComputeScore, sandboxSettings } from "./sandbox_fusion.js
 import { RewardLoopRewardManager, rewardLoopSource } from "./reward_loop.js";
 import { containmentOptions } from "./timeout.js";
 import type { RewardManager, RewardManagerClass } from "./types.js";
+import type { ServedRewardModelRef } from "./served_reward_model.js";
 
 async function managerClass(config: Config): Promise<RewardManagerClass> {
   const source = getPath(config, "reward_manager.source") ?? "register";
@@ -37,14 +38,16 @@ export interface LoadRewardManagerOptions {
   numExamine: number;
   /** Extra manager options; override reward_model.reward_kwargs. */
   rewardKwargs?: Record<string, unknown>;
+  /** The generative reward model served for the run (reward_model_server.ts): the reward function (or loop class) gets its address and tokenizer. */
+  servedRewardModel?: ServedRewardModelRef;
 }
 
 export async function loadRewardManager(config: Config, tokenizer: Tokenizer, opts: LoadRewardManagerOptions): Promise<RewardManager> {
   // verl's reward loop (use_reward_loop, its default) builds the user's class in place of the manager.
-  const loop = rewardLoopSource(config);
+  const loop = rewardLoopSource(config, opts.servedRewardModel);
   const rewardKwargs = { ...asRecord(getPath(config, "reward_model.reward_kwargs"), "reward_model.reward_kwargs"), ...(opts.rewardKwargs ?? {}) };
   if (loop) return new RewardLoopRewardManager(loop, containmentOptions(rewardKwargs));
-  const custom = await loadCustomRewardFunction(config);
+  const custom = await loadCustomRewardFunction(config, opts.servedRewardModel);
   const cls = await managerClass(config);
   // verl binds the sandbox into its default scorer only when no custom reward function is set.
   const sandbox = custom ? null : sandboxSettings(config);

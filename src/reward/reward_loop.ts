@@ -2,8 +2,8 @@
 // class, verl's experimental reward loop (reward_loop_source=importlib; used while
 // reward_model.use_reward_loop is true, verl's default). As verl builds it, the class is constructed as
 //   new Cls(config, tokenizer, computeScore, rewardRouterAddress, rewardModelTokenizer)
-// (the whole config, the actor's tokenizer, the custom reward function or null, and null for the last two:
-// verl-ts runs no reward-model server) and its async run_single(data) (or runSingle) is called once per
+// (the whole config, the actor's tokenizer, the custom reward function or null, and, with a generative
+// reward model served for the run, its address "127.0.0.1:<port>" and its tokenizer, else null) and its async run_single(data) (or runSingle) is called once per
 // row with a one-row DataProto, all rows at once; it returns {reward_score, reward_extra_info?}. The score
 // goes to the row's last valid response token; reward_extra_info's keys (those of the first row, as verl
 // takes them) become per-row extra info.
@@ -23,6 +23,7 @@ import { loadCustomRewardFunction, loadExport } from "./custom.js";
 import { placeScore, rewardFromRmScores, zeroRewards } from "./managers/common.js";
 import { isPythonModule } from "./python_reward.js";
 import type { ContainmentOptions } from "./timeout.js";
+import { servedRewardModelKwargs, type ServedRewardModelRef } from "./served_reward_model.js";
 import type { RewardManager, RewardResult } from "./types.js";
 
 export interface RewardLoopSource {
@@ -30,6 +31,8 @@ export interface RewardLoopSource {
   className: string;
   /** The composed config, handed to the class as verl hands it its DictConfig. */
   config: Config;
+  /** The generative reward model served for the run (its address and tokenizer go to the constructor). */
+  servedRewardModel?: ServedRewardModelRef;
 }
 
 export interface RewardLoopInstance {
@@ -39,7 +42,7 @@ export interface RewardLoopInstance {
 const K = "reward_model";
 
 /** The reward loop the config names, or null (reward_loop_source=register: the reward manager scores). */
-export function rewardLoopSource(config: Config): RewardLoopSource | null {
+export function rewardLoopSource(config: Config, servedRewardModel?: ServedRewardModelRef): RewardLoopSource | null {
   const source = getPath(config, `${K}.reward_loop_source`) ?? "register";
   if (source === "register") return null;
   if (source !== "importlib") throw new Error(`${K}.reward_loop_source must be "register" or "importlib", got ${JSON.stringify(source)}`);
@@ -57,7 +60,7 @@ export function rewardLoopSource(config: Config): RewardLoopSource | null {
     logger().warn({ class: className, path }, `${K}.use_reward_loop=false: verl's legacy reward path does not read ${K}.reward_loop_*; the reward manager scores`);
     return null;
   }
-  return { path: resolve(process.cwd(), path), className, config };
+  return { path: resolve(process.cwd(), path), className, config, ...(servedRewardModel ? { servedRewardModel } : {}) };
 }
 
 /** In a scoring thread: the class instance, built as verl's RewardLoopWorker builds it. */
@@ -66,10 +69,14 @@ export async function buildRewardLoop(src: RewardLoopSource): Promise<RewardLoop
   const where = `reward loop ${src.className} (${src.path})`;
   if (typeof cls !== "function") throw new Error(`${where}: the export is a ${typeof cls}, not a class`);
   const tokenizer = await loadModelTokenizer(new ConfigView(src.config).at("actor_rollout_ref.model"));
+  // verl hands the class the function as loaded; the class passes the served model's kwargs itself
   const custom = await loadCustomRewardFunction(src.config);
+  const served = src.servedRewardModel ? await servedRewardModelKwargs(src.servedRewardModel) : null;
   let instance: Record<string, unknown>;
   try {
-    instance = new (cls as new (...args: unknown[]) => Record<string, unknown>)(src.config, tokenizer, custom?.computeScore ?? null, null, null);
+    instance = new (cls as new (...args: unknown[]) => Record<string, unknown>)(
+      src.config, tokenizer, custom?.computeScore ?? null, served?.reward_router_address ?? null, served?.reward_model_tokenizer ?? null,
+    );
   } catch (e) {
     throw new Error(`${where}: the constructor threw: ${(e as Error).message}`);
   }

@@ -5,6 +5,7 @@ import type { DataProto } from "../protocol/data_proto.js";
 import type { TensorData } from "../protocol/tensor.js";
 import type { Tokenizer } from "../models/tokenizer.js";
 import type { Config } from "../config/index.js";
+import type { ServedRewardModelRef } from "./served_reward_model.js";
 
 export interface ScoreDict {
   score: number;
@@ -39,6 +40,8 @@ export interface RewardFnSource {
   path: string;
   name: string;
   kwargs: Record<string, unknown>;
+  /** A generative reward model served for the run: each call also gets reward_router_address and reward_model_tokenizer. */
+  servedRewardModel?: ServedRewardModelRef;
 }
 
 export interface RewardResult {

@@ -7,6 +7,7 @@ import { hostKernels, type HostKernels, type HostWeight } from "../engine/host_k
 import type { LlamaModel } from "../models/llama.js";
 import { forEachMergedWeight, mergedWeightSync, weightIdentity } from "../models/merge.js";
 import { quantizationKey, rolloutQuantization, rolloutWeight } from "./fp8.js";
+import { vllmFusedRows } from "./torchao.js";
 
 export interface LayerWeights {
   attnNorm: Float32Array; wqkv: HostWeight; bqkv?: Float32Array; wo: HostWeight; bo?: Float32Array;
@@ -72,7 +73,10 @@ export function prepareDecodeWeights(model: LlamaModel, kernels: HostKernels): D
   const host = snap && sameIds(snap.ids, paramIds(model)) ? snap.arrays : undefined;
   // fp8 rollout: each linear weight quantized as its own HF matrix (vLLM's blocks start at each matrix, before q/k/v are fused)
   const quant = rolloutQuantization(model);
-  const c = model.config, read = (n: string) => rolloutWeight(n, host?.get(n) ?? mergedWeightSync(model, n), model.p(n).shape, quant);
+  const c = model.config, read = (n: string) => {
+    const shape = model.p(n).shape;
+    return rolloutWeight(n, host?.get(n) ?? mergedWeightSync(model, n), shape, quant, vllmFusedRows(n, shape, c));
+  };
   const Q = c.nHeads * c.headDim, KV = c.nKvHeads * c.headDim, D = c.dim, F = c.hiddenDim;
   // Gemma's norms multiply by (1 + w): folded into the weights once, in float32 as transformers adds them
   const norm = (n: string) => (c.gemma ? read(n).map((v) => Math.fround(1 + v)) : read(n));

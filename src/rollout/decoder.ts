@@ -14,7 +14,7 @@ import type { RopeScaling } from "../models/rope.js";
 import { KvCache } from "./kv_cache.js";
 import { samePromptSource } from "./prompts.js";
 import { cachedDecodeWeights, prepareDecodeWeights, type DecodeWeights, type LayerWeights } from "./decode_weights.js";
-import { quantizeActivations, rolloutQuantization } from "./fp8.js";
+import { activationGroup, quantizeActivations, rolloutQuantization, type RolloutQuantSpec } from "./fp8.js";
 import { SimdArena } from "../engine/simd/arena.js";
 import { buildSwiGluKernel, type SwiGluKernel } from "../engine/simd/swiglu_kernel.js";
 
@@ -113,8 +113,8 @@ export class KvCacheDecoder implements StepDecoder, SlotDecoder {
   private routing: Int32Array | null = null;
   /** For each layer, its index among the sparse layers (-1 for dense ones). */
   private readonly sparseIndex: Int32Array;
-  /** fp8 rollout: the activation group (the weight block's columns) the quantized products' inputs are rounded in */
-  private readonly actGroup?: number;
+  /** The quantized rollout the weights were laid out for (its products' inputs are rounded to match) */
+  private readonly quant?: RolloutQuantSpec;
 
   constructor(model: LlamaModel, readonly batch: number, readonly maxLen: number, opts: { kernels?: HostKernels; maxRowsPerCall?: number; simd?: boolean } = {}) {
     const c = (this.c = model.config);
@@ -122,7 +122,7 @@ export class KvCacheDecoder implements StepDecoder, SlotDecoder {
     this.kernels = opts.kernels ?? hostKernels();
     // with the default kernels the weights come from a per-model cache; given kernels own their own copy
     this.w = opts.kernels ? prepareDecodeWeights(model, opts.kernels) : cachedDecodeWeights(model, tf.getBackend());
-    this.actGroup = rolloutQuantization(model)?.blockSize[1];
+    this.quant = rolloutQuantization(model);
     const Q = c.nHeads * c.headDim, KV = c.nKvHeads * c.headDim, D = c.dim, F = c.hiddenDim;
     // rows per forward: enough for prompt chunks of 64 columns, at most 2048 (prefill is chunked to fit)
     const N = (this.maxRows = Math.max(batch, opts.maxRowsPerCall ?? Math.min(2048, 64 * batch)));
@@ -365,9 +365,10 @@ export class KvCacheDecoder implements StepDecoder, SlotDecoder {
   }
 
   /** h = silu(gate) * up, in the SIMD kernel when there is one. */
-  /** fp8 rollout: round the next quantized product's input rows (no-op otherwise). */
+  /** fp8 / torchao float8 rollout: round the next quantized product's input rows per token (no-op otherwise). */
   private qa(b: HostBuffer, rows: number, cols: number): void {
-    if (this.actGroup) quantizeActivations(b.view(), rows, cols, this.actGroup);
+    const group = activationGroup(this.quant, cols);
+    if (group) quantizeActivations(b.view(), rows, cols, group);
   }
 
   private swiGlu(N: number, F: number): void {

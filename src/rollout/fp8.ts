@@ -1,4 +1,5 @@
-// FP8 rollout (actor_rollout_ref.rollout.quantization=fp8) as verl's vLLM/SGLang path does it:
+// Quantized rollouts (actor_rollout_ref.rollout.quantization): the setting per model, and fp8 (torchao's
+// schemes are in torchao.ts). FP8 rollout (quantization=fp8) as verl's vLLM/SGLang path does it:
 // at each weight sync the linear layers' weights are quantized to float8 e4m3 with one scale per
 // 128 x 128 block (and vLLM rounds those layers' inputs per token in groups of 128), so generation
 // runs in fp8 while training stays in float32. WGSL and the CPU have no 8-bit float, so here each
@@ -9,78 +10,17 @@ import { existsSync, readFileSync } from "node:fs";
 import type { LlamaModel } from "../models/llama.js";
 import type { ConfigView } from "../workers/config_view.js";
 import { parsePrecision } from "../engine/webgpu_kernels.js";
+import { E4M3_MAX, roundBf16Bits, roundE4m3Clamped, roundF16 } from "./float_grids.js";
+import { readTorchaoConfigFile, torchaoActivationGroup, torchaoKey, torchaoRolloutWeight, type TorchaoSpec } from "./torchao.js";
 
-/** The largest finite float8 e4m3fn value (1.75 * 2^8). */
-export const E4M3_MAX = 448;
-
-/** A binary float format by its mantissa bits, least normal exponent and largest finite value. */
-interface FloatGrid { mantissa: number; minExp: number; max: number }
-const E4M3: FloatGrid = { mantissa: 3, minExp: -6, max: E4M3_MAX };
-const F16: FloatGrid = { mantissa: 10, minExp: -14, max: 65504 };
-const BF16: FloatGrid = { mantissa: 7, minExp: -126, max: 3.3895313892515355e38 };
-
-/** Round half to even (v >= 0). */
-function rint(v: number): number {
-  const f = Math.floor(v), d = v - f;
-  return d > 0.5 || (d === 0.5 && f % 2 !== 0) ? f + 1 : f;
-}
-
-/** 2^e exactly (Math.pow can be off by an ulp for large |e| on some engines). */
-function pow2(e: number): number {
-  let r = 1;
-  if (e >= 0) for (let i = 0; i < e; i++) r *= 2;
-  else for (let i = 0; i < -e; i++) r /= 2;
-  return r;
-}
-
-/** x rounded to the nearest value of `g` (ties to even), subnormals included, saturating at ±max. */
-function roundToGrid(x: number, g: FloatGrid): number {
-  if (Number.isNaN(x)) return x;
-  const a = Math.min(Math.abs(x), g.max);
-  if (a === 0) return x; // keeps the sign of -0
-  let e = Math.floor(Math.log2(a));
-  // log2 can land one off at a power of two: correct it so 2^e <= a < 2^(e+1)
-  if (pow2(e) > a) e--;
-  else if (pow2(e + 1) <= a) e++;
-  const step = pow2(Math.max(e, g.minExp) - g.mantissa); // below the least normal exponent the spacing stays that of subnormals
-  const r = Math.min(rint(a / step) * step, g.max); // a / step is exact: step is a power of two
-  return x < 0 ? -r : r;
-}
-
-/** The float8 e4m3fn value nearest to x (round to nearest even, subnormals down to 2^-9, saturating at ±448 as verl clamps before casting). */
-export const roundE4m3 = (x: number): number => roundToGrid(x, E4M3);
-/** x as float16 (round to nearest even). */
-export const roundF16 = (x: number): number => roundToGrid(x, F16);
-/** x as bfloat16 (round to nearest even). */
-export const roundBf16 = (x: number): number => roundToGrid(x, BF16);
-
-// Fast paths on float32 bits for the per-weight loops (a 0.5B model has ~360M quantized values a
-// sync); the test holds them to roundToGrid on every e4m3 neighbourhood and random values.
-const word = new Float32Array(1), bits = new Uint32Array(word.buffer);
-
-/** e4m3 of a float32 value already clamped to ±448: normals round the mantissa to 3 bits (ties to even) on the bits, subnormals to multiples of 2^-9. */
-export function roundE4m3Clamped(y: number): number {
-  const a = Math.abs(y);
-  if (a < 2 ** -6) {
-    const r = rint(a * 512) / 512; // exact: scaling by powers of two
-    return y < 0 ? -r : r;
-  }
-  word[0] = y;
-  const b = bits[0]!;
-  bits[0] = (b + 0x7ffff + ((b >>> 20) & 1)) & 0xfff00000; // round to nearest even at mantissa bit 20
-  return word[0];
-}
-
-/** bfloat16 of a finite float32 value, on its bits (ties to even). */
-function roundBf16Bits(x: number): number {
-  word[0] = x;
-  const b = bits[0]!;
-  bits[0] = (b + 0x7fff + ((b >>> 16) & 1)) & 0xffff0000;
-  return word[0];
-}
+export { E4M3_MAX, roundBf16, roundE4m3, roundE4m3Clamped, roundF16 } from "./float_grids.js";
 
 /** verl's fp8 rollout settings: the weight block [rows, columns] and the dtype weights are cast to before quantizing (vLLM's model dtype, rollout.dtype). */
 export interface Fp8Spec { blockSize: [number, number]; castTo: "f32" | "bf16" | "f16" }
+
+/** A quantized rollout: fp8's block scales, or a torchao scheme (torchao.ts). */
+export type RolloutQuantSpec = Fp8Spec | TorchaoSpec;
+const isTorchao = (spec: RolloutQuantSpec): spec is TorchaoSpec => "scheme" in spec;
 
 /** verl's block (FP8_BLOCK_QUANT_KWARGS weight_block_size in its vLLM and SGLang servers). */
 export const FP8_BLOCK: [number, number] = [128, 128];
@@ -148,8 +88,12 @@ export function isFp8Weight(name: string): boolean {
   return /^model\.layers\.\d+\.(self_attn\.[qkvo]_proj|mlp\.(gate|up|down)_proj|mlp\.experts\.\d+\.(gate|up|down)_proj)\.weight$/.test(name);
 }
 
-/** One parameter as the fp8 rollout sees it: `data` quantized-dequantized when vLLM would quantize it, else itself. */
-export function rolloutWeight(name: string, data: Float32Array, shape: readonly number[], spec: Fp8Spec | undefined): Float32Array {
+/**
+ * One parameter as the quantized rollout sees it: `data` quantized-dequantized when vLLM would quantize it, else
+ * itself. `fusedRows`: the rows of the matrix vLLM fuses it into (torchao's float8 checks them; torchao.ts).
+ */
+export function rolloutWeight(name: string, data: Float32Array, shape: readonly number[], spec: RolloutQuantSpec | undefined, fusedRows = shape[0]!): Float32Array {
+  if (spec && isTorchao(spec)) return torchaoRolloutWeight(name, data, shape, spec, fusedRows);
   if (!spec || !isFp8Weight(name)) return data;
   if (shape.length !== 2) throw new Error(`fp8 quantization: ${name} has shape [${shape.join(", ")}], not a matrix`);
   return quantizeBlockwise(data, shape[0]!, shape[1]!, spec).values;
@@ -157,50 +101,62 @@ export function rolloutWeight(name: string, data: Float32Array, shape: readonly 
 
 // The rollout's setting per model: the decoders' weight caches (host and WebGPU) read it, so
 // every way of generating with this model (batch rollout, agent loops, validation) sees it.
-const specs = new WeakMap<LlamaModel, Fp8Spec>();
+const specs = new WeakMap<LlamaModel, RolloutQuantSpec>();
 
-/** Set (or clear, with undefined) the fp8 rollout for `model`; the decoders re-lay their weights on the next call. */
-export function setRolloutQuantization(model: LlamaModel, spec: Fp8Spec | undefined): void {
+/** Set (or clear, with undefined) the quantized rollout for `model`; the decoders re-lay their weights on the next call. */
+export function setRolloutQuantization(model: LlamaModel, spec: RolloutQuantSpec | undefined): void {
   if (spec) specs.set(model, spec);
   else specs.delete(model);
 }
 
-export const rolloutQuantization = (model: LlamaModel): Fp8Spec | undefined => specs.get(model);
+export const rolloutQuantization = (model: LlamaModel): RolloutQuantSpec | undefined => specs.get(model);
+
+/**
+ * The groups the inputs of the quantized products are rounded to e4m3 in, per token, for an input row of
+ * `cols` values (fp8: the weight block's columns; torchao float8: the whole row); undefined when unrounded.
+ */
+export function activationGroup(spec: RolloutQuantSpec | undefined, cols: number): number | undefined {
+  if (!spec) return undefined;
+  return isTorchao(spec) ? torchaoActivationGroup(spec, cols) : spec.blockSize[1];
+}
 /** A string that changes when the setting does (part of the decoders' weight-cache keys). */
 export const quantizationKey = (model: LlamaModel): string => {
   const s = specs.get(model);
-  return s ? `fp8:${s.blockSize.join("x")}:${s.castTo}` : "none";
+  if (!s) return "none";
+  return isTorchao(s) ? torchaoKey(s) : `fp8:${s.blockSize.join("x")}:${s.castTo}`;
 };
 
 /** What verl's vLLM server accepts for rollout.quantization (vllm_async_server.py). */
 const VERL_QUANTIZATION = ["fp8", "torchao"];
 
 /**
- * actor_rollout_ref.rollout.{quantization, quantization_config_file, dtype, name} as an fp8 spec, or
- * undefined when quantization is null. Refuses what is not built, by key and value.
+ * actor_rollout_ref.rollout.{quantization, quantization_config_file, dtype, name} as an fp8 or torchao spec,
+ * or undefined when quantization is null. Refuses what is not built, by key and value.
  */
 export function parseRolloutQuantization(
   r: { quantization: string | null; configFile: string | null; dtype: string; engine: string },
   keys: { quantization: string; configFile: string },
   warn: (line: string) => void = () => {},
-): Fp8Spec | undefined {
+): RolloutQuantSpec | undefined {
   const q = r.quantization;
   if (q === null || q === undefined) {
     // verl hands the file to vLLM only together with a quantization method
     if (r.configFile) warn(`${keys.configFile}=${r.configFile} has no effect without ${keys.quantization} (verl passes it to vLLM only with a quantization method)`);
     return undefined;
   }
-  if (q === "torchao") {
-    throw new Error(`${keys.quantization}=torchao: torchao's quantized rollout (its schemes come from ${keys.configFile}) is not built in verl-ts; fp8 is`);
-  }
-  if (q !== "fp8") {
-    throw new Error(`${keys.quantization}=${q}: verl accepts ${VERL_QUANTIZATION.join(" or ")} here, and verl-ts builds fp8 (block-wise float8 e4m3 weights)`);
+  if (q !== "fp8" && q !== "torchao") {
+    throw new Error(`${keys.quantization}=${q}: verl accepts ${VERL_QUANTIZATION.join(" or ")} here`);
   }
   if (r.engine === "llama_cpp") {
-    throw new Error(`${keys.quantization}=fp8 with rollout.name=llama_cpp: llama.cpp has no float8 e4m3 weights (its own formats are Q8_0, Q4_K, ...); use rollout.name=tfjs, vllm, sglang or webgpu`);
+    throw new Error(`${keys.quantization}=${q} with rollout.name=llama_cpp: llama.cpp quantizes in its own formats (Q8_0, Q4_K, ...), not vLLM's; use rollout.name=tfjs, vllm, sglang or webgpu`);
   }
   // weights are cast to rollout.dtype first, as verl casts them to vLLM's dtype; the names as the WebGPU engine reads them
   const castTo = parsePrecision(r.dtype, keys.quantization.replace(/quantization$/, "dtype"));
+  if (q === "torchao") {
+    // verl's SGLang server takes fp8 only; its vLLM server hands vLLM the torchao config file
+    if (r.engine === "sglang") throw new Error(`${keys.quantization}=torchao with rollout.name=sglang: verl's SGLang rollout quantizes with fp8 only (torchao goes through vLLM: rollout.name=vllm)`);
+    return readTorchaoConfigFile(r.configFile, castTo, keys);
+  }
   return { blockSize: r.configFile ? fileBlockSize(r.configFile, keys.configFile, warn) : [...FP8_BLOCK] as [number, number], castTo };
 }
 
@@ -233,8 +189,8 @@ function fileBlockSize(path: string, key: string, warn: (line: string) => void):
   return block;
 }
 
-/** The rollout section's fp8 spec (undefined when quantization is null); refusals name the key and value. */
-export function readRolloutQuantization(rollout: ConfigView, warn?: (line: string) => void): Fp8Spec | undefined {
+/** The rollout section's quantization spec (undefined when quantization is null); refusals name the key and value. */
+export function readRolloutQuantization(rollout: ConfigView, warn?: (line: string) => void): RolloutQuantSpec | undefined {
   return parseRolloutQuantization(
     { quantization: rollout.optStr("quantization"), configFile: rollout.optStr("quantization_config_file"), dtype: rollout.str("dtype", "float32"), engine: rollout.str("name", "tfjs") },
     { quantization: rollout.key("quantization"), configFile: rollout.key("quantization_config_file") },

@@ -16,7 +16,8 @@ import type { RopeScaling } from "../models/rope.js";
 import { mergedTensor } from "../models/merge.js";
 import { llamaGraphGap } from "../models/families.js";
 import { paramIds, readParamsForDecode, sameIds, snapshotParam } from "./decode_weights.js";
-import { quantizationKey, rolloutQuantization, rolloutWeight } from "./fp8.js";
+import { activationGroup, quantizationKey, rolloutQuantization, rolloutWeight } from "./fp8.js";
+import { vllmFusedRows } from "./torchao.js";
 import type { DataProto } from "../protocol/data_proto.js";
 import type { Rng } from "../utils/rng.js";
 import { assembleRollout, promptRows } from "./generate.js";
@@ -124,7 +125,7 @@ function gpuWeights(model: LlamaModel, transposed: boolean, precision: MatmulPre
       // fp8 rollout: quantized on the host from the snapshot the caller read (WGSL has no 8-bit float to do it in)
       const host = snapshotParam(model, name), shape = model.p(name).shape;
       if (!host) throw new Error(`fp8 rollout: ${name} was not read back before the WebGPU decoder laid out its weights (call readParamsForDecode first)`);
-      return tf.tensor(rolloutWeight(name, host, shape, spec), shape);
+      return tf.tensor(rolloutWeight(name, host, shape, spec, vllmFusedRows(name, shape, c)), shape);
     };
     const proj = ["q_proj", "k_proj", "v_proj"];
     return {
@@ -255,11 +256,10 @@ class DecodeStep {
     return this.program(new SamplerProgram(this.s.vocabSize, rows, true), [logits, settings], "int32", [{ type: "int32", data: [rows] }]);
   }
 
-  /** fp8 rollout: the input of a quantized product rounded per token in groups (a copy; the input itself is kept). */
+  /** fp8 / torchao float8 rollout: the input of a quantized product rounded per token in groups (a copy; the input itself is kept). */
   private qa(x: tf.Tensor, N: number): tf.Tensor {
-    const group = rolloutQuantization(this.model)?.blockSize[1];
+    const K = x.shape[1]!, group = activationGroup(rolloutQuantization(this.model), K);
     if (!group) return x;
-    const K = x.shape[1]!;
     return this.program(new Fp8ActivationProgram(K, group, N), [x], "float32", [{ type: "int32", data: [N] }]);
   }
 

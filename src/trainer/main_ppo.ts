@@ -3,7 +3,8 @@
 import { validatePpoConfig, type Config } from "../config/index.js";
 import { createRLDataloaders, loadCustomDatasetClass, loadSamplerClass } from "../data/index.js";
 import { initBackend } from "../engine/backend.js";
-import { loadRewardManager } from "../reward/index.js";
+import { loadRewardManager, type RewardManager } from "../reward/index.js";
+import { RewardModelServer } from "../reward/reward_model_server.js";
 import { loadToolsFromConfig } from "../tools/index.js";
 import { logger } from "../utils/logger.js";
 import { Tracking } from "../utils/tracking.js";
@@ -48,14 +49,18 @@ export async function runPpo(config: Config): Promise<FitResult> {
   const loaders = createRLDataloaders(cfg.section("data"), tokenizer, { ...(tools ? { tools } : {}), datasetClass, samplerClass });
   const total = totalTrainingSteps(cfg, loaders.train.length);
   logger().info({ steps: total, batchesPerEpoch: loaders.train.length, prompts: loaders.trainDataset.length }, "training plan");
-  const rewardFn = await loadRewardManager(config, tokenizer, { numExamine: 0 });
-  const valRewardFn = await loadRewardManager(config, tokenizer, { numExamine: 1 });
-  const tracking = new Tracking({
-    projectName: cfg.str("trainer.project_name"), experimentName: cfg.str("trainer.experiment_name"),
-    backends: cfg.raw("trainer.logger"), config, totalSteps: total,
-  });
+  // a generative reward model is served for the whole run; it closes in the finally below, also on failure
+  const rmServer = await RewardModelServer.startIfConfigured(config);
+  let rewardFn: RewardManager | undefined, valRewardFn: RewardManager | undefined, tracking: Tracking | undefined;
   let workers: PpoWorkers | undefined;
   try {
+    const served = rmServer ? { servedRewardModel: rmServer.ref } : {};
+    rewardFn = await loadRewardManager(config, tokenizer, { numExamine: 0, ...served });
+    valRewardFn = await loadRewardManager(config, tokenizer, { numExamine: 1, ...served });
+    tracking = new Tracking({
+      projectName: cfg.str("trainer.project_name"), experimentName: cfg.str("trainer.experiment_name"),
+      backends: cfg.raw("trainer.logger"), config, totalSteps: total,
+    });
     workers = await initWorkers(withTotalSteps(config, total), plan);
     const trainer = new PPOTrainer({
       cfg, plan, tokenizer, rewardFn, valRewardFn, trainLoader: loaders.train, valLoader: loaders.val,
@@ -66,9 +71,10 @@ export async function runPpo(config: Config): Promise<FitResult> {
     workers.pool.markRunSucceeded();
     return result;
   } finally {
-    tracking.finish();
+    tracking?.finish();
     await workers?.shutdown();
-    await rewardFn.close?.();
-    await valRewardFn.close?.();
+    await rewardFn?.close?.();
+    await valRewardFn?.close?.();
+    await rmServer?.close();
   }
 }

@@ -171,7 +171,7 @@ export class ActorRolloutRefWorker extends Worker {
       state.actor = new DataParallelPPOActor(model, optimizer, { ...actorOpts, ...mtpTrain, seed: seed + this.rank, replayRouting: state.routerReplay !== "disabled" });
       state.flops = new FlopsCounter(model.config, trainingDeviceName(common.backend), this.rank === 0 ? (line) => logger().warn(line) : undefined);
       state.rolloutEngine = engine;
-      // rollout.quantization=fp8: the decoders quantize the actor's linear weights at each weight sync (rollout/fp8.ts)
+      // rollout.quantization=fp8|torchao: the decoders quantize the actor's linear weights at each weight sync (rollout/fp8.ts, rollout/torchao.ts)
       setRolloutQuantization(model, readRolloutQuantization(rolloutCfg, this.rank === 0 ? (line) => logger().warn(line) : undefined));
     }
     this.s = state;

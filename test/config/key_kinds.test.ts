@@ -130,9 +130,10 @@ test("the reward model's input_tokenizer, override_config, sandbox_fusion, rewar
   assert.deepEqual(check(["reward_model.model.input_tokenizer=null", "+reward_model.model.override_config.hidden_size=8"]), { inert: [], unread: [] });
   assert.deepEqual(check(["reward_model.model.input_tokenizer=/models/rm-tokenizer"]), { inert: [], unread: [] });
   // verl's Skywork reward-model example: the engine settings are plumbing, the name and max_model_len are read
+  // (response_length too: a generative reward model's default max_tokens)
   const served = check(["reward_model.enable=True", "reward_model.use_reward_loop=True", "reward_model.rollout.name=vllm", "reward_model.rollout.gpu_memory_utilization=0.8",
     "reward_model.rollout.tensor_model_parallel_size=1", "reward_model.rollout.prompt_length=8192", "reward_model.rollout.response_length=4096", "reward_model.rollout.max_model_len=12288"]);
-  assert.deepEqual(served.inert.map((i) => i.key).sort(), ["reward_model.rollout.gpu_memory_utilization", "reward_model.rollout.prompt_length", "reward_model.rollout.response_length", "reward_model.rollout.tensor_model_parallel_size"]);
+  assert.deepEqual(served.inert.map((i) => i.key).sort(), ["reward_model.rollout.gpu_memory_utilization", "reward_model.rollout.prompt_length", "reward_model.rollout.tensor_model_parallel_size"]);
   assert.deepEqual(check(["reward_model.reward_loop_source=importlib", "reward_model.reward_loop_module_path=loop.ts", "reward_model.reward_loop_class_name=MyLoop"]), { inert: [], unread: [] });
   assert.deepEqual(check(["reward_model.sandbox_fusion.url=http://127.0.0.1:8080/run_code", "reward_model.sandbox_fusion.max_concurrent=8", "reward_model.sandbox_fusion.memory_limit_mb=512"]), { inert: [], unread: [] });
 });

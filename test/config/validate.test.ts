@@ -1,6 +1,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { ConfigError, loadConfig, validateDevice, validatePpoConfig } from "../../src/config/index.js";
+import { generativeRewardModel } from "../../src/config/validate.js";
 
 // A GRPO config that passes: 8 prompts x 4 responses over 2 ranks, mini-batch 4 prompts.
 const GOOD = [
@@ -106,12 +107,15 @@ test("trainer.device must name a tensor backend", () => {
   assert.throws(() => validateDevice(ppo("trainer.device=cuda")), (e: unknown) => e instanceof ConfigError && /trainer\.device is "cuda"; verl-ts runs on the tensor backends auto, wasm, cpu, tensorflow, webgpu/.test(e.message));
 });
 
-test("a served reward model (reward_model.rollout.name): vllm/sglang only, and not with a custom reward function (verl hands that function the server's address)", () => {
+test("a served reward model (reward_model.rollout.name): vllm/sglang only; with a custom reward function it is generative, and the function must be JS/TS", () => {
   const base = ["reward_model.enable=true", "reward_model.micro_batch_size_per_gpu=4"];
   const plan = (o: string[]) => validatePpoConfig(ppo(...base, ...o));
   assert.doesNotThrow(() => plan(["reward_model.rollout.name=vllm"]));
   assert.throws(() => plan(["reward_model.rollout.name=trtllm"]), /reward_model\.rollout\.name is "trtllm"; verl's reward loop serves a reward model with vllm or sglang/);
-  assert.throws(() => plan(["reward_model.rollout.name=sglang", "custom_reward_function.path=r.mjs"]), /reward_model\.rollout\.name=sglang with custom_reward_function\.path: .*reward_router_address.* not built/);
+  assert.doesNotThrow(() => plan(["reward_model.rollout.name=sglang", "custom_reward_function.path=r.mjs"]));
+  assert.equal(generativeRewardModel(ppo(...base, "reward_model.rollout.name=sglang", "custom_reward_function.path=r.mjs")), "sglang");
+  assert.equal(generativeRewardModel(ppo(...base, "reward_model.rollout.name=vllm")), null);
+  assert.throws(() => plan(["reward_model.rollout.name=vllm", "custom_reward_function.path=genrm.py"]), /reward_model\.rollout\.name=vllm with custom_reward_function\.path=genrm\.py: .*reward_model_tokenizer.*write the function in JS\/TS/);
   // verl's legacy reward path (use_reward_loop=false) never reads reward_model.rollout
   assert.doesNotThrow(() => plan(["reward_model.rollout.name=sglang", "custom_reward_function.path=r.mjs", "reward_model.use_reward_loop=false"]));
 });

@@ -40,7 +40,7 @@ export class ExactMatchLoop {
     const extra = this.computeScore ? Number(await this.computeScore(ds, text, gt, null)) : 0;
     return {
       reward_score: (text === gt ? 1 : 0) + extra,
-      reward_extra_info: { chars: text.length, router: this.routerAddress, rm_tokenizer: this.rmTokenizer, lr: this.config.actor_rollout_ref.actor.optim.lr },
+      reward_extra_info: { chars: text.length, router: this.routerAddress, rm_tokenizer: this.rmTokenizer === null ? null : typeof (this.rmTokenizer as { encode?: unknown }).encode, lr: this.config.actor_rollout_ref.actor.optim.lr },
     };
   }
 }
@@ -92,6 +92,18 @@ test("the class is built with (config, tokenizer, compute_score, router, rm toke
   await withManager(config([`custom_reward_function.path=${join(dir, "bonus.mjs")}`]), async (mgr) => {
     assert.deepEqual(rowSums((await mgr.compute(makeBatch(tok, rows, 2, 10))).rewardTensor), [1, 0.5, 1]);
   });
+});
+
+test("with a generative reward model served, the class gets the server's address and the reward model's tokenizer (verl's 4th and 5th arguments)", async () => {
+  const cfg = config(["reward_model.model.path=scratch", `+reward_model.model.tokenizer_path=char:${ALPHABET}`]);
+  const mgr = await loadRewardManager(cfg, tok, { numExamine: 0, servedRewardModel: { routerAddress: "127.0.0.1:9", config: cfg } });
+  try {
+    const { rewardExtraInfo } = await mgr.compute(makeBatch(tok, rows.slice(0, 2), 2, 10));
+    assert.deepEqual(rewardExtraInfo.router, ["127.0.0.1:9", "127.0.0.1:9"]);
+    assert.deepEqual(rewardExtraInfo.rm_tokenizer, ["function", "function"]);
+  } finally {
+    await mgr.close?.();
+  }
 });
 
 test("user code is contained: a throw or a hang fails the step naming the class, its file and the row", async () => {

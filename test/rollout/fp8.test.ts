@@ -5,18 +5,17 @@ import assert from "node:assert/strict";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { E4M3_MAX, FP8_BLOCK, isFp8Weight, parseRolloutQuantization, quantizeActivations, quantizeBlockwise, roundBf16, roundE4m3, roundE4m3Clamped, roundF16, setRolloutQuantization } from "../../src/rollout/fp8.js";
+import { type Fp8Spec, E4M3_MAX, FP8_BLOCK, isFp8Weight, parseRolloutQuantization, quantizeActivations, quantizeBlockwise, roundBf16, roundE4m3, roundE4m3Clamped, roundF16, setRolloutQuantization } from "../../src/rollout/fp8.js";
 import { loadLlama2c } from "../../src/models/llama2c.js";
-import { computeLogProb, defaultSamplingParams, generate, leftPadPrompts } from "../../src/rollout/index.js";
+import { defaultSamplingParams, generate, leftPadPrompts } from "../../src/rollout/index.js";
 import { readParamsForDecode } from "../../src/rollout/decode_weights.js";
-import type { DataProto } from "../../src/protocol/data_proto.js";
 import { Rng } from "../../src/utils/rng.js";
 import { initBackend } from "../../src/engine/backend.js";
 import { ConfigError, loadConfig } from "../../src/config/index.js";
 import { validatePpoNames } from "../../src/trainer/ppo/validate_names.js";
-import { runPpo } from "../../src/trainer/main_ppo.js";
 import { storiesBin, STORIES_MISSING, ONCE_UPON_A_TIME } from "../models/stories.js";
 import { makeWorkspace } from "../trainer/ppo/trainer/fixtures.js";
+import { grpoRolloutCorr, logProbGap, sampleWithLogProbs } from "./quantized_rollout.js";
 import { ContinuousBatchingServer } from "../../src/agent_loop/batching_server.js";
 
 /** Every finite float8 e4m3fn value >= 0, from its bits (sign 0, 4 exponent bits, bias 7, 3 mantissa bits; 0x7f is NaN). */
@@ -140,23 +139,23 @@ test("the layers vLLM quantizes: linear weights only", () => {
     "model.layers.0.self_attn.q_norm.weight", "model.layers.0.mlp.gate.weight"]) assert.ok(!isFp8Weight(n), n);
 });
 
-test("rollout.quantization: fp8 built, torchao and unknown values refused by key and value, config file's block size honoured", () => {
+test("rollout.quantization: fp8 built, unknown values refused by key and value, config file's block size honoured", () => {
   const keys = { quantization: "actor_rollout_ref.rollout.quantization", configFile: "actor_rollout_ref.rollout.quantization_config_file" };
   const base = { quantization: null as string | null, configFile: null as string | null, dtype: "float32", engine: "tfjs" };
   const warned: string[] = [];
   assert.equal(parseRolloutQuantization(base, keys), undefined);
   assert.deepEqual(parseRolloutQuantization({ ...base, quantization: "fp8" }, keys), { blockSize: [128, 128], castTo: "f32" });
   assert.deepEqual(parseRolloutQuantization({ ...base, quantization: "fp8", dtype: "bfloat16", engine: "vllm" }, keys), { blockSize: [128, 128], castTo: "bf16" });
-  assert.throws(() => parseRolloutQuantization({ ...base, quantization: "torchao" }, keys), /actor_rollout_ref\.rollout\.quantization=torchao: .*not built/);
+  assert.throws(() => parseRolloutQuantization({ ...base, quantization: "torchao" }, keys), /actor_rollout_ref\.rollout\.quantization=torchao needs actor_rollout_ref\.rollout\.quantization_config_file/);
   assert.throws(() => parseRolloutQuantization({ ...base, quantization: "awq" }, keys), /actor_rollout_ref\.rollout\.quantization=awq: verl accepts fp8 or torchao/);
   assert.throws(() => parseRolloutQuantization({ ...base, quantization: "fp8", engine: "llama_cpp" }, keys), /quantization=fp8 with rollout\.name=llama_cpp/);
   const dir = mkdtempSync(join(tmpdir(), "fp8-"));
   try {
     const file = (name: string, body: unknown) => { const p = join(dir, name); writeFileSync(p, JSON.stringify(body)); return p; };
     const b64 = file("b64.json", { quantization_config: { quant_method: "fp8", fmt: "e4m3", weight_block_size: [64, 64] } });
-    assert.deepEqual(parseRolloutQuantization({ ...base, quantization: "fp8", configFile: b64 }, keys, (l) => warned.push(l))!.blockSize, [64, 64]);
+    assert.deepEqual((parseRolloutQuantization({ ...base, quantization: "fp8", configFile: b64 }, keys, (l) => warned.push(l)) as Fp8Spec).blockSize, [64, 64]);
     assert.match(warned.pop()!, /quantization_config_file: fp8 weight blocks of 64 x 64 \(verl's vLLM\/SGLang fp8 path keeps 128 x 128/);
-    assert.deepEqual(parseRolloutQuantization({ ...base, quantization: "fp8", configFile: file("none.json", {}) }, keys)!.blockSize, [128, 128]);
+    assert.deepEqual((parseRolloutQuantization({ ...base, quantization: "fp8", configFile: file("none.json", {}) }, keys) as Fp8Spec).blockSize, [128, 128]);
     assert.throws(() => parseRolloutQuantization({ ...base, quantization: "fp8", configFile: file("e5.json", { fmt: "e5m2" }) }, keys), /quantization_config_file=.*e5\.json: fmt="e5m2" is not built/);
     assert.throws(() => parseRolloutQuantization({ ...base, quantization: "fp8", configFile: file("st.json", { activation_scheme: "static" }) }, keys), /activation_scheme="static" is not built/);
     assert.throws(() => parseRolloutQuantization({ ...base, quantization: "fp8", configFile: join(dir, "absent.json") }, keys), /quantization_config_file=.*absent\.json: no such file/);
@@ -167,33 +166,18 @@ test("rollout.quantization: fp8 built, torchao and unknown values refused by key
   }
 });
 
-/** Mean and largest |rollout log-prob - trainer log-prob| over the response tokens. */
-async function mismatch(m: ReturnType<typeof loadLlama2c>, out: DataProto): Promise<{ mean: number; max: number }> {
-  const lp = await computeLogProb(m, out, { microBatchSize: 16, temperature: 1 });
-  const mask = out.batch["response_mask"]!.data, roll = out.batch["rollout_log_probs"]!.data;
-  let sum = 0, max = 0, n = 0;
-  for (let i = 0; i < mask.length; i++) {
-    if (!mask[i]) continue;
-    const d = Math.abs(roll[i]! - lp.logProbs.data[i]!);
-    sum += d; max = Math.max(max, d); n++;
-  }
-  return { mean: sum / n, max };
-}
-
 test("stories260K: the host decoder with fp8 weights gives log-probs a little off the float32 trainer's; off restores them", async (t) => {
   const bin = storiesBin();
   if (!bin) return t.skip(STORIES_MISSING);
   await initBackend("wasm");
   const m = loadLlama2c(bin);
   try {
-    const batch = leftPadPrompts([ONCE_UPON_A_TIME, [1, 403], [1, 378, 261, 407]], 0);
-    const params = defaultSamplingParams({ temperature: 1, responseLength: 24, eosTokenIds: [2], padTokenId: 0, calculateLogProbs: true, n: 2 });
-    const run = async () => { await readParamsForDecode(m); return generate(m, batch, params, new Rng(11)); };
+    const run = () => sampleWithLogProbs(m);
     const plain = await run();
-    const off = await mismatch(m, plain);
+    const off = await logProbGap(m, plain);
     setRolloutQuantization(m, { blockSize: [128, 128], castTo: "f32" });
     const fp8 = await run();
-    const on = await mismatch(m, fp8);
+    const on = await logProbGap(m, fp8);
     setRolloutQuantization(m, undefined);
     const again = await run();
     assert.ok(off.max < 1e-4, `float32 rollout vs trainer: ${off.max}`);
@@ -213,12 +197,7 @@ test("GRPO on stories260K, 2 steps: rollout_corr/kl shows the fp8 rollout's mism
   if (!bin) return t.skip(STORIES_MISSING);
   const ws = await makeWorkspace();
   try {
-    const common = [...ws.overrides, `actor_rollout_ref.model.path=${bin}`, "algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.calculate_log_probs=true",
-      "trainer.total_training_steps=2", "trainer.test_freq=-1", "trainer.logger=[]", "trainer.n_gpus_per_node=1"];
-    const kl = async (extra: string[]) => {
-      const res = await runPpo(loadConfig({ configName: "ppo_trainer", overrides: [...common, ...extra] }));
-      return res.history.map((h) => [h.metrics["rollout_corr/kl"]!, h.metrics["rollout_corr/k3_kl"]!] as const);
-    };
+    const kl = (extra: string[]) => grpoRolloutCorr(ws, bin, extra);
     const off = await kl([`trainer.default_local_dir=${ws.dir}/off`]);
     const on = await kl([`trainer.default_local_dir=${ws.dir}/on`, "actor_rollout_ref.rollout.quantization=fp8"]);
     assert.equal(off.length, 2);
@@ -239,7 +218,7 @@ test("GRPO on stories260K, 2 steps: rollout_corr/kl shows the fp8 rollout's mism
 test("a PPO config with a quantization verl-ts does not build fails before any worker starts, naming key and value", () => {
   const cfg = (q: string, extra: string[] = []) => loadConfig({ configName: "ppo_trainer", overrides: [`actor_rollout_ref.rollout.quantization=${q}`, ...extra] });
   assert.throws(() => validatePpoNames(cfg("awq")), (e: unknown) => e instanceof ConfigError && e.exitCode === 2 && /actor_rollout_ref\.rollout\.quantization=awq/.test(e.message));
-  assert.throws(() => validatePpoNames(cfg("torchao")), /actor_rollout_ref\.rollout\.quantization=torchao: torchao's quantized rollout .* is not built/);
+  assert.throws(() => validatePpoNames(cfg("torchao")), /actor_rollout_ref\.rollout\.quantization=torchao needs actor_rollout_ref\.rollout\.quantization_config_file/);
   assert.throws(() => validatePpoNames(cfg("fp8", ["actor_rollout_ref.rollout.name=llama_cpp"])), /quantization=fp8 with rollout\.name=llama_cpp/);
   validatePpoNames(cfg("fp8", ["actor_rollout_ref.rollout.name=vllm"]));
 });

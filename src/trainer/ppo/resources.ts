@@ -3,6 +3,7 @@
 // colocated in the same threads (verl's hybrid engine with
 // create_colocated_worker_cls), each initialised in verl's order.
 import type { Config, PpoBatchPlan } from "../../config/index.js";
+import { generativeRewardModel } from "../../config/validate.js";
 import type { DataProto } from "../../protocol/index.js";
 import {
   ClassWithInitArgs, createColocatedWorkerClass, ResourcePool, WorkerGroup, type DataProtoFuture,
@@ -34,7 +35,8 @@ export async function initWorkers(config: Config, plan: PpoBatchPlan): Promise<P
       actor_rollout: new ClassWithInitArgs(WORKERS, "ActorRolloutRefWorker", config, actorRole),
     };
     if (plan.needCritic) roles.critic = new ClassWithInitArgs(WORKERS, "CriticWorker", config);
-    const rmEnabled = (config.reward_model as Record<string, unknown> | undefined)?.enable === true;
+    // a generative reward model is served by the driver (reward/reward_model_server.ts), not scored by a worker
+    const rmEnabled = (config.reward_model as Record<string, unknown> | undefined)?.enable === true && generativeRewardModel(config) === null;
     if (rmEnabled) roles.rm = new ClassWithInitArgs(WORKERS, "RewardModelWorker", config);
     const group = await WorkerGroup.create(pool, createColocatedWorkerClass(roles));
     const spawned = group.spawn(Object.keys(roles)) as Record<string, RoleGroup>;

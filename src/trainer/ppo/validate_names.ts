@@ -82,7 +82,7 @@ export function validatePpoNames(cfg: Config): void {
       errors.push((e as Error).message);
     }
   }
-  // rollout.quantization: fp8 is built; torchao and names verl refuses fail here, not in a worker
+  // rollout.quantization: fp8 and torchao's built schemes pass; other schemes and names verl refuses fail here, not in a worker
   try {
     readRolloutQuantization(new ConfigView(cfg, R));
   } catch (e) {
