@@ -415,6 +415,8 @@ function f32Reference(a: tf.Tensor, b: tf.Tensor, s: GemmShape): tf.Tensor {
 }
 
 let tuner: GemmAutotuner | undefined;
+/** Tuning runs when asked for (VERL_GEMM_AUTOTUNE=1) or to check a pinned kernel (VERL_GEMM_KERNEL). */
+const autotuneOn = (): boolean => process.env.VERL_GEMM_AUTOTUNE === "1" || !!process.env.VERL_GEMM_KERNEL;
 /** Classes a product needed before they were tuned (tuned at the next withMatmulPrecision boundary). */
 const pendingClasses = new Set<string>();
 
@@ -429,10 +431,12 @@ export function gemmAutotuner(): GemmAutotuner {
 
 /**
  * Tunes product classes (default: those products have needed so far) on this thread's adapter.
- * VERL_GEMM_AUTOTUNE=0 turns tuning off: every product then runs the default direct kernel.
+ * Off unless VERL_GEMM_AUTOTUNE=1: every product then runs the default direct kernel. Tuning every
+ * class at 4096^3 added more than 50 s to the start of a 0.5B GRPO run on the H200 (2026-12-04), and
+ * the sweep's best kernel is the default (DEFAULT_DIRECT_TILE).
  */
 export async function tuneTensorCores(classes: Iterable<string> = pendingClasses): Promise<GemmChoice[]> {
-  if (process.env.VERL_GEMM_AUTOTUNE === "0" || tf.getBackend() !== "webgpu" || !tensorCoreSupport.available) return [];
+  if (!autotuneOn() || tf.getBackend() !== "webgpu" || !tensorCoreSupport.available) return [];
   const out: GemmChoice[] = [];
   for (const c of [...classes]) {
     out.push(await gemmAutotuner().tune(c));
@@ -448,7 +452,7 @@ export async function tuneTensorCores(classes: Iterable<string> = pendingClasses
 function kernelFor(s: GemmShape): PaddedGemmKernel | null {
   const cls = productClass(s), choice = tuner?.chosen(cls);
   if (choice) return choice.candidate ? (choice.candidate as TensorCoreCandidate).kernel : null;
-  if (process.env.VERL_GEMM_AUTOTUNE !== "0") pendingClasses.add(cls);
+  if (autotuneOn()) pendingClasses.add(cls);
   return directKernel(state.direct);
 }
 

@@ -57,10 +57,21 @@ export class WebGpuRolloutEngine implements RolloutEngine {
     return generateSeeded(req, (prompts, rng) => this.dec.generate(req.model, prompts, req.params, rng));
   }
 
-  /** Agent loops: the WebGPU decoder's cache slots, one per live request, behind the batching server (sampling on the device, rollout.dtype's precision). */
+  /**
+   * Agent loops: the WebGPU decoder's cache slots, one per live request, behind the batching server
+   * (sampling on the device). Products stay float32 here whatever rollout.dtype says: the slot
+   * path's 16-bit products gave non-finite log-probs at Qwen2.5-0.5B's shape with vocabulary 151,936
+   * on the H200 (2026-12-04, bench/gpu_decode.ts --only slots; the batch decoder's did not, and
+   * stories260K's were right), and were slower there (55 against 29 ms a step). Not understood yet.
+   */
   requestServer(ctx: RequestServerContext): AsyncRolloutServer {
-    return slotServer(ctx, (model, slots, maxLen) => new WebGpuSlotDecoder(model, slots, maxLen, { precision: this.precision() }));
+    if (this.asked.precision !== "f32" && !this.slotNote) {
+      this.slotNote = true;
+      console.error(`[verl-ts] ${this.asked.key}=${this.asked.precision}: the agent loops' WebGPU slot decoder runs float32 products (its 16-bit path is not yet right at scale; docs/gpu.md)`);
+    }
+    return slotServer(ctx, (model, slots, maxLen) => new WebGpuSlotDecoder(model, slots, maxLen, { precision: "f32" }));
   }
+  private slotNote = false;
 
   async dispose(): Promise<void> {}
 }
