@@ -56,6 +56,8 @@ export interface BatchingServerStats {
 }
 
 interface Request {
+  /** the caller's request id (cancel) */
+  id: string;
   prompt: number[];
   maxTokens: number;
   stop: Set<number>;
@@ -111,7 +113,7 @@ export class ContinuousBatchingServer implements AsyncRolloutServer {
     }
   }
 
-  async generate(_requestId: string, promptIds: readonly number[], params: GenerationParams): Promise<TokenOutput> {
+  async generate(requestId: string, promptIds: readonly number[], params: GenerationParams): Promise<TokenOutput> {
     checkGenerationParams(params);
     const V = this.model.config.vocabSize, L = this.opts.maxModelLen;
     if (promptIds.length === 0) throw new Error("generate: empty prompt");
@@ -128,6 +130,7 @@ export class ContinuousBatchingServer implements AsyncRolloutServer {
     checkSamplingParams(sampling);
     return new Promise<TokenOutput>((resolve, reject) => {
       this.waiting.push({
+        id: requestId,
         prompt: [...promptIds],
         maxTokens,
         stop: new Set(params.stopTokenIds ?? this.opts.eosTokenIds),
@@ -149,6 +152,24 @@ export class ContinuousBatchingServer implements AsyncRolloutServer {
     const err = new RequestAbortedError();
     for (const r of this.waiting.splice(0)) { r.aborted = true; r.reject(err); }
     for (const r of this.active.splice(0)) { r.aborted = true; this.parked.push(r.slot); r.reject(err); }
+  }
+
+  /** Reject one request by id (waiting or running; a running one parks its slot, as abort() does); unknown ids are ignored. */
+  cancel(requestId: string): void {
+    const err = new RequestAbortedError();
+    const w = this.waiting.findIndex((r) => r.id === requestId);
+    if (w >= 0) {
+      const [r] = this.waiting.splice(w, 1);
+      r!.aborted = true;
+      r!.reject(err);
+    }
+    const a = this.active.findIndex((r) => r.id === requestId);
+    if (a >= 0) {
+      const [r] = this.active.splice(a, 1);
+      r!.aborted = true;
+      this.parked.push(r!.slot);
+      r!.reject(err);
+    }
   }
 
   /** The host decoder copies the weights: read them asynchronously first (WebGPU has no sync read). */

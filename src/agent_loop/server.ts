@@ -52,6 +52,11 @@ export interface TokenOutput {
 export interface AsyncRolloutServer {
   generate(requestId: string, promptIds: readonly number[], params: GenerationParams): Promise<TokenOutput>;
   /**
+   * Optional: stop one request (its caller went away); it is rejected and its slot freed. Unknown or
+   * finished ids are ignored.
+   */
+  cancel?(requestId: string): void;
+  /**
    * Optional: get ready for a batch with the current weights (verl's rollout wake_up), e.g.
    * read them back from the device; the manager awaits it before the batch's loops start.
    */

@@ -76,8 +76,11 @@ export async function initBackend(requested: BackendName | string = "auto"): Pro
   if (name === "webgpu") {
     const { capFreeBufferPool, freePoolCapBytes, nvidiaGpuMemoryBytes } = await import("./webgpu_buffer_pool.js");
     const env = process.env.VERL_WEBGPU_FREE_POOL_MB;
-    const cap = freePoolCapBytes(env, env ? undefined : nvidiaGpuMemoryBytes());
+    // every rank thread of a host shares its one GPU (Dawn cannot pick among identical ones): a share each
+    const ranks = Math.max(1, Math.floor(Number(process.env.LOCAL_WORLD_SIZE)) || 1), gpu = env ? undefined : nvidiaGpuMemoryBytes();
+    const cap = freePoolCapBytes(env, gpu === undefined ? undefined : gpu / ranks);
     capFreeBufferPool((tf.backend() as unknown as { bufferManager: Parameters<typeof capFreeBufferPool>[0] }).bufferManager, cap);
+    reportDeviceErrors((tf.backend() as unknown as { device?: DeviceWithErrors }).device);
     // tfjs submits its command encoder every N dispatches (15 by default); under Node the flag only
     // comes through tf.env (tfjs reads flags from a browser's URL), so VERL_WEBGPU_SUBMIT_BATCH sets it
     const batch = process.env.VERL_WEBGPU_SUBMIT_BATCH;
@@ -93,6 +96,28 @@ export async function initBackend(requested: BackendName | string = "auto"): Pro
   }
   initialised = name;
   return name;
+}
+
+interface DeviceWithErrors { onuncapturederror?: ((ev: { error?: { message?: string; constructor?: { name?: string } } }) => void) | null }
+
+/**
+ * Device errors no error scope caught (an out-of-memory buffer, a rejected pipeline) drop the submit
+ * they belong to, and its outputs keep whatever their buffers held: say so on stderr, the first time
+ * each kind of message comes (Dawn's skip_validation does not silence these).
+ */
+function reportDeviceErrors(device: DeviceWithErrors | undefined): void {
+  if (!device) return;
+  const seen = new Map<string, number>();
+  try {
+    device.onuncapturederror = (ev) => {
+      const msg = ev.error?.message ?? String(ev.error), kind = ev.error?.constructor?.name ?? "GPUError", key = `${kind}: ${msg.split("\n")[0]!.slice(0, 200)}`;
+      const n = (seen.get(key) ?? 0) + 1;
+      seen.set(key, n);
+      if (n === 1 || n === 10 || n === 1000) console.error(`[verl-ts] WebGPU device error (its commands were dropped; results that depend on them are wrong)${n > 1 ? `, ${n} times so far` : ""}: ${key}`);
+    };
+  } catch {
+    // a binding without the handler attribute: nothing to hook
+  }
 }
 
 async function tryImport(which: "tensorflow"): Promise<boolean> {

@@ -16,7 +16,7 @@ import { expandHome, loadModelTokenizer, loadPolicy } from "../workers/model_sou
 import type { ServedRewardModelRef } from "./served_reward_model.js";
 
 export class RewardModelServer {
-  private constructor(private readonly http: OpenAiHttpServer, private readonly model: LlamaModel, readonly ref: ServedRewardModelRef) {}
+  private constructor(private readonly http: OpenAiHttpServer, private readonly server: ContinuousBatchingServer, private readonly model: LlamaModel, readonly ref: ServedRewardModelRef) {}
 
   /** The server the config asks for, or null when the reward model is not generative. */
   static async startIfConfigured(config: Config): Promise<RewardModelServer | null> {
@@ -43,15 +43,21 @@ export class RewardModelServer {
         defaults: { temperature: ro.num("temperature", 1), topP: ro.num("top_p", 1), topK: ro.int("top_k", -1), maxTokens: ro.int("response_length", 2048) },
       });
       logger().info({ address: http.address, model: path, engine }, "generative reward model served");
-      return new RewardModelServer(http, model, { routerAddress: http.address, config });
+      return new RewardModelServer(http, server, model, { routerAddress: http.address, config });
     } catch (e) {
       model.dispose();
       throw e;
     }
   }
 
+  /** Stops listening, rejects what is still decoding, frees the engine and its caches, then the weights. */
   async close(): Promise<void> {
-    await this.http.close();
-    this.model.dispose();
+    try {
+      await this.http.close();
+    } finally {
+      this.server.abort();
+      await this.server.sleep();
+      this.model.dispose();
+    }
   }
 }

@@ -50,6 +50,8 @@ type Body = Record<string, unknown>;
 
 export class OpenAiHttpServer {
   private requests = 0;
+  /** how often each derived seed was handed out (identical requests get successive streams) */
+  private readonly repeats = new Map<number, number>();
 
   private constructor(private readonly http: Server, private readonly opts: OpenAiHttpServerOptions, readonly address: string) {}
 
@@ -80,10 +82,15 @@ export class OpenAiHttpServer {
       if (req.method === "GET" && (path === "/health" || path === "/v1/models")) {
         return send(res, 200, path === "/health" ? {} : { object: "list", data: [{ id: this.opts.modelNames[0], object: "model", owned_by: "verl-ts", max_model_len: this.opts.maxModelLen }] });
       }
+      // a client that goes away (a scorer past its timeout) cancels its generations, as vLLM aborts them
+      const ctx: RequestContext = { requestIds: [] };
+      res.on("close", () => {
+        if (!res.writableFinished) for (const id of ctx.requestIds) this.opts.server.cancel?.(id);
+      });
       const routes: Record<string, (b: Body) => Promise<unknown>> = {
-        "/v1/chat/completions": (b) => this.chat(b),
-        "/v1/completions": (b) => this.completions(b),
-        ...(this.opts.sglangGenerate ? { "/generate": (b: Body) => this.generateNative(b) } : {}),
+        "/v1/chat/completions": (b) => this.chat(b, ctx),
+        "/v1/completions": (b) => this.completions(b, ctx),
+        ...(this.opts.sglangGenerate ? { "/generate": (b: Body) => this.generateNative(b, ctx) } : {}),
       };
       const route = routes[path];
       if (!route) throw new RequestError(404, `${this.opts.label}: no route ${req.method} ${path} (it serves POST ${Object.keys(routes).join(", ")}, GET /v1/models, GET /health)`);
@@ -103,7 +110,7 @@ export class OpenAiHttpServer {
     if (!this.opts.modelNames.includes(m)) throw new RequestError(404, `The model \`${m}\` does not exist: this server serves ${this.opts.modelNames.map((n) => JSON.stringify(n)).join(" (also ")}${this.opts.modelNames.length > 1 ? ")" : ""}`, "model");
   }
 
-  private async chat(body: Body): Promise<unknown> {
+  private async chat(body: Body, ctx: RequestContext): Promise<unknown> {
     this.checkModel(body);
     const messages = readMessages(body.messages);
     const tok = this.opts.tokenizer;
@@ -117,8 +124,8 @@ export class OpenAiHttpServer {
       throw new RequestError(400, `cannot render 'messages' with the chat template: ${(e as Error).message}`, "messages");
     }
     const n = optInt(body, "n", 1) ?? 1;
-    const params = this.sampling(body, ids.length, optInt(body, "max_completion_tokens", 1) ?? optInt(body, "max_tokens", 1));
-    const outs = await this.run(ids, params, n, stopStrings(body.stop, "stop"));
+    const params = this.sampling(body, ids, optInt(body, "max_completion_tokens", 1) ?? optInt(body, "max_tokens", 1));
+    const outs = await this.run(ids, params, n, stopStrings(body.stop, "stop"), ctx);
     return {
       id: `chatcmpl-${this.requests}`, object: "chat.completion", created: Math.floor(Date.now() / 1000), model: this.opts.modelNames[0],
       choices: outs.map((o, index) => ({ index, message: { role: "assistant", content: o.text }, logprobs: null, finish_reason: o.finishReason })),
@@ -126,7 +133,7 @@ export class OpenAiHttpServer {
     };
   }
 
-  private async completions(body: Body): Promise<unknown> {
+  private async completions(body: Body, ctx: RequestContext): Promise<unknown> {
     this.checkModel(body);
     const p = body.prompt;
     let ids: number[];
@@ -135,8 +142,8 @@ export class OpenAiHttpServer {
     else throw new RequestError(400, "'prompt' must be a string or a non-empty list of token ids (one prompt per request)", "prompt");
     const n = optInt(body, "n", 1) ?? 1;
     // OpenAI's (and vLLM's) default for this endpoint is 16 tokens
-    const params = this.sampling(body, ids.length, optInt(body, "max_tokens", 1) ?? 16);
-    const outs = await this.run(ids, params, n, stopStrings(body.stop, "stop"));
+    const params = this.sampling(body, ids, optInt(body, "max_tokens", 1) ?? 16);
+    const outs = await this.run(ids, params, n, stopStrings(body.stop, "stop"), ctx);
     return {
       id: `cmpl-${this.requests}`, object: "text_completion", created: Math.floor(Date.now() / 1000), model: this.opts.modelNames[0],
       choices: outs.map((o, index) => ({ index, text: o.text, logprobs: null, finish_reason: o.finishReason })),
@@ -145,7 +152,7 @@ export class OpenAiHttpServer {
   }
 
   /** SGLang's native endpoint (verl's FAPO recipe posts input_ids and reads output_ids). */
-  private async generateNative(body: Body): Promise<unknown> {
+  private async generateNative(body: Body, ctx: RequestContext): Promise<unknown> {
     const sp = optRecord(body, "sampling_params") ?? {};
     let ids: number[];
     if (body.input_ids !== undefined) {
@@ -157,8 +164,8 @@ export class OpenAiHttpServer {
     } else {
       throw new RequestError(400, "POST /generate needs 'input_ids' (a list of token ids) or 'text' (a string)", "input_ids");
     }
-    const params = this.sampling(sp, ids.length, optInt(sp, "max_new_tokens", 0, "sampling_params.") ?? 128, "sampling_params.");
-    const [o] = await this.run(ids, params, 1, stopStrings(sp.stop, "sampling_params.stop"));
+    const params = this.sampling(sp, ids, optInt(sp, "max_new_tokens", 0, "sampling_params.") ?? 128, "sampling_params.");
+    const [o] = await this.run(ids, params, 1, stopStrings(sp.stop, "sampling_params.stop"), ctx);
     return {
       text: o!.text, output_ids: o!.tokenIds,
       meta_info: { id: `gen-${this.requests}`, finish_reason: { type: o!.finishReason }, prompt_tokens: ids.length, completion_tokens: o!.tokenIds.length },
@@ -166,7 +173,8 @@ export class OpenAiHttpServer {
   }
 
   /** The request's sampling parameters over the server's defaults; `maxTokens` null = the default. */
-  private sampling(body: Body, promptLen: number, maxTokens: number | null, where = ""): GenerationParams & { seed: number } {
+  private sampling(body: Body, promptIds: readonly number[], maxTokens: number | null, where = ""): GenerationParams & { seed: number } {
+    const promptLen = promptIds.length;
     const d = this.opts.defaults;
     const temperature = optNum(body, "temperature", where) ?? d.temperature;
     if (temperature < 0) throw new RequestError(400, `'${where}temperature' must be >= 0, got ${temperature}`, `${where}temperature`);
@@ -185,16 +193,22 @@ export class OpenAiHttpServer {
     const given = optInt(body, "seed", undefined, where);
     this.requests++;
     const params: GenerationParams = { temperature, topP, topK, maxTokens: max, ...(stopIds ? { stopTokenIds: [...this.opts.tokenizer.eosTokenIds, ...stopIds] } : {}) };
-    // no seed: one from the request itself (prompt and sampling), so arrival order does not matter
-    const seed = given ?? contentSeed(this.opts.seed, promptIdsKey(body), params);
+    // no seed: one from the request itself (prompt ids and sampling), so arrival order does not matter; the
+    // k-th identical request gets the k-th stream (a reward function sampling its judge k times gets k samples)
+    let seed = given ?? undefined;
+    if (seed === undefined) {
+      const base = contentSeed(this.opts.seed, promptIds.join(","), params), k = this.repeats.get(base) ?? 0;
+      this.repeats.set(base, k + 1);
+      seed = k === 0 ? base : (base ^ Math.imul(k, 0x85ebca6b)) >>> 0;
+    }
     return { ...params, seed };
   }
 
   /** `n` completions of the prompt (choice i > 0 on its own stream), their text cut at a stop string. */
-  private async run(ids: number[], params: GenerationParams & { seed: number }, n: number, stops: string[]): Promise<{ text: string; tokenIds: number[]; finishReason: string }[]> {
+  private async run(ids: number[], params: GenerationParams & { seed: number }, n: number, stops: string[], ctx: RequestContext): Promise<{ text: string; tokenIds: number[]; finishReason: string }[]> {
     const tok = this.opts.tokenizer;
     const outs: TokenOutput[] = await Promise.all(Array.from({ length: n }, (_, i) => this.opts.server.generate(
-      `req-${this.requests}-${i}`, ids, { ...params, seed: i === 0 ? params.seed : (params.seed ^ Math.imul(i, 0x9e3779b1)) >>> 0 },
+      pushed(ctx.requestIds, `req-${this.requests}-${i}`), ids, { ...params, seed: i === 0 ? params.seed : (params.seed ^ Math.imul(i, 0x9e3779b1)) >>> 0 },
     ).catch((e: Error) => {
       // the rollout server's own failure (its decoder) is ours; anything else is the request's
       throw new RequestError(e.message.startsWith("rollout server:") ? 500 : 400, e.message);
@@ -302,9 +316,12 @@ function usage(promptTokens: number, outs: { tokenIds: number[] }[]) {
   return { prompt_tokens: promptTokens, completion_tokens: completion, total_tokens: promptTokens + completion };
 }
 
-/** What identifies the request's prompt for its derived seed (the rendered ids are folded in by contentSeed's caller). */
-function promptIdsKey(b: Body): string {
-  return JSON.stringify([b.messages ?? null, b.prompt ?? null, b.input_ids ?? null, b.text ?? null]);
+/** The generations one HTTP request started (cancelled if its client goes away). */
+interface RequestContext { requestIds: string[] }
+
+function pushed(ids: string[], id: string): string {
+  ids.push(id);
+  return id;
 }
 
 /** FNV-1a over the base seed, the prompt and the sampling parameters: a 32-bit seed. */

@@ -291,9 +291,9 @@ class DecodeStep {
 
   /** SwiGLU of [gate | up] times the down projection. */
   private swiGluProduct(gu: tf.Tensor, rows: number, w: Weight): tf.Tensor2D {
-    const pk = this.packedOut(w, rows), count = [{ type: "int32" as const, data: [rows] }];
-    if (!pk) return this.mm(this.qa(this.program(new SwiGluProgram(this.s.hiddenDim, rows), [gu], "float32", count), rows), w);
-    const words = this.program(new SwiGluProgram(this.s.hiddenDim, rows, pk), [gu], "int32", count);
+    const pk = this.packedOut(w, rows), act = new SwiGluProgram(this.s.hiddenDim, rows, pk);
+    if (!pk) return this.mm(this.qa(this.program(act, [gu], "float32", act.uniformValues()), rows), w);
+    const words = this.program(act, [gu], "int32", act.uniformValues());
     return (w as PackedMatrix).matMulPacked(words, rows);
   }
 

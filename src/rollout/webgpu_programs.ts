@@ -177,12 +177,23 @@ export class Fp8ActivationProgram extends FlatProgram {
 /** h = silu(gate) * up for rows [gate (F) | up (F)]. */
 export class SwiGluProgram extends FlatProgram {
   variableNames = ["gu"];
-  uniforms = "nRows : i32,";
+  uniforms: string;
   shaderKey: string;
-  /** with `packed`: written as the down product's padded f16 operand */
-  constructor(private readonly F: number, N: number, private readonly packed?: PackedOut) {
+  /**
+   * With `packed`: written as the down product's padded f16 operand. Its word count is a uniform
+   * (uniformValues), not baked in: the key holds no row count, so a baked bound would be the first
+   * call's for every later call, leaving the rows past it unwritten (non-finite slot-decoder
+   * log-probs on the H200, where the first call was a short prefill).
+   */
+  constructor(private readonly F: number, private readonly N: number, private readonly packed?: PackedOut) {
     super(packed ? [(packed.rowsP * packed.colsP) / 2] : [N, F], packed ? (packed.rowsP * packed.colsP) / 2 : N * F);
+    this.uniforms = packed ? "nRows : i32, nWords : i32," : "nRows : i32,";
     this.shaderKey = `verlSwiGlu_${F}${packed ? `_packed${packed.colsP}_${packed.rounding}` : ""}`;
+  }
+  uniformValues(): UniformValue[] {
+    const u: UniformValue[] = [{ type: "int32", data: [this.N] }];
+    if (this.packed) u.push({ type: "int32", data: [(this.packed.rowsP * this.packed.colsP) / 2] });
+    return u;
   }
   getUserCode(): string {
     const F = this.F, pk = this.packed;
@@ -195,7 +206,7 @@ export class SwiGluProgram extends FlatProgram {
         return g / (1.0 + exp(-g)) * gu[n * ${2 * F} + ${F} + f];
       }
       fn main(index : i32) {
-        if (index < ${(pk.rowsP * pk.colsP) / 2}) {
+        if (index < uniforms.nWords) {
           let n = index / ${W};
           let j = index - n * ${W};
           result[index] = verlHalfPair(verlAct(n, 2 * j), verlAct(n, 2 * j + 1));

@@ -71,10 +71,14 @@ export async function runPpo(config: Config): Promise<FitResult> {
     workers.pool.markRunSucceeded();
     return result;
   } finally {
-    tracking?.finish();
-    await workers?.shutdown();
-    await rewardFn?.close?.();
-    await valRewardFn?.close?.();
-    await rmServer?.close();
+    // each closes even when one before it throws: a served reward model's port must not stay open
+    try {
+      tracking?.finish();
+      await workers?.shutdown();
+      await rewardFn?.close?.();
+      await valRewardFn?.close?.();
+    } finally {
+      await rmServer?.close();
+    }
   }
 }

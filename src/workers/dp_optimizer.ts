@@ -312,7 +312,8 @@ export class DataParallelOptimizer {
     for (const v of this.vars) {
       const size = v.size, inside = o >= lo && o + size <= hi;
       // variables wholly in the slice were assigned on the backend by stepSlice
-      if (!inside && size > 0) tf.tidy(() => v.assign(tf.tensor(params.subarray(o, o + size), v.shape, "float32")));
+      // a copy of the piece: a view would keep (and hand to the tensor's readers) the whole flat buffer
+      if (!inside && size > 0) tf.tidy(() => v.assign(tf.tensor(params.slice(o, o + size), v.shape, "float32")));
       o += size;
     }
   }

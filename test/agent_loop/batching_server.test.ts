@@ -205,3 +205,25 @@ test("abort rejects every pending request; the server serves the next ones uncha
     model.dispose();
   }
 });
+
+test("cancel(id) rejects that request only (waiting or running); the others finish as if it had never come", async () => {
+  await initBackend("wasm");
+  const model = randomModel();
+  try {
+    const server = new ContinuousBatchingServer(model, { maxNumSeqs: 2, maxModelLen: 96, eosTokenIds: [], rng: new Rng(0) });
+    const prompts = [[5, 6, 7], [8, 9], [10, 11, 12, 13]];
+    const reqs = prompts.map((p, i) => server.generate(`a${i}`, p, { ...greedy, maxTokens: 30 }));
+    for (let k = 0; k < 3; k++) await new Promise((r) => setImmediate(r));
+    server.cancel("a0"); // running
+    server.cancel("a2"); // waiting (two slots)
+    server.cancel("nobody");
+    await assert.rejects(reqs[0]!, { name: "RequestAbortedError" });
+    await assert.rejects(reqs[2]!, { name: "RequestAbortedError" });
+    const kept = await reqs[1]!;
+    const alone = await new ContinuousBatchingServer(model, { maxNumSeqs: 2, maxModelLen: 96, eosTokenIds: [], rng: new Rng(0) }).generate("x", prompts[1]!, { ...greedy, maxTokens: 30 });
+    assert.deepEqual(kept.tokenIds, alone.tokenIds);
+    await server.sleep();
+  } finally {
+    model.dispose();
+  }
+});

@@ -70,10 +70,11 @@ test("the reward model server: chat completions are the model's greedy decode of
       model.dispose();
     }
     assert.ok(choice.message.content.length > 0);
-    // sampled without a seed: the seed comes from the request, so the same request gets the same answer
+    // sampled without a seed: the seed comes from the request's ids and sampling, and the k-th identical
+    // request gets the k-th stream, so a reward function asking its judge twice gets two samples (as from vLLM)
     const sampled = { messages, temperature: 1, max_tokens: 12 };
     const [a, b] = await Promise.all([post(address, "/v1/chat/completions", sampled), post(address, "/v1/chat/completions", sampled)]);
-    assert.equal(a.json.choices[0].message.content, b.json.choices[0].message.content);
+    assert.notEqual(a.json.choices[0].message.content, b.json.choices[0].message.content);
     const seeded = await Promise.all([1, 2, 3].map((seed) => post(address, "/v1/chat/completions", { ...sampled, seed })));
     assert.ok(new Set(seeded.map((r) => r.json.choices[0].message.content)).size > 1, "different seeds sample differently");
     // /v1/completions with the same ids matches the chat rendering

@@ -34,8 +34,17 @@ for (const rounding of ["f16", "bf16"] as const) {
       const normPacked = run(new RmsNormProgram(D, 1e-6, N, { rowsP, colsP: colsD, rounding }), [x, w], "int32", rowsUniform(N));
       assert.deepEqual(Array.from((await normPacked.data()) as Int32Array), Array.from(await packedOf(norm, N, D, rowsP, colsD, rounding)));
       const act = run(new SwiGluProgram(F, N), [gu], "float32", rowsUniform(N));
-      const actPacked = run(new SwiGluProgram(F, N, { rowsP, colsP: colsF, rounding }), [gu], "int32", rowsUniform(N));
+      const sp = new SwiGluProgram(F, N, { rowsP, colsP: colsF, rounding });
+      const actPacked = run(sp, [gu], "int32", sp.uniformValues());
       assert.deepEqual(Array.from((await actPacked.data()) as Int32Array), Array.from(await packedOf(act, N, F, rowsP, colsF, rounding)));
+      // the same program (one compiled pipeline) at more rows writes every row: the H200's slot decoder
+      // met a bound baked in at the first call's rows
+      const N2 = 40, rowsP2 = 64, gu2 = tf.randomNormal([N2, 2 * F], 0, 2, "float32", 10);
+      const act2 = run(new SwiGluProgram(F, N2), [gu2], "float32", rowsUniform(N2));
+      const sp2 = new SwiGluProgram(F, N2, { rowsP: rowsP2, colsP: colsF, rounding });
+      const actPacked2 = run(sp2, [gu2], "int32", sp2.uniformValues());
+      assert.deepEqual(Array.from((await actPacked2.data()) as Int32Array), Array.from(await packedOf(act2, N2, F, rowsP2, colsF, rounding)));
+      tf.dispose([gu2, act2, actPacked2]);
       // the words hold real values, not zeros alone
       assert.ok(Array.from((await normPacked.data()) as Int32Array).some((v) => v !== 0));
       tf.dispose([norm, normPacked, act, actPacked]);

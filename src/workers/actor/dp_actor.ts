@@ -175,12 +175,14 @@ export class DataParallelPPOActor {
     const moe = this.model.config.moe;
     const mtp = this.opts.mtpTrain;
     // 16-bit matrix products (fsdp_config.mixed_precision): the loss is scaled so small gradients survive them
-    const lossScale = matmulPrecision() === "f32" ? 1 : (this.lossScale ??= new DynamicLossScale()).scale;
+    const scaler = matmulPrecision() === "f32" ? null : (this.lossScale ??= new DynamicLossScale());
     const prof = phaseProfile("actor.updatePolicy");
     const manager = (tf.backend() as unknown as { bufferManager?: object }).bufferManager;
     const pool0 = manager ? { ...freePoolStats(manager) } : undefined;
     for (let epoch = 0; epoch < epochs; epoch++) {
       for (const mini of miniBatches(batch, this.opts.miniBatchPerRank, shuffle ? this.rng : undefined)) {
+        // read per mini-batch: a skipped step halves the scale for the next one
+        const lossScale = scaler ? scaler.scale : 1;
         const info = optimizer.globalLossNorm(column(mini, "response_mask"), scaleFactor);
         // the MTP loss is a token mean over every rank's MTP tokens of the mini-batch (Megatron's num_tokens)
         const mtpTokens = mtp ? optimizer.globalLossNorm(mtpTokenMask(mini), null).batchNumTokens : undefined;
@@ -254,7 +256,7 @@ export class DataParallelPPOActor {
         prof?.mark("micro_batch_rest");
         const res = await optimizer.step([pgSum, klSum, entSum, auxSum, loadSum, mtpSum, ...means.pack()], 1 / lossScale);
         prof?.mark("optimizer_step");
-        if (lossScale !== 1) this.lossScale!.update(res.skipped);
+        scaler?.update(res.skipped);
         for (const [k, v] of Object.entries(means.read(res.scalars.subarray(6)))) push(metrics, k, v);
         // verl logs Megatron's tracker value: the unscaled MTP cross entropy of layer 1
         if (mtp) push(metrics, "actor/mtp_losses/mtp_1_loss", res.scalars[5]!);
