@@ -129,3 +129,34 @@ test("detach_encoder: the trunk's and the embedding's gradient equal the no-MTP 
     for (const n of ["model.layers.0.self_attn.q_proj.weight", "model.embed_tokens.weight"]) assert.ok(maxDiff(joint.get(n)!, base.get(n)!) > 1e-6, `${n}: the joint gradient differs`);
   });
 });
+
+test("the actor's MTP loss is Megatron's: each micro-batch's own token mean, averaged over the micro-batches", async () => {
+  const { loadConfig } = await import("../../src/config/index.js");
+  const { ConfigView } = await import("../../src/workers/config_view.js");
+  const { DataParallelOptimizer } = await import("../../src/workers/dp_optimizer.js");
+  const { DataParallelPPOActor } = await import("../../src/workers/actor/dp_actor.js");
+  const { Collective } = await import("../../src/single_controller/collective.js");
+  const { tensor } = await import("../../src/protocol/tensor.js");
+  await withMimo(async (m, batch) => {
+    // rows of different MTP token counts (4-token, 2-token and 1-token prompts), one row a micro-batch
+    const counts = [0, 1, 2].map((b) => { const s = batch.slice(b, b + 1); let n = 0; for (const v of mtpTokenMask(s).data) n += v; return n; });
+    assert.ok(new Set(counts).size > 1, `MTP token counts ${counts} must differ for the test to tell the averages apart`);
+    const perRow = [0, 1, 2].map((b) => tf.tidy(() => mtpLoss(m, batch.slice(b, b + 1)).dataSync()[0]!));
+    const data = batch.clone();
+    const [B, R] = data.batch["responses"]!.shape as [number, number];
+    data.batch["advantages"] = tensor(new Float32Array(B * R), [B, R], "float32");
+    data.batch["old_log_probs"] = tensor(new Float32Array(B * R), [B, R], "float32");
+    data.metaInfo.temperature = 1.0;
+    const cfg = loadConfig({ configName: "ppo_trainer", overrides: ["actor_rollout_ref.actor.optim.lr=0.0", "actor_rollout_ref.actor.use_kl_loss=false"] });
+    const view = new ConfigView(cfg, "actor_rollout_ref.actor");
+    const opt = new DataParallelOptimizer(m.trainableVariables(), view.at("optim"), 10, Collective.single(), 1.0);
+    const actor = new DataParallelPPOActor(m, opt, { config: view, miniBatchPerRank: 3, microBatchPerRank: 1, seed: 1, mtpTrain: { scale: 0.1, detachEncoder: false } });
+    const metrics = await actor.updatePolicy(data);
+    const got = metrics["actor/mtp_losses/mtp_1_loss"]![0]!;
+    const microMean = perRow.reduce((a, x) => a + x, 0) / 3;
+    const tokenMean = perRow.reduce((a, x, i) => a + x * counts[i]!, 0) / counts.reduce((a, x) => a + x, 0);
+    assert.ok(Math.abs(got - microMean) < 1e-4, `mtp loss ${got}: micro-batch mean ${microMean}, token mean over the mini-batch ${tokenMean}`);
+    assert.ok(Math.abs(microMean - tokenMean) > 1e-3, "the two averages differ on these rows");
+    opt.dispose();
+  });
+});

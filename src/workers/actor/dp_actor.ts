@@ -96,6 +96,12 @@ async function bypassMetrics(current: tf.Tensor, rollout: TensorData | null, mas
   return computeRolloutCorrection(cur, roll, mask.data as ArrayLike<number>, B, R, cfg).metrics;
 }
 
+function sumOf(xs: ArrayLike<number>): number {
+  let n = 0;
+  for (let i = 0; i < xs.length; i++) n += xs[i]!;
+  return n;
+}
+
 export function push(into: MetricLists, key: string, v: number): void {
   (into[key] ??= []).push(v);
 }
@@ -184,11 +190,14 @@ export class DataParallelPPOActor {
         // read per mini-batch: a skipped step halves the scale for the next one
         const lossScale = scaler ? scaler.scale : 1;
         const info = optimizer.globalLossNorm(column(mini, "response_mask"), scaleFactor);
-        // the MTP loss is a token mean over every rank's MTP tokens of the mini-batch (Megatron's num_tokens)
-        const mtpTokens = mtp ? optimizer.globalLossNorm(mtpTokenMask(mini), null).batchNumTokens : undefined;
+        const micros = microBatches(mini, spec).batches;
+        // Megatron's MTP loss: each micro-batch's token mean (its own num_tokens), averaged over the
+        // micro-batches and the data-parallel ranks (the schedule's 1/num_microbatches, DDP's mean)
+        const mtpMicros = mtp ? (() => { const n = Float64Array.of(micros.length); optimizer.allReduceSum(n); return n[0]!; })() : 1;
         let pgSum = 0, klSum = 0, entSum = 0, auxSum = 0, loadSum = 0, mtpSum = 0;
         const means = new TokenWeightedMeans();
-        for (const micro of microBatches(mini, spec).batches) {
+        for (const micro of micros) {
+          const mtpTokens = mtp ? Math.max(1, sumOf(mtpTokenMask(micro).data)) : 1;
           heartbeat();
           let kept: LossMetrics = {};
           let parts: tf.Scalar[] = [];
@@ -213,7 +222,7 @@ export class DataParallelPPOActor {
             const terms: tf.Scalar[] = [out.pgLoss, tf.scalar(0), tf.scalar(0), tf.scalar(0), tf.scalar(0), tf.scalar(0)];
             if (mtp) {
               // cross entropy of each response token from the MTP head, a token mean (whatever loss_agg_mode), scaled
-              terms[5] = aggLoss(tf.neg(mtpOut!.logProbs), mtpOut!.mask, "token-mean", { batchNumTokens: mtpTokens });
+              terms[5] = tf.div(aggLoss(tf.neg(mtpOut!.logProbs), mtpOut!.mask, "token-mean", { batchNumTokens: mtpTokens }), mtpMicros) as tf.Scalar;
               loss = tf.add(loss, tf.mul(terms[5], mtp.scale));
             }
             if (router) {
