@@ -96,7 +96,7 @@ export class RmsNormProgram implements GpuProgram {
   getUserCode(): string {
     const D = this.D, pk = this.packed;
     const write = pk
-      ? `${""}
+      ? `
         let W = ${pk.colsP / 2};
         for (var j = tid; j < W; j = j + 256) {
           var a = 0.0;

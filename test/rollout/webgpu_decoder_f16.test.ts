@@ -5,7 +5,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import * as tf from "@tensorflow/tfjs";
-import { initBackend } from "../../src/engine/backend.js";
+import { webgpuOrReason } from "../engine/webgpu_adapter.js";
 import { PackedMatrix, tensorCoreSupport } from "../../src/engine/webgpu_kernels.js";
 import { loadConfig } from "../../src/config/index.js";
 import { ConfigView } from "../../src/workers/config_view.js";
@@ -25,20 +25,12 @@ test("rollout.dtype: float32 by default, verl's names for 16-bit, a bad value na
   assert.throws(() => rolloutPrecision(view(["actor_rollout_ref.rollout.dtype=int8"])), /actor_rollout_ref\.rollout\.dtype: unknown dtype 'int8'/);
 });
 
-async function webgpu(): Promise<string> {
-  try {
-    await initBackend("webgpu");
-    return "";
-  } catch (e) {
-    return `no WebGPU adapter here (${(e as Error).message.split("\n")[0]})`;
-  }
-}
 
 const tiny = () => initModel(makeConfig({ vocabSize: 300, dim: 64, hiddenDim: 96, nLayers: 2, nHeads: 4, nKvHeads: 2, attentionBias: true, maxSeqLen: 64 }), new Rng(1));
 const greedy = (n: number) => defaultSamplingParams({ temperature: 0, responseLength: n, eosTokenIds: [], padTokenId: 0, calculateLogProbs: true });
 
 test("16-bit products on an adapter without the tensor cores: a clear error", async (t) => {
-  const why = await webgpu();
+  const why = await webgpuOrReason();
   if (why) return t.skip(why);
   if (tensorCoreSupport.available) return t.skip("this adapter has the tensor cores (the next test runs)");
   const m = tiny();
@@ -51,7 +43,7 @@ test("16-bit products on an adapter without the tensor cores: a clear error", as
 });
 
 test("16-bit products: greedy tokens as the f32 decoder's, weights packed once, live tensors flat", async (t) => {
-  const why = await webgpu();
+  const why = await webgpuOrReason();
   if (why) return t.skip(why);
   if (!tensorCoreSupport.available) return t.skip(`no tensor cores on this adapter (${tensorCoreSupport.reason})`);
   const m = tiny();
