@@ -48,10 +48,13 @@ export function loraLinear(x: tf.Tensor2D, blocks: LoraBlock[], scale: number): 
   const branch = (xs: tf.Tensor2D, bl: LoraBlock, a: tf.Tensor2D, b: tf.Tensor2D, m: tf.Tensor | undefined) => {
     const xd = bl.dropIn ? (tf.mul(xs, bl.dropIn) as tf.Tensor2D) : xs;
     const h = matmulT(xd, a);
-    let l = matmulT(h, b).mul(scale) as tf.Tensor2D;
-    if (bl.dropOut) l = tf.mul(l, bl.dropOut) as tf.Tensor2D;
     const c = m && bl.weightNorm ? tf.div(m, bl.weightNorm) : undefined;
-    return { xd, h, l, c };
+    // l [N, out] is needed in the backward pass only by DoRA's dm: computed on demand there
+    const branchOut = () => {
+      const l = matmulT(h, b).mul(scale) as tf.Tensor2D;
+      return bl.dropOut ? (tf.mul(l, bl.dropOut) as tf.Tensor2D) : l;
+    };
+    return { xd, h, c, branchOut };
   };
   const op = tf.customGrad((...args: GradArgs) => {
     const xs = args[0] as tf.Tensor2D, save = args[args.length - 1] as tf.GradSaveFunc;
@@ -63,7 +66,8 @@ export function loraLinear(x: tf.Tensor2D, blocks: LoraBlock[], scale: number): 
         const k = adapted.indexOf(j);
         if (k < 0) return tf.zeros([xs.shape[0], sizes[j]!]);
         const i = at[k]!, m = bl.magnitude ? ins[i + 2] : undefined;
-        const { xd, l, c } = branch(xs, bl, ins[i] as tf.Tensor2D, ins[i + 1] as tf.Tensor2D, m);
+        const { xd, c, branchOut } = branch(xs, bl, ins[i] as tf.Tensor2D, ins[i + 1] as tf.Tensor2D, m);
+        const l = branchOut();
         if (!c) return l;
         // (c - 1) xd W^T + c l, added to the base x W^T
         return tf.add(tf.mul(matmulT(xd, bl.w), tf.sub(c, 1)), tf.mul(l, c));
@@ -81,17 +85,17 @@ export function loraLinear(x: tf.Tensor2D, blocks: LoraBlock[], scale: number): 
         adapted.forEach((j, k) => {
           const bl = blocks[j]!, i = at[k]!, gj = parts[j] as tf.Tensor2D;
           const a = sin[i] as tf.Tensor2D, b = sin[i + 1] as tf.Tensor2D, m = bl.magnitude ? sin[i + 2] : undefined;
-          const { xd, h, l, c } = branch(x0, bl, a, b, m);
+          const { xd, h, c, branchOut } = branch(x0, bl, a, b, m);
           let gl = c ? (tf.mul(gj, c) as tf.Tensor2D) : gj; // dL/dl
           if (bl.dropOut) gl = tf.mul(gl, bl.dropOut) as tf.Tensor2D;
           const gh = tf.matMul(gl, b).mul(scale) as tf.Tensor2D; // [N, r]
           let dxd = tf.matMul(gh, a);
           if (c) dxd = dxd.add(tf.matMul(tf.mul(gj, tf.sub(c, 1)), sw[j]!)); // through (c - 1) xd W^T
           dx = dx.add(bl.dropIn ? tf.mul(dxd, bl.dropIn) : dxd);
-          grads.push(tf.matMul(t2(gh), xd)); // dA [r, in]
-          grads.push(tf.matMul(t2(gl), h).mul(scale)); // dB [out, r]
+          grads.push(matmulTN(gh, xd)); // dA [r, in]
+          grads.push(matmulTN(gl, h).mul(scale)); // dB [out, r]
           // dm: y depends on m through c = m / n: dy/dm = (xd W^T + l) / n per output row
-          if (c) grads.push(tf.sum(tf.mul(gj, tf.add(matmulT(xd, sw[j]!), l)), 0).div(bl.weightNorm!));
+          if (c) grads.push(tf.sum(tf.mul(gj, tf.add(matmulT(xd, sw[j]!), branchOut())), 0).div(bl.weightNorm!));
         });
         return [dx, ...grads];
       }),
@@ -109,7 +113,16 @@ export function loraLinear(x: tf.Tensor2D, blocks: LoraBlock[], scale: number): 
   return op(...ins) as tf.Tensor2D;
 }
 
-/** x @ w^T with an explicit transpose (wasm's fast matmul path takes no transposed operand). */
+/**
+ * x @ w^T. On wasm with an explicit transpose (its fast matmul path takes no transposed operand);
+ * elsewhere as a transposed product: the GPU's kernels read w^T in place, where an explicit
+ * transpose would copy every frozen weight on every pass.
+ */
 function matmulT(x: tf.Tensor2D, w: tf.Tensor2D): tf.Tensor2D {
-  return tf.matMul(x, t2(w));
+  return tf.getBackend() === "wasm" ? tf.matMul(x, t2(w)) : tf.matMul(x, w, false, true);
+}
+
+/** g^T @ x, as matmulT chooses between an explicit and an in-place transpose. */
+function matmulTN(g: tf.Tensor2D, x: tf.Tensor2D): tf.Tensor2D {
+  return tf.getBackend() === "wasm" ? tf.matMul(t2(g), x) : tf.matMul(g, x, true, false);
 }

@@ -59,19 +59,14 @@ export class WebGpuRolloutEngine implements RolloutEngine {
 
   /**
    * Agent loops: the WebGPU decoder's cache slots, one per live request, behind the batching server
-   * (sampling on the device). Products stay float32 here whatever rollout.dtype says: the slot
-   * path's 16-bit products gave non-finite log-probs at Qwen2.5-0.5B's shape with vocabulary 151,936
-   * on the H200 (2026-12-04, bench/gpu_decode.ts --only slots; the batch decoder's did not, and
-   * stories260K's were right), and were slower there (55 against 29 ms a step). Not understood yet.
+   * (sampling on the device), at the batch decoder's precision. (Its 16-bit products once gave
+   * non-finite log-probs at Qwen2.5-0.5B's shape: a packed SwiGLU program's row count was baked into
+   * a shader cached without it; fixed in f08d173, re-measured finite on the H200 on 2026-12-05.)
    */
   requestServer(ctx: RequestServerContext): AsyncRolloutServer {
-    if (this.asked.precision !== "f32" && !this.slotNote) {
-      this.slotNote = true;
-      console.error(`[verl-ts] ${this.asked.key}=${this.asked.precision}: the agent loops' WebGPU slot decoder runs float32 products (its 16-bit path is not yet right at scale; docs/gpu.md)`);
-    }
-    return slotServer(ctx, (model, slots, maxLen) => new WebGpuSlotDecoder(model, slots, maxLen, { precision: "f32" }));
+    const precision = this.precision();
+    return slotServer(ctx, (model, slots, maxLen) => new WebGpuSlotDecoder(model, slots, maxLen, { precision }));
   }
-  private slotNote = false;
 
   async dispose(): Promise<void> {}
 }
