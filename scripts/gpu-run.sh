@@ -18,7 +18,9 @@ dawn=.gpu/app/node_modules/webgpu/dist/linux-x64/dawn.node
 export VK_DRIVER_FILES="${VK_DRIVER_FILES:-/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json}"
 export __EGL_VENDOR_LIBRARY_FILENAMES="${__EGL_VENDOR_LIBRARY_FILENAMES:-/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json}"
 /tmp/node --version >&2
-NODE=(/tmp/node --max-old-space-size=16384)
+# VERL_NODE_FLAGS: extra flags for Node (e.g. --cpu-prof --cpu-prof-dir=DIR; NODE_OPTIONS refuses --cpu-prof)
+read -r -a EXTRA_FLAGS <<< "${VERL_NODE_FLAGS:-}"
+NODE=(/tmp/node --max-old-space-size=16384 "${EXTRA_FLAGS[@]}")
 case "${1:-bench}" in
   verl) shift; exec "${NODE[@]}" .gpu/app/bin/verl.js "$@" ;;
   node) shift; f="$1"; shift; exec "${NODE[@]}" ".gpu/app/$f" "$@" ;;

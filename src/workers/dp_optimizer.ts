@@ -10,6 +10,7 @@
 // norm is the sum of the slices' squared norms, and the updated slices are
 // all-gathered. The norm is summed per rank slice in rank order whatever the
 // sharding, so sharded and replicated runs give the same bits.
+import { phaseProfile, type PhaseProfile } from "../utils/phase_profile.js";
 import * as tf from "@tensorflow/tfjs";
 import { AdamW, type AdamWState } from "../engine/optim/adamw.js";
 import { clipCoefficient, FlatGradAccumulator, normOfPartials, scaleInPlace, shardBounds, sumSquares } from "../engine/optim/grad_utils.js";
@@ -52,7 +53,7 @@ export function bucketElems(align: number | undefined, bytes = DEFAULT_BUCKET_BY
  * With `bounds` (W+1 offsets from 0: the ranks' slices) it is a reduceScatter instead: each bucket's
  * call gets the bounds clipped to it, and what lies past bounds[W] is reduced on every rank.
  */
-export async function allReduceBuckets(collective: AllReducer, buf: Float32Array, parts: Promise<Float32Array>[], B: number, bounds?: readonly number[]): Promise<void> {
+export async function allReduceBuckets(collective: AllReducer, buf: Float32Array, parts: Promise<Float32Array>[], B: number, bounds?: readonly number[], prof?: PhaseProfile | null): Promise<void> {
   const name = bounds ? "reduceScatterBuckets" : "allReduceBuckets";
   if (bounds && !collective.reduceScatter) throw new Error(`${name}: the collective has no reduceScatter`);
   // one bucket over the whole buffer is one call whatever its size
@@ -62,9 +63,15 @@ export async function allReduceBuckets(collective: AllReducer, buf: Float32Array
   let i = 0, o = 0;
   do {
     const end = Math.min(buf.length, o + B);
-    if (i < parts.length) buf.set(await parts[i]!, o);
+    if (i < parts.length) {
+      const part = await parts[i]!;
+      prof?.mark("read_back_wait");
+      buf.set(part, o);
+      prof?.mark("copy_in");
+    }
     if (bounds) collective.reduceScatter!(buf.subarray(o, end), bounds.map((b) => Math.min(end - o, Math.max(0, b - o))));
     else collective.allReduce(buf.subarray(o, end), "sum");
+    prof?.mark("collective");
     i++;
     o = end;
   } while (o < buf.length);
@@ -240,13 +247,16 @@ export class DataParallelOptimizer {
    */
   async step(scalars: number[] = [], gradScale = 1): Promise<StepResult> {
     if (this.onDevice) return this.stepOnDevice(scalars, gradScale);
+    // VERL_PROFILE_UPDATE=1: where a host-reduced step's time goes (read-back waits, the collective
+    // with its wait for the other ranks, the norm, the optimizer and its upload)
+    const prof = phaseProfile(`optimizer.step rank ${this.rank}`);
     // tf.variableGrads hands every gradient over at once when the backward pass ends, so buckets
     // cannot go out during it; what overlaps is the read-back of later buckets with the reduce
     // of earlier ones. Bucket bounds at multiples of the collective's alignment: the same bits
     // as one call over the whole buffer.
     const n = this.numel;
     // Across hosts the leader's gradient lives in the bridge memory, reduced there without a copy in or out.
-    const buf = this.collective.reduceBuffer?.(n + scalars.length) ?? new Float32Array(n + scalars.length);
+    const buf = this.collective.reduceBuffer?.(n + scalars.length) ?? this.hostBuffer(n + scalars.length);
     buf.set(scalars, n);
     // Only an asynchronous read-back (WebGPU) has something to overlap: elsewhere the read is
     // synchronous and the slices would be an extra pass (measured on wasm: 64 MiB read in 4 buckets
@@ -254,9 +264,10 @@ export class DataParallelOptimizer {
     const overlap = (this.collective.worldSize ?? 2) > 1 && tf.getBackend() === "webgpu";
     const B = overlap ? bucketElems(this.collective.bucketAlignElems) : Math.max(1, buf.length);
     const parts = this.acc.takeBuckets(B);
+    prof?.mark("take_buckets");
     // Sharded across every rank, each needs only its slice of the sum; otherwise (replicated or
     // hybrid) every rank needs all of it.
-    await allReduceBuckets(this.collective, buf, parts, B, this.shards > 1 && this.shards === this.worldSize ? this.shardBounds : undefined);
+    await allReduceBuckets(this.collective, buf, parts, B, this.shards > 1 && this.shards === this.worldSize ? this.shardBounds : undefined, prof);
     const summed = Float64Array.from(buf.subarray(n));
     const [lo, hi] = this.range;
     if (gradScale !== 1) {
@@ -265,15 +276,30 @@ export class DataParallelOptimizer {
       scaleInPlace(buf, gradScale, sliced ? lo : 0, sliced ? hi : n);
     }
     const gradNorm = this.globalNorm(buf, lo, hi);
+    prof?.mark("scale_norm");
     const skipped = !Number.isFinite(gradNorm);
     if (!skipped) {
       const coef = clipCoefficient(gradNorm, this.gradClip);
       if (coef < 1) scaleInPlace(buf, coef, lo, hi);
       if (this.shards === 1) this.optimizer.stepFlat(buf.subarray(0, n), this.scheduler.lr);
       else await this.stepShard(buf, lo, hi);
+      prof?.mark(this.shards === 1 ? "optimizer_upload_record" : "optimizer_shard_allgather_upload");
     }
+    prof?.print({ elems: n, buckets: Math.ceil(buf.length / B), shards: this.shards });
     return { gradNorm, skipped, scalars: summed };
   }
+
+  /**
+   * The host buffer a step reduces in, kept across steps: a fresh one is zeroed memory the OS maps
+   * in on first write, which cost 1.1 s of a 0.5B step's 1.43 GB copy-in with two ranks on the H200
+   * (2026-12-05). Every element is written before it is read (the parts cover the gradient, the
+   * scalars follow), and tensors made from it copy (stepShard) or upload at once (stepFlat).
+   */
+  private hostBuffer(elems: number): Float32Array {
+    if (this.reusedHostBuffer?.length !== elems) this.reusedHostBuffer = new Float32Array(elems);
+    return this.reusedHostBuffer;
+  }
+  private reusedHostBuffer: Float32Array | undefined;
 
   /**
    * The gradient's norm: squared norms of the ranks' slices added in rank order. A rank holding
