@@ -1,0 +1,200 @@
+#!/usr/bin/env python3
+"""Makes test/models/fixtures/torch_mimic/: files laid out as torch.save lays them out (zip and legacy
+formats), written with Python's own pickle and zipfile modules, no torch needed. Stand-in classes
+registered under torch's module names make the pickler emit exactly the references torch.save emits
+(torch._utils._rebuild_tensor_v2, torch.FloatStorage, ... and persistent ids for storages); these
+check the unpickler on machines without torch. The real torch-written files come from
+scripts/make_torch_fixtures.py.
+
+  mimic.pt / mimic_legacy.pt   the same object in both formats
+  mimic.json                   what they hold (tensors as {dtype, shape, values}, row-major)
+  refused.pt                   a zip-format file whose pickle names os.system (must be refused)
+
+Usage: python3 scripts/make_pickle_mimics.py [OUT_DIR]
+"""
+import collections, io, json, os, pickle, struct, sys, types, zipfile
+
+OUT = sys.argv[1] if len(sys.argv) > 1 else "test/models/fixtures/torch_mimic"
+os.makedirs(OUT, exist_ok=True)
+
+torch = types.ModuleType("torch")
+utils = types.ModuleType("torch._utils")
+sys.modules["torch"], sys.modules["torch._utils"] = torch, utils
+torch._utils = utils
+
+FMT = {"FloatStorage": ("f", 4), "HalfStorage": ("e", 2), "BFloat16Storage": ("H", 2), "DoubleStorage": ("d", 8),
+       "LongStorage": ("q", 8), "IntStorage": ("i", 4), "ShortStorage": ("h", 2), "CharStorage": ("b", 1),
+       "ByteStorage": ("B", 1), "BoolStorage": ("?", 1)}
+DTYPE = {"FloatStorage": "float32", "HalfStorage": "float16", "BFloat16Storage": "bfloat16", "DoubleStorage": "float64",
+         "LongStorage": "int64", "IntStorage": "int32", "ShortStorage": "int16", "CharStorage": "int8",
+         "ByteStorage": "uint8", "BoolStorage": "bool"}
+for name in FMT:
+    cls = type(name, (), {"__module__": "torch"})
+    setattr(torch, name, cls)
+
+
+def _rebuild_tensor_v2(*a):
+    raise RuntimeError("stand-in")
+
+
+def _rebuild_parameter(*a):
+    raise RuntimeError("stand-in")
+
+
+for f in (_rebuild_tensor_v2, _rebuild_parameter):
+    f.__module__ = "torch._utils"
+    setattr(utils, f.__name__, f)
+
+
+class Storage:
+    count = 0
+
+    def __init__(self, kind, values):
+        self.kind, self.values = kind, values
+        self.key = str(Storage.count)
+        Storage.count += 1
+
+    def raw(self):
+        fmt, _ = FMT[self.kind]
+        if self.kind == "BFloat16Storage":
+            return b"".join(struct.pack("<H", struct.unpack("<I", struct.pack("<f", v))[0] >> 16) for v in self.values)
+        return struct.pack("<%d%s" % (len(self.values), fmt), *self.values)
+
+    def decoded(self):
+        if self.kind == "BFloat16Storage":
+            return [struct.unpack("<f", struct.pack("<I", (struct.unpack("<I", struct.pack("<f", v))[0] >> 16) << 16))[0] for v in self.values]
+        if self.kind == "HalfStorage":
+            return [struct.unpack("<e", struct.pack("<e", v))[0] for v in self.values]
+        if self.kind == "FloatStorage":
+            return [struct.unpack("<f", struct.pack("<f", v))[0] for v in self.values]
+        return list(self.values)
+
+
+class Tensor:
+    def __init__(self, storage, offset, size, stride, param=False):
+        self.storage, self.offset, self.size, self.stride, self.param = storage, offset, tuple(size), tuple(stride), param
+
+    def __reduce_ex__(self, proto):
+        t = (utils._rebuild_tensor_v2, (self.storage, self.offset, self.size, self.stride, False, collections.OrderedDict()))
+        if self.param:
+            return (utils._rebuild_parameter, (Tensor(self.storage, self.offset, self.size, self.stride), True, collections.OrderedDict()))
+        return t
+
+    def expected(self):
+        vals = self.storage.decoded()
+        out = []
+
+        def walk(d, at):
+            if d == len(self.size):
+                out.append(vals[at])
+                return
+            for i in range(self.size[d]):
+                walk(d + 1, at + i * self.stride[d])
+
+        walk(0, self.offset)
+        if self.storage.kind == "BoolStorage":
+            out = [bool(v) for v in out]
+        return {"__tensor__": True, "dtype": DTYPE[self.storage.kind], "shape": list(self.size), "values": out}
+
+
+def contiguous(kind, values, shape):
+    stride, acc = [], 1
+    for n in reversed(shape):
+        stride.insert(0, acc)
+        acc *= n
+    return Tensor(Storage(kind, values), 0, shape, stride)
+
+
+base = Storage("FloatStorage", [i / 7 for i in range(24)])  # a 4 x 6 matrix shared by three views
+obj = collections.OrderedDict()
+obj["f32"] = contiguous("FloatStorage", [0.5, -1.25, 3.0, 1e-3, 7.5, -0.0], [2, 3])
+obj["f16"] = contiguous("HalfStorage", [1.5, -2.0, 65504.0, 2 ** -24], [4])
+obj["bf16"] = contiguous("BFloat16Storage", [1.5, -2.0, 3.14159, 1e10], [2, 2])
+obj["f64"] = contiguous("DoubleStorage", [1 / 3, -2.5e300], [2])
+obj["i64"] = contiguous("LongStorage", [1, -2, 2 ** 40, -(2 ** 33)], [2, 2])
+obj["i32"] = contiguous("IntStorage", [7, -8, 2 ** 31 - 1], [3])
+obj["i16"] = contiguous("ShortStorage", [-32768, 5], [2])
+obj["i8"] = contiguous("CharStorage", [-128, 0, 127], [3])
+obj["u8"] = contiguous("ByteStorage", [0, 200, 255], [3])
+obj["bool"] = contiguous("BoolStorage", [True, False, True], [3])
+obj["scalar"] = Tensor(Storage("FloatStorage", [3.5]), 0, [], [])
+obj["empty"] = Tensor(Storage("FloatStorage", []), 0, [0, 3], [3, 1])
+obj["transposed"] = Tensor(base, 0, [6, 4], [1, 6])
+obj["row"] = Tensor(base, 6, [6], [1])
+obj["block"] = Tensor(base, 15, [2, 3], [6, 1])
+obj["param"] = Tensor(contiguous("FloatStorage", [9.0, 8.0], [2]).storage, 0, [2], [1], param=True)
+obj["nested"] = {"list": [1, 2.5, "three", None, True], "tuple": (4, "five"), "big": 2 ** 62, "neg": -3, "bytes": b"\x00\xff"}
+
+
+def as_json(x):
+    if isinstance(x, Tensor):
+        return x.expected()
+    if isinstance(x, dict):
+        return {"__dict__": type(x).__name__, "items": [[k, as_json(v)] for k, v in x.items()]}
+    if isinstance(x, tuple):
+        return {"__tuple__": [as_json(v) for v in x]}
+    if isinstance(x, list):
+        return [as_json(v) for v in x]
+    if isinstance(x, bytes):
+        return {"__bytes__": list(x)}
+    return x
+
+
+def storages_of(x, seen):
+    if isinstance(x, Tensor):
+        if x.storage.key not in seen:
+            seen[x.storage.key] = x.storage
+    elif isinstance(x, dict):
+        for v in x.values():
+            storages_of(v, seen)
+    elif isinstance(x, (list, tuple)):
+        for v in x:
+            storages_of(v, seen)
+    return seen
+
+
+class TorchPickler(pickle.Pickler):
+    def __init__(self, f, legacy):
+        super().__init__(f, protocol=2)
+        self.legacy = legacy
+
+    def persistent_id(self, o):
+        if isinstance(o, Storage):
+            cls = getattr(torch, o.kind)
+            if self.legacy:
+                return ("storage", cls, o.key, "cpu", len(o.values), None)
+            return ("storage", cls, o.key, "cpu", len(o.values))
+        return None
+
+
+def dumps(o, legacy):
+    b = io.BytesIO()
+    TorchPickler(b, legacy).dump(o)
+    return b.getvalue()
+
+
+storages = storages_of(obj, {})
+with zipfile.ZipFile(os.path.join(OUT, "mimic.pt"), "w", zipfile.ZIP_STORED) as z:
+    z.writestr("mimic/data.pkl", dumps(obj, False))
+    z.writestr("mimic/byteorder", "little")
+    for key, s in storages.items():
+        z.writestr(f"mimic/data/{key}", s.raw())
+    z.writestr("mimic/version", "3\n")
+
+with open(os.path.join(OUT, "mimic_legacy.pt"), "wb") as f:
+    pickle.dump(0x1950A86A20F9469CFC6C, f, protocol=2)
+    pickle.dump(1001, f, protocol=2)
+    pickle.dump({"protocol_version": 1001, "little_endian": True, "type_sizes": {"short": 2, "int": 4, "long": 4}}, f, protocol=2)
+    f.write(dumps(obj, True))
+    keys = list(storages)
+    pickle.dump(keys, f, protocol=2)
+    for key in keys:
+        f.write(struct.pack("<q", len(storages[key].values)))
+        f.write(storages[key].raw())
+
+with open(os.path.join(OUT, "mimic.json"), "w") as f:
+    json.dump(as_json(obj), f)
+
+with zipfile.ZipFile(os.path.join(OUT, "refused.pt"), "w", zipfile.ZIP_STORED) as z:
+    z.writestr("refused/data.pkl", b"\x80\x02cos\nsystem\nX\x04\x00\x00\x00echo\x85R.")
+    z.writestr("refused/version", "3\n")
