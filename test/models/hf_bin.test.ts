@@ -3,7 +3,7 @@
 // (test/models/fixtures/torch/, written by torch through scripts/make_torch_fixtures.py).
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { copyFileSync, existsSync, mkdtempSync, writeFileSync } from "node:fs";
+import { copyFileSync, mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import * as tf from "@tensorflow/tfjs";
@@ -14,10 +14,9 @@ import { modelFiles, MODEL_FILES } from "../../src/utils/hf_hub.js";
 import { fixtureDir, maxDiff, reference } from "./families_fixtures.js";
 
 const TORCH = "test/models/fixtures/torch";
-const made = existsSync(`${TORCH}/qwen3_bin/pytorch_model.bin`) ? false : "the torch fixtures are not made yet";
 
 for (const folder of ["qwen3_bin", "qwen3_bin_sharded"]) {
-  test(`${folder}: pytorch_model.bin weights are exactly the safetensors fixture's, and the model gives transformers' logits and greedy tokens`, { skip: made }, async () => {
+  test(`${folder}: pytorch_model.bin weights are exactly the safetensors fixture's, and the model gives transformers' logits and greedy tokens`, async () => {
     const want = readSafetensors(join(fixtureDir("qwen3"), "model.safetensors")).tensors;
     const got = readHfWeights(join(TORCH, folder));
     assert.deepEqual([...got.keys()].sort(), [...want.keys()].sort());
