@@ -7,6 +7,7 @@ check the unpickler on machines without torch. The real torch-written files come
 scripts/make_torch_fixtures.py.
 
   mimic.pt / mimic_legacy.pt   the same object in both formats
+  megatron_dcp_stacked/        a torch_dist folder of a DoRA adapter, layers stacked on a leading axis (+ expected.json)
   mimic.json                   what they hold (tensors as {dtype, shape, values}, row-major)
   refused.pt                   a zip-format file whose pickle names os.system (must be refused)
 
@@ -167,6 +168,11 @@ class TorchPickler(pickle.Pickler):
         return None
 
 
+def put(z, name, data):
+    """A zip entry with a fixed timestamp, so the files are the same each time they are made."""
+    z.writestr(zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0)), data)
+
+
 def dumps(o, legacy):
     b = io.BytesIO()
     TorchPickler(b, legacy).dump(o)
@@ -175,11 +181,11 @@ def dumps(o, legacy):
 
 storages = storages_of(obj, {})
 with zipfile.ZipFile(os.path.join(OUT, "mimic.pt"), "w", zipfile.ZIP_STORED) as z:
-    z.writestr("mimic/data.pkl", dumps(obj, False))
-    z.writestr("mimic/byteorder", "little")
+    put(z, "mimic/data.pkl", dumps(obj, False))
+    put(z, "mimic/byteorder", "little")
     for key, s in storages.items():
-        z.writestr(f"mimic/data/{key}", s.raw())
-    z.writestr("mimic/version", "3\n")
+        put(z, f"mimic/data/{key}", s.raw())
+    put(z, "mimic/version", "3\n")
 
 with open(os.path.join(OUT, "mimic_legacy.pt"), "wb") as f:
     pickle.dump(0x1950A86A20F9469CFC6C, f, protocol=2)
@@ -196,5 +202,149 @@ with open(os.path.join(OUT, "mimic.json"), "w") as f:
     json.dump(as_json(obj), f)
 
 with zipfile.ZipFile(os.path.join(OUT, "refused.pt"), "w", zipfile.ZIP_STORED) as z:
-    z.writestr("refused/data.pkl", b"\x80\x02cos\nsystem\nX\x04\x00\x00\x00echo\x85R.")
-    z.writestr("refused/version", "3\n")
+    put(z, "refused/data.pkl", b"\x80\x02cos\nsystem\nX\x04\x00\x00\x00echo\x85R.")
+    put(z, "refused/version", "3\n")
+
+
+# ---- A torch.distributed.checkpoint folder laid out as Megatron-Bridge's torch_dist saves a DoRA adapter:
+# the layers of each key stacked on a leading axis (decoder.layers.<module>... of [layers, ...]), one key
+# in two chunks (raw bf16 elements), others as torch.save streams inside the .distcp, plus base-weight and
+# optimizer keys that are not the adapter's. For the qwen3 family fixture's shape (3 layers, hidden 64,
+# 4 heads of 24), rank 4, target_modules [linear_proj, linear_fc2].
+import dataclasses, enum, random
+
+def module(name):
+    m = types.ModuleType(name)
+    sys.modules[name] = m
+    return m
+
+meta_mod = module("torch.distributed.checkpoint.metadata")
+fs_mod = module("torch.distributed.checkpoint.filesystem")
+ser_mod = module("torch.serialization")
+
+
+class Size(tuple):
+    def __reduce__(self):
+        return (Size, (tuple(self),))
+
+
+Size.__module__, Size.__qualname__ = "torch", "Size"
+torch.Size = Size
+
+
+class DType:
+    def __init__(self, name):
+        self.name = name
+
+    def __reduce__(self):
+        return self.name
+
+
+DType.__module__ = "torch"
+torch.bfloat16 = DType("bfloat16")
+torch.float32 = DType("float32")
+
+
+def _get_layout(name):
+    raise RuntimeError("stand-in")
+
+
+_get_layout.__module__ = "torch.serialization"
+ser_mod._get_layout = _get_layout
+
+
+class Layout:
+    def __reduce__(self):
+        return (_get_layout, ("torch.strided",))
+
+
+class _MEM_FORMAT_ENCODING(enum.Enum):
+    TORCH_CONTIGUOUS_FORMAT = 0
+
+
+def dc(name, fields, frozen=False, mod=meta_mod):
+    cls = dataclasses.make_dataclass(name, fields, frozen=frozen)
+    cls.__module__ = mod.__name__
+    setattr(mod, name, cls)
+    return cls
+
+
+ChunkStorageMetadata = dc("ChunkStorageMetadata", ["offsets", "sizes"])
+TensorStorageMetadata = dc("TensorStorageMetadata", ["properties", "size", "chunks"])
+BytesStorageMetadata = dc("BytesStorageMetadata", [])
+Metadata = dc("Metadata", ["state_dict_metadata", "planner_data", "storage_data"])
+MetadataIndex = dc("MetadataIndex", ["fqn", "offset", "index"], frozen=True)
+_StorageInfo = dc("_StorageInfo", ["relative_path", "offset", "length"], mod=fs_mod)
+_MEM_FORMAT_ENCODING.__module__ = meta_mod.__name__
+meta_mod._MEM_FORMAT_ENCODING = _MEM_FORMAT_ENCODING
+
+
+class TensorProperties:
+    def __init__(self, dtype):
+        self.dtype = dtype
+
+    def __getstate__(self):
+        return (self.dtype, Layout(), False, _MEM_FORMAT_ENCODING.TORCH_CONTIGUOUS_FORMAT, False)
+
+
+TensorProperties.__module__ = meta_mod.__name__
+meta_mod.TensorProperties = TensorProperties
+
+rnd = random.Random(5)
+L, H, QD, I, R = 3, 64, 4 * 24, 96, 4
+bf = lambda n, s: [float(struct.unpack("<f", struct.pack("<I", (struct.unpack("<I", struct.pack("<f", rnd.gauss(0, s)))[0] >> 16) << 16))[0]) for _ in range(n)]
+keys = {
+    "decoder.layers.self_attention.linear_proj.adapter.linear_in.weight": [L, R, QD],
+    "decoder.layers.self_attention.linear_proj.adapter.linear_out.weight": [L, H, R],
+    "decoder.layers.self_attention.linear_proj.adapter.weight_magnitude": [L, H],
+    "decoder.layers.mlp.linear_fc2.adapter.linear_in.weight": [L, R, I],
+    "decoder.layers.mlp.linear_fc2.adapter.linear_out.weight": [L, H, R],
+    "decoder.layers.mlp.linear_fc2.adapter.weight_magnitude": [L, H],
+    "decoder.layers.mlp.linear_fc2.weight": [L, H, I],  # a base weight: not the adapter's
+    "optimizer.state.exp_avg.decoder.layers.mlp.linear_fc2.adapter.linear_in.weight": [L, R, I],
+}
+values = {k: bf(int.__mul__(*shape[:2]) * (shape[2] if len(shape) > 2 else 1), 0.5) for k, shape in keys.items()}
+
+
+def torch_stream(vals, shape):
+    b = io.BytesIO()
+    st = Storage("BFloat16Storage", vals)
+    stride, acc = [], 1
+    for n in reversed(shape):
+        stride.insert(0, acc)
+        acc *= n
+    with zipfile.ZipFile(b, "w", zipfile.ZIP_STORED) as z:
+        put(z, "archive/data.pkl", dumps(Tensor(st, 0, shape, stride), False))
+        put(z, "archive/byteorder", "little")
+        put(z, f"archive/data/{st.key}", st.raw())
+        put(z, "archive/version", "3\n")
+    return b.getvalue()
+
+
+d = os.path.join(OUT, "megatron_dcp_stacked")
+os.makedirs(d, exist_ok=True)
+blob, sdm, storage = io.BytesIO(), {}, {}
+blob.write(b"\0" * 11)  # chunks need not start the file
+for k, shape in keys.items():
+    vals = values[k]
+    if k.endswith("linear_proj.adapter.linear_in.weight"):  # two chunks along the layer axis, raw bf16
+        per = len(vals) // L
+        chunks = [([0, 0, 0], [2, R, QD], vals[:2 * per]), ([2, 0, 0], [1, R, QD], vals[2 * per:])]
+        for offs, sizes, part in chunks:
+            at = blob.tell()
+            blob.write(Storage("BFloat16Storage", part).raw())
+            storage[MetadataIndex(k, Size(offs), None)] = _StorageInfo("__0_0.distcp", at, blob.tell() - at)
+        sdm[k] = TensorStorageMetadata(TensorProperties(torch.bfloat16), Size(shape), [ChunkStorageMetadata(Size(o), Size(s)) for o, s, _ in chunks])
+        continue
+    at = blob.tell()
+    blob.write(torch_stream(vals, shape))
+    zero = Size([0] * len(shape))
+    storage[MetadataIndex(k, zero, 0)] = _StorageInfo("__0_0.distcp", at, blob.tell() - at)
+    sdm[k] = TensorStorageMetadata(TensorProperties(torch.bfloat16), Size(shape), [ChunkStorageMetadata(zero, Size(shape))])
+sdm["common.rng_state"] = BytesStorageMetadata()
+with open(os.path.join(d, "__0_0.distcp"), "wb") as f:
+    f.write(blob.getvalue())
+with open(os.path.join(d, ".metadata"), "wb") as f:
+    pickle.dump(Metadata(sdm, None, storage), f, protocol=4)
+with open(os.path.join(d, "expected.json"), "w") as f:
+    json.dump({k: {"shape": keys[k], "values": values[k]} for k in keys if ".adapter." in k and not k.startswith("optimizer.")}, f)

@@ -14,6 +14,7 @@ import { loadHfModel } from "../../src/models/hf.js";
 import type { LlamaModel } from "../../src/models/llama.js";
 import { openTorchFile, TorchTensor } from "../../src/models/torch/torch_save.js";
 import { ConfigView } from "../../src/workers/config_view.js";
+import { readMegatronAdapter } from "../../src/workers/megatron_adapter.js";
 import { applyModelMemoryOptions, readModelMemoryOptions } from "../../src/workers/model_options.js";
 import { fixtureDir, maxDiff } from "./families_fixtures.js";
 
@@ -135,4 +136,35 @@ test("lora.adapter_path: a rank, module set or type off the checkpoint, and seve
   copyFileSync(join(ADAPTER, "mp_rank_00_adapter.pt"), join(dir, "tp2", "mp_rank_01_adapter.pt"));
   const cfg = loadConfig({ configName: "ppo_megatron_trainer", overrides: [`${M}.lora.rank=4`, `++${M}.lora.adapter_path=${join(dir, "tp2")}`] });
   assert.throws(() => readModelMemoryOptions(new ConfigView(cfg, M)), /lora\.adapter_path=.*tp2 holds verl's Megatron adapter checkpoint of several model-parallel ranks \(mp_rank_00_adapter\.pt, mp_rank_01_adapter\.pt\): .*merging them is not built/);
+});
+
+test("lora.adapter_path (torch_dist, layers stacked on a leading axis as Megatron saves them, DoRA): split by layer into each module's A, B and magnitude; chunks placed; base and optimizer keys left out", async () => {
+  await initBackend("cpu");
+  const dir = "test/models/fixtures/torch_mimic/megatron_dcp_stacked";
+  const want = JSON.parse(readFileSync(join(dir, "expected.json"), "utf8")) as Record<string, { shape: number[]; values: number[] }>;
+  const model = await withAdapter([`${M}.lora.type=dora`, `${M}.lora.target_modules=[linear_proj,linear_fc2]`, `++${M}.lora.adapter_path=${dir}`]);
+  try {
+    const layer = (key: string, i: number) => {
+      const { shape, values } = want[key]!, per = values.length / shape[0]!;
+      return values.slice(i * per, (i + 1) * per);
+    };
+    assert.equal(model.lora!.modules.size, 2 * model.config.nLayers);
+    for (let i = 0; i < model.config.nLayers; i++) {
+      for (const [hf, meg] of [["self_attn.o_proj", "self_attention.linear_proj"], ["mlp.down_proj", "mlp.linear_fc2"]]) {
+        const m = model.lora!.modules.get(`model.layers.${i}.${hf}`)!, key = (p: string) => `decoder.layers.${meg}.adapter.${p}`;
+        assert.deepEqual(Array.from(m.a.dataSync()), layer(key("linear_in.weight"), i), `layer ${i} ${hf}: A`);
+        assert.deepEqual(Array.from(m.b.dataSync()), layer(key("linear_out.weight"), i), `layer ${i} ${hf}: B`);
+        assert.deepEqual(Array.from(m.magnitude!.dataSync()), layer(key("weight_magnitude"), i), `layer ${i} ${hf}: DoRA magnitude`);
+      }
+    }
+  } finally {
+    model.dispose();
+  }
+  // only the model's adapter tensors are read (the base weight, the optimizer moment and the bytes entry are not)
+  assert.deepEqual([...readMegatronAdapter({ kind: "dcp", dir }, 3).tensors.keys()].filter((k) => k.startsWith("decoder.layers.0.")).sort(), [
+    "decoder.layers.0.mlp.linear_fc2.adapter.linear_in.weight", "decoder.layers.0.mlp.linear_fc2.adapter.linear_out.weight", "decoder.layers.0.mlp.linear_fc2.adapter.weight_magnitude",
+    "decoder.layers.0.self_attention.linear_proj.adapter.linear_in.weight", "decoder.layers.0.self_attention.linear_proj.adapter.linear_out.weight", "decoder.layers.0.self_attention.linear_proj.adapter.weight_magnitude",
+  ]);
+  // a stacked axis off the model's layer count is named
+  assert.throws(() => readMegatronAdapter({ kind: "dcp", dir }, 2), /megatron_dcp_stacked: 'decoder\.layers\.self_attention\.linear_proj\.adapter\.linear_in\.weight' stacks 3 layers on its first axis \[3,4,96\], but the model has 2/);
 });
