@@ -8,6 +8,7 @@ scripts/make_torch_fixtures.py.
 
   mimic.pt / mimic_legacy.pt   the same object in both formats
   megatron_dcp_stacked/        a torch_dist folder of a DoRA adapter, layers stacked on a leading axis (+ expected.json)
+  megatron_canonical/          verl's mp_rank_00_adapter.pt under lora.type=canonical_lora (+ expected.json)
   mimic.json                   what they hold (tensors as {dtype, shape, values}, row-major)
   refused.pt                   a zip-format file whose pickle names os.system (must be refused)
 
@@ -124,6 +125,8 @@ obj["transposed"] = Tensor(base, 0, [6, 4], [1, 6])
 obj["row"] = Tensor(base, 6, [6], [1])
 obj["block"] = Tensor(base, 15, [2, 3], [6, 1])
 obj["param"] = Tensor(contiguous("FloatStorage", [9.0, 8.0], [2]).storage, 0, [2], [1], param=True)
+# what model.state_dict() carries: an instance attribute, pickled as BUILD state after the items
+obj._metadata = collections.OrderedDict([("", {"version": 1})])
 obj["nested"] = {"list": [1, 2.5, "three", None, True], "tuple": (4, "five"), "big": 2 ** 62, "neg": -3, "bytes": b"\x00\xff"}
 
 
@@ -348,3 +351,26 @@ with open(os.path.join(d, ".metadata"), "wb") as f:
     pickle.dump(Metadata(sdm, None, storage), f, protocol=4)
 with open(os.path.join(d, "expected.json"), "w") as f:
     json.dump({k: {"shape": keys[k], "values": values[k]} for k in keys if ".adapter." in k and not k.startswith("optimizer.")}, f)
+
+
+# ---- verl's adapter file under lora.type=canonical_lora (Megatron-Bridge's LoRALinearSplitQKV /
+# LoRALinearSplitFC1UpGate: adapter_q/k/v and adapter_gate/up, each in the HF projection's own row order),
+# for the qwen3 family fixture's shape, rank 4, target_modules [linear_q, linear_v, linear_fc1_up].
+KV = 2 * 24
+canon = collections.OrderedDict()
+for layer in range(L):
+    for mod, (fan_in, fan_out) in {"self_attention.linear_qkv.adapter.adapter_q": (H, QD), "self_attention.linear_qkv.adapter.adapter_v": (H, KV),
+                                   "mlp.linear_fc1.adapter.adapter_up": (H, I)}.items():
+        for part, shape in (("linear_in", [R, fan_in]), ("linear_out", [fan_out, R])):
+            canon[f"decoder.layers.{layer}.{mod}.{part}.weight"] = contiguous("BFloat16Storage", bf(shape[0] * shape[1], 0.3), shape)
+d = os.path.join(OUT, "megatron_canonical")
+os.makedirs(d, exist_ok=True)
+storages = storages_of(canon, {})
+with zipfile.ZipFile(os.path.join(d, "mp_rank_00_adapter.pt"), "w", zipfile.ZIP_STORED) as z:
+    put(z, "mp_rank_00_adapter/data.pkl", dumps({"adapter_state_dict": canon}, False))
+    put(z, "mp_rank_00_adapter/byteorder", "little")
+    for key, st in storages.items():
+        put(z, f"mp_rank_00_adapter/data/{key}", st.raw())
+    put(z, "mp_rank_00_adapter/version", "3\n")
+with open(os.path.join(d, "expected.json"), "w") as f:
+    json.dump({k: as_json(v) for k, v in canon.items()}, f)

@@ -168,3 +168,23 @@ test("lora.adapter_path (torch_dist, layers stacked on a leading axis as Megatro
   // a stacked axis off the model's layer count is named
   assert.throws(() => readMegatronAdapter({ kind: "dcp", dir }, 2), /megatron_dcp_stacked: 'decoder\.layers\.self_attention\.linear_proj\.adapter\.linear_in\.weight' stacks 3 layers on its first axis \[3,4,96\], but the model has 2/);
 });
+
+test("lora.adapter_path under lora.type=canonical_lora: adapter_q / adapter_v / adapter_up are the projections' own A and B (no row regrouping, no shared A)", async () => {
+  await initBackend("cpu");
+  const dir = "test/models/fixtures/torch_mimic/megatron_canonical";
+  const want = JSON.parse(readFileSync(join(dir, "expected.json"), "utf8")) as Record<string, { values: number[] }>;
+  const model = await withAdapter([`${M}.lora.type=canonical_lora`, `${M}.lora.target_modules=[linear_q,linear_v,linear_fc1_up]`, `++${M}.lora.adapter_path=${dir}`]);
+  try {
+    assert.equal(model.lora!.modules.size, 3 * model.config.nLayers);
+    for (let i = 0; i < model.config.nLayers; i++) {
+      for (const [hf, meg] of [["self_attn.q_proj", "self_attention.linear_qkv.adapter.adapter_q"], ["self_attn.v_proj", "self_attention.linear_qkv.adapter.adapter_v"], ["mlp.up_proj", "mlp.linear_fc1.adapter.adapter_up"]]) {
+        const m = model.lora!.modules.get(`model.layers.${i}.${hf}`)!;
+        assert.deepEqual(Array.from(m.a.dataSync()), want[`decoder.layers.${i}.${meg}.linear_in.weight`]!.values, `layer ${i} ${hf}: A`);
+        assert.deepEqual(Array.from(m.b.dataSync()), want[`decoder.layers.${i}.${meg}.linear_out.weight`]!.values, `layer ${i} ${hf}: B`);
+        assert.equal(model.lora!.paramName(`model.layers.${i}.${hf}`, "A"), `model.layers.${i}.${hf}.lora_A.weight`, "an A of its own");
+      }
+    }
+  } finally {
+    model.dispose();
+  }
+});
