@@ -6,7 +6,7 @@ registered under torch's module names make the pickler emit exactly the referenc
 check the unpickler on machines without torch. The real torch-written files come from
 scripts/make_torch_fixtures.py.
 
-  mimic.pt / mimic_legacy.pt   the same object in both formats
+  mimic.pt / mimic_legacy.pt   the same object in both formats (mimic_zip64.pt: zip with ZIP64 records)
   megatron_dcp_stacked/        a torch_dist folder of a DoRA adapter, layers stacked on a leading axis (+ expected.json)
   megatron_canonical/          verl's mp_rank_00_adapter.pt under lora.type=canonical_lora (+ expected.json)
   mimic.json                   what they hold (tensors as {dtype, shape, values}, row-major)
@@ -189,6 +189,18 @@ with zipfile.ZipFile(os.path.join(OUT, "mimic.pt"), "w", zipfile.ZIP_STORED) as 
     for key, s in storages.items():
         put(z, f"mimic/data/{key}", s.raw())
     put(z, "mimic/version", "3\n")
+
+# the same archive with ZIP64 records throughout (torch writes them once a file passes 4 GB): zipfile's
+# limits lowered so every size and offset goes to the ZIP64 extra field, and the end record is ZIP64's
+limits = (zipfile.ZIP64_LIMIT, zipfile.ZIP_FILECOUNT_LIMIT)
+zipfile.ZIP64_LIMIT, zipfile.ZIP_FILECOUNT_LIMIT = 16, 1
+with zipfile.ZipFile(os.path.join(OUT, "mimic_zip64.pt"), "w", zipfile.ZIP_STORED) as z:
+    put(z, "mimic/data.pkl", dumps(obj, False))
+    put(z, "mimic/byteorder", "little")
+    for key, s in storages.items():
+        put(z, f"mimic/data/{key}", s.raw())
+    put(z, "mimic/version", "3\n")
+zipfile.ZIP64_LIMIT, zipfile.ZIP_FILECOUNT_LIMIT = limits
 
 with open(os.path.join(OUT, "mimic_legacy.pt"), "wb") as f:
     pickle.dump(0x1950A86A20F9469CFC6C, f, protocol=2)
