@@ -182,24 +182,24 @@ def dumps(o, legacy):
     return b.getvalue()
 
 
+def save_zip(path, archive, o):
+    """torch.save's zip layout: <archive>/data.pkl, byteorder, data/<key> per storage, version."""
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+        put(z, f"{archive}/data.pkl", dumps(o, False))
+        put(z, f"{archive}/byteorder", "little")
+        for key, st in storages_of(o, {}).items():
+            put(z, f"{archive}/data/{key}", st.raw())
+        put(z, f"{archive}/version", "3\n")
+
+
 storages = storages_of(obj, {})
-with zipfile.ZipFile(os.path.join(OUT, "mimic.pt"), "w", zipfile.ZIP_STORED) as z:
-    put(z, "mimic/data.pkl", dumps(obj, False))
-    put(z, "mimic/byteorder", "little")
-    for key, s in storages.items():
-        put(z, f"mimic/data/{key}", s.raw())
-    put(z, "mimic/version", "3\n")
+save_zip(os.path.join(OUT, "mimic.pt"), "mimic", obj)
 
 # the same archive with ZIP64 records throughout (torch writes them once a file passes 4 GB): zipfile's
 # limits lowered so every size and offset goes to the ZIP64 extra field, and the end record is ZIP64's
 limits = (zipfile.ZIP64_LIMIT, zipfile.ZIP_FILECOUNT_LIMIT)
 zipfile.ZIP64_LIMIT, zipfile.ZIP_FILECOUNT_LIMIT = 16, 1
-with zipfile.ZipFile(os.path.join(OUT, "mimic_zip64.pt"), "w", zipfile.ZIP_STORED) as z:
-    put(z, "mimic/data.pkl", dumps(obj, False))
-    put(z, "mimic/byteorder", "little")
-    for key, s in storages.items():
-        put(z, f"mimic/data/{key}", s.raw())
-    put(z, "mimic/version", "3\n")
+save_zip(os.path.join(OUT, "mimic_zip64.pt"), "mimic", obj)
 zipfile.ZIP64_LIMIT, zipfile.ZIP_FILECOUNT_LIMIT = limits
 
 with open(os.path.join(OUT, "mimic_legacy.pt"), "wb") as f:
@@ -328,11 +328,7 @@ def torch_stream(vals, shape):
     for n in reversed(shape):
         stride.insert(0, acc)
         acc *= n
-    with zipfile.ZipFile(b, "w", zipfile.ZIP_STORED) as z:
-        put(z, "archive/data.pkl", dumps(Tensor(st, 0, shape, stride), False))
-        put(z, "archive/byteorder", "little")
-        put(z, f"archive/data/{st.key}", st.raw())
-        put(z, "archive/version", "3\n")
+    save_zip(b, "archive", Tensor(st, 0, shape, stride))
     return b.getvalue()
 
 
@@ -377,12 +373,6 @@ for layer in range(L):
             canon[f"decoder.layers.{layer}.{mod}.{part}.weight"] = contiguous("BFloat16Storage", bf(shape[0] * shape[1], 0.3), shape)
 d = os.path.join(OUT, "megatron_canonical")
 os.makedirs(d, exist_ok=True)
-storages = storages_of(canon, {})
-with zipfile.ZipFile(os.path.join(d, "mp_rank_00_adapter.pt"), "w", zipfile.ZIP_STORED) as z:
-    put(z, "mp_rank_00_adapter/data.pkl", dumps({"adapter_state_dict": canon}, False))
-    put(z, "mp_rank_00_adapter/byteorder", "little")
-    for key, st in storages.items():
-        put(z, f"mp_rank_00_adapter/data/{key}", st.raw())
-    put(z, "mp_rank_00_adapter/version", "3\n")
+save_zip(os.path.join(d, "mp_rank_00_adapter.pt"), "mp_rank_00_adapter", {"adapter_state_dict": canon})
 with open(os.path.join(d, "expected.json"), "w") as f:
     json.dump({k: as_json(v) for k, v in canon.items()}, f)
