@@ -9,6 +9,7 @@ import { join } from "node:path";
 import * as tf from "@tensorflow/tfjs";
 import { initBackend } from "../../src/engine/backend.js";
 import { loadHfModel, readHfWeights } from "../../src/models/hf.js";
+import { loadModel } from "../../src/models/load.js";
 import { readSafetensors } from "../../src/models/safetensors.js";
 import { modelFiles, MODEL_FILES } from "../../src/utils/hf_hub.js";
 import { fixtureDir, maxDiff, reference } from "./families_fixtures.js";
@@ -59,6 +60,17 @@ test("HF folders: safetensors is preferred over pytorch_model.bin; bad .bin file
 
   const none = mkdtempSync(join(tmpdir(), "hfbin-"));
   assert.throws(() => readHfWeights(none), /no model\.safetensors, model\.safetensors\.index\.json, pytorch_model\.bin or pytorch_model\.bin\.index\.json/);
+});
+
+test("loadModel: a pytorch_model.bin path is pointed to its folder (not read as a llama2.c file); the folder loads", async () => {
+  await assert.rejects(loadModel(join(TORCH, "qwen3_bin", "pytorch_model.bin")), /qwen3_bin\/pytorch_model\.bin: pass the folder holding config\.json, not the weights file/);
+  await initBackend("wasm");
+  const model = await loadModel(join(TORCH, "qwen3_bin"));
+  try {
+    assert.equal(model.config.nLayers, 3);
+  } finally {
+    model.dispose();
+  }
 });
 
 test("Hub downloads: pytorch_model*.bin only for a repository without safetensors weights", () => {
