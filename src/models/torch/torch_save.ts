@@ -118,6 +118,8 @@ export class TorchTensor {
   /** The elements in row-major order as little-endian bytes, in a fresh buffer starting at offset 0. */
   bytes(): Uint8Array {
     const w = DTYPE_WIDTH[this.dtype], n = this.numel, first = !this.read;
+    // a view may repeat elements (stride 0): its contiguous copy must still fit one buffer
+    if (n * w > 2 ** 32) throw new Error(`${this.file}: a tensor of shape [${this.shape}] ${this.dtype} is ${n * w} bytes as one array, past the 4 GB a buffer holds`);
     this.read = true;
     if (n === 0) { if (first) this.storage.bytes(0, 0, true); return new Uint8Array(0); }
     const span = this.shape.reduce((s, d, i) => s + (d - 1) * this.stride[i]!, 0) + 1;
