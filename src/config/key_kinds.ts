@@ -139,7 +139,7 @@ export const KEY_RULES: readonly KeyRule[] = [
   {
     keys: `{${M},critic.model}.lora.adapter_path`,
     kind: "honoured",
-    what: "read at start and refused, naming the format found: verl's mp_rank_*_adapter.pt and Megatron-Bridge's torch_dist (.distcp) checkpoints are torch pickles; a peft folder goes in model.lora_adapter_path",
+    what: "the adapter starts from this checkpoint: verl's <path>/mp_rank_00_adapter.pt or a Megatron-Bridge torch_dist folder (.metadata + .distcp), read without torch (src/workers/megatron_adapter.ts) and checked against lora.rank and the model; several model-parallel ranks' files are refused, and a peft folder goes in model.lora_adapter_path",
   },
   { keys: `{${M},critic.model}.lora.{freeze_vision_model,freeze_vision_projection,freeze_language_model}`, kind: "not_built", what: "vision-language models" },
   { keys: "**.{lora_rank,lora_alpha,target_modules,exclude_modules,lora_adapter_path}", kind: "not_built", what: "LoRA" },

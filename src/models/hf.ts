@@ -1,5 +1,6 @@
 // Hugging Face model folders: config.json + model.safetensors (or shards listed
-// in model.safetensors.index.json), f32/f16/bf16 weights in, float32 out. A
+// in model.safetensors.index.json; or older folders' pytorch_model.bin, sharded or not),
+// f32/f16/bf16 weights in, float32 out. A
 // saved folder is what transformers' from_pretrained reads (LlamaForCausalLM /
 // Qwen2ForCausalLM, or *ForTokenClassification for a value model).
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
@@ -12,6 +13,7 @@ import { LlamaModel, toVariables } from "./llama.js";
 import { requireFiniteWeights } from "./finite.js";
 import { mergedHostWeights } from "./merge.js";
 import { readSafetensors, serializeSafetensors, type NamedArray } from "./safetensors.js";
+import { readTorchStateDict } from "./torch/torch_save.js";
 import type { Tokenizer } from "./tokenizer.js";
 import { ValueHeadModel } from "./value_head.js";
 
@@ -23,19 +25,30 @@ function readJson(path: string): Record<string, unknown> {
   }
 }
 
-/** All tensors of a folder, from model.safetensors or the shards of its index. */
+/**
+ * All tensors of a folder: model.safetensors or the shards of model.safetensors.index.json, else
+ * (older checkpoints) pytorch_model.bin or the shards of pytorch_model.bin.index.json, torch.save
+ * pickles read by src/models/torch (safetensors wins when a folder has both, as transformers prefers it).
+ */
 export function readHfWeights(dir: string): Map<string, NamedArray> {
-  const single = join(dir, "model.safetensors"), index = join(dir, "model.safetensors.index.json");
-  if (existsSync(single)) return finite(readSafetensors(single).tensors, single);
-  if (!existsSync(index)) {
-    const hint = existsSync(join(dir, "pytorch_model.bin")) ? " (pytorch_model.bin is not supported: convert it to safetensors)" : "";
-    throw new Error(`${dir}: no model.safetensors or model.safetensors.index.json${hint}`);
+  for (const [single, index, read] of [
+    ["model.safetensors", "model.safetensors.index.json", (p: string) => readSafetensors(p).tensors],
+    ["pytorch_model.bin", "pytorch_model.bin.index.json", readTorchStateDict],
+  ] as const) {
+    if (existsSync(join(dir, single))) return finite(read(join(dir, single)), join(dir, single));
+    if (existsSync(join(dir, index))) return readSharded(dir, join(dir, index), read);
   }
+  throw new Error(`${dir}: no model.safetensors, model.safetensors.index.json, pytorch_model.bin or pytorch_model.bin.index.json`);
+}
+
+/** The shards an index's weight_map lists, every listed name checked to be in its shard. */
+function readSharded(dir: string, index: string, read: (path: string) => Map<string, NamedArray>): Map<string, NamedArray> {
   const map = readJson(index)["weight_map"];
   if (typeof map !== "object" || map === null) throw new Error(`${index}: missing 'weight_map'`);
   const out = new Map<string, NamedArray>();
   for (const shard of new Set(Object.values(map as Record<string, string>))) {
-    for (const [name, t] of finite(readSafetensors(join(dir, shard)).tensors, join(dir, shard))) out.set(name, t);
+    if (typeof shard !== "string" || !existsSync(join(dir, shard))) throw new Error(`${index}: shard ${JSON.stringify(shard)} does not exist in ${dir}`);
+    for (const [name, t] of finite(read(join(dir, shard)), join(dir, shard))) out.set(name, t);
   }
   for (const name of Object.keys(map as Record<string, string>)) {
     if (!out.has(name)) throw new Error(`${index}: '${name}' is listed but not found in its shard`);

@@ -8,7 +8,7 @@ import { loadLlama2c } from "./llama2c.js";
 export async function loadModel(path: string): Promise<LlamaModel> {
   if (!existsSync(path)) throw new Error(`model path ${path} does not exist`);
   if (statSync(path).isFile()) {
-    if (path.endsWith(".safetensors")) throw new Error(`${path}: pass the folder holding config.json, not the weights file`);
+    if (path.endsWith(".safetensors") || /(^|\/)pytorch_model[^/]*\.bin$/.test(path)) throw new Error(`${path}: pass the folder holding config.json, not the weights file`);
     return loadLlama2c(path);
   }
   if (existsSync(join(path, "config.json"))) return loadHfModel(path);

@@ -217,7 +217,8 @@ function globMatch(pattern: string, name: string): boolean {
   return new RegExp(`^${re}$`).test(name);
 }
 
-export interface SnapshotOptions { revision?: string; allow?: string[]; env?: HubEnv }
+/** `allow`: patterns, or patterns chosen from the revision's file list (modelFiles picks the weights' format). */
+export interface SnapshotOptions { revision?: string; allow?: string[] | ((files: string[]) => string[]); env?: HubEnv }
 
 /**
  * The local folder of a Hub repo at a revision (snapshot_download): the cache's copy when it is there
@@ -242,8 +243,9 @@ export async function snapshotDownload(type: RepoType, repoId: string, opts: Sna
     }
     throw e;
   }
-  const wanted = info.files.filter((f) => !opts.allow || opts.allow.some((p) => globMatch(p, f)));
-  if (wanted.length === 0) throw new HubError(`${type} ${repoId}@${revision} has no files matching ${opts.allow?.join(", ")}`);
+  const allow = typeof opts.allow === "function" ? opts.allow(info.files) : opts.allow;
+  const wanted = info.files.filter((f) => !allow || allow.some((p) => globMatch(p, f)));
+  if (wanted.length === 0) throw new HubError(`${type} ${repoId}@${revision} has no files matching ${allow?.join(", ")}`);
   const snap = join(repo, "snapshots", info.sha);
   for (const file of wanted) {
     const pointer = join(snap, file);
@@ -263,6 +265,15 @@ export async function snapshotDownload(type: RepoType, repoId: string, opts: Sna
 export const MODEL_FILES = ["*.json", "*.safetensors", "tokenizer.model", "*.txt", "*.jinja", "*.tiktoken"];
 
 /**
+ * MODEL_FILES, plus the pytorch_model*.bin weights of a repository that has no model*.safetensors
+ * (older checkpoints; safetensors is preferred when a repository has both, as transformers prefers it).
+ */
+export function modelFiles(files: string[]): string[] {
+  const safetensors = files.some((f) => /^model(-\d+-of-\d+)?\.safetensors$/.test(f));
+  return safetensors ? MODEL_FILES : [...MODEL_FILES, "pytorch_model*.bin"];
+}
+
+/**
  * A model path as verl's users write it: an existing local path stays as it is; `Org/Name` (optionally
  * `Org/Name@revision`) becomes the cached or downloaded snapshot folder. Anything else is returned
  * unchanged for the loaders to report.
@@ -271,7 +282,7 @@ export async function resolveModelPath(path: string, key: string, env: HubEnv = 
   const [id, revision] = path.split("@") as [string, string | undefined];
   if (existsSync(path) || !looksLikeRepoId(id)) return path;
   try {
-    return await snapshotDownload("model", id, { revision, allow: MODEL_FILES, env });
+    return await snapshotDownload("model", id, { revision, allow: modelFiles, env });
   } catch (e) {
     if (e instanceof HubError) throw new HubError(`${key}=${path}: not a local path, and as a Hugging Face model id: ${e.message}`);
     throw e;

@@ -14,9 +14,11 @@
 // tiedA) and saved for peft with the shared A written under each part. type=dora is type=lora's
 // modules with Megatron-Bridge's DoRA on each (peft's use_dora). lora.dropout applies in training
 // passes at lora.dropout_position (pre: on the adapter's input; post: on its output; DoRA only pre,
-// as Megatron-Bridge asserts). Refused naming the key: vlm_lora, and lora.adapter_path, whose
-// checkpoints are torch pickles (see adapterCheckpointError).
-import { existsSync, readdirSync, statSync } from "node:fs";
+// as Megatron-Bridge asserts). lora.adapter_path (a checkpoint to continue from) is located here
+// and loaded by megatron_adapter.ts. Refused naming the key: vlm_lora, and adapter checkpoints that
+// cannot be read (see adapterCheckpointError).
+import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
+import { join } from "node:path";
 import type { ModelConfig } from "../models/config.js";
 import { linearModules, type KeyNamer } from "../models/lora.js";
 import type { DropoutPosition } from "../models/lora_dropout.js";
@@ -38,7 +40,12 @@ export interface MegatronLora {
   initB: "zero" | LoraAInit;
   /** Names the lora.* key in errors (`actor_rollout_ref.model.lora.target_modules`). */
   key: KeyNamer;
+  /** lora.adapter_path located: the checkpoint the adapter starts from (null: a fresh adapter). */
+  adapter: MegatronAdapterSource | null;
 }
+
+/** A readable lora.adapter_path: verl's mp_rank_00_adapter.pt, or a torch.distributed.checkpoint folder. */
+export type MegatronAdapterSource = { kind: "pt"; file: string } | { kind: "dcp"; dir: string };
 
 const HF_TO_MEGATRON: Record<string, string> = {
   q_proj: "linear_q", k_proj: "linear_k", v_proj: "linear_v", o_proj: "linear_proj",
@@ -80,7 +87,12 @@ export function readMegatronLora(model: ConfigView): MegatronLora | null {
   const initB = lora.str("lora_B_init_method", "zero");
   if (initB !== "zero" && !A_INITS.includes(initB as LoraAInit)) throw new Error(`${lora.key("lora_B_init_method")} is ${JSON.stringify(initB)}; choose one of zero, ${A_INITS.join(", ")}`);
   const adapterPath = lora.optStr("adapter_path");
-  if (adapterPath !== null && adapterPath !== "") throw new Error(adapterCheckpointError(lora.key("adapter_path"), expandHome(adapterPath), model.key("lora_adapter_path")));
+  let adapter: MegatronAdapterSource | null = null;
+  if (adapterPath !== null && adapterPath !== "") {
+    const path = expandHome(adapterPath), located = locateMegatronAdapter(path);
+    if (typeof located === "string") throw new Error(adapterCheckpointError(lora.key("adapter_path"), path, model.key("lora_adapter_path"), located));
+    adapter = located;
+  }
   const targets = list(lora, "target_modules"), excludes = list(lora, "exclude_modules");
   if (targets.length > 0 && excludes.length > 0) throw new Error(`${lora.key("exclude_modules")} needs ${lora.key("target_modules")} empty (as Megatron-Bridge asserts): it selects every linear module but those`);
   if (targets.length === 0 && excludes.length === 0) throw new Error(`${lora.key("target_modules")} is empty and so is ${lora.key("exclude_modules")}: name the modules to adapt`);
@@ -93,31 +105,51 @@ export function readMegatronLora(model: ConfigView): MegatronLora | null {
       }
     }
   }
-  return { type, rank, alpha, dropout, dropoutPosition, targets, excludes, initA: initA as LoraAInit, initB: initB as "zero" | LoraAInit, key };
+  return { type, rank, alpha, dropout, dropoutPosition, targets, excludes, initA: initA as LoraAInit, initB: initB as "zero" | LoraAInit, key, adapter };
+}
+
+const RANK_FILE = /^mp_rank_\d{2}(_\d{3}){0,2}_adapter\.pt$/;
+
+/**
+ * Where an adapter checkpoint's tensors are, or (a string) what the path holds instead. verl's
+ * Megatron workers save <path>/mp_rank_{tp:02d}[_{pp:03d}][_{ep:03d}]_adapter.pt (torch.save of
+ * {"adapter_state_dict"}, one file per model-parallel rank; verl/utils/megatron_peft_utils.py):
+ * one rank's file, mp_rank_00_adapter.pt, holds the whole adapter. Megatron-Bridge saves torch_dist
+ * folders (.metadata + .distcp shards), whole whatever the parallelism; a Megatron checkpoint root
+ * (latest_checkpointed_iteration.txt) leads to its latest iter_NNNNNNN folder.
+ */
+export function locateMegatronAdapter(path: string): MegatronAdapterSource | string {
+  if (!existsSync(path)) return "missing";
+  if (!statSync(path).isDirectory()) return /\.(pt|pth|bin)$/.test(path) ? { kind: "pt", file: path } : "other";
+  const files = readdirSync(path);
+  if (files.includes(".metadata")) return { kind: "dcp", dir: path };
+  if (files.includes("latest_checkpointed_iteration.txt")) {
+    const it = readFileSync(join(path, "latest_checkpointed_iteration.txt"), "utf8").trim();
+    const iter = join(path, `iter_${it.padStart(7, "0")}`);
+    if (/^\d+$/.test(it) && existsSync(join(iter, ".metadata"))) return { kind: "dcp", dir: iter };
+  }
+  const ranks = files.filter((f) => RANK_FILE.test(f));
+  if (ranks.length === 1 && ranks[0] === "mp_rank_00_adapter.pt") return { kind: "pt", file: join(path, ranks[0]) };
+  if (ranks.length > 0) return "ranks";
+  return files.includes("adapter_config.json") ? "peft" : "other";
 }
 
 /**
- * Why lora.adapter_path cannot be loaded, naming what the path holds. verl's Megatron workers read
- * <path>/mp_rank_{tp:02d}[_{pp:03d}][_{ep:03d}]_adapter.pt (torch.save of {"adapter_state_dict"},
- * one per model-parallel rank; verl/utils/megatron_peft_utils.py), and Megatron-Bridge's own PEFT
- * checkpoints are torch_dist (.distcp shards + .metadata): both pickled torch formats, which
- * cannot be read without torch. A peft folder can: it belongs in model.lora_adapter_path.
+ * Why lora.adapter_path cannot be loaded (`why` from locateMegatronAdapter), naming what the path
+ * holds. A peft folder can be loaded, but as model.lora_adapter_path.
  */
-export function adapterCheckpointError(key: string, path: string, peftKey: string): string {
+export function adapterCheckpointError(key: string, path: string, peftKey: string, why: string): string {
   const peft = `convert it to a peft folder (adapter_config.json + adapter_model.safetensors; Megatron-Bridge's AutoBridge.export_adapter_ckpt writes one) and give that as ${peftKey}, with lora.rank left 0`;
-  if (!existsSync(path)) return `${key}=${path} does not exist (verl reads <path>/mp_rank_00_adapter.pt there; a peft folder goes in ${peftKey})`;
+  if (why === "missing") return `${key}=${path} does not exist (verl reads <path>/mp_rank_00_adapter.pt there, Megatron-Bridge a torch_dist folder; a peft folder goes in ${peftKey})`;
   const files = statSync(path).isDirectory() ? readdirSync(path) : [path.split("/").pop()!];
-  const found = files.some((f) => f.endsWith(".distcp") || f === ".metadata")
-    ? "a torch_dist checkpoint (.distcp shards: PyTorch distributed checkpoint, Megatron-Bridge's format)"
-    : files.some((f) => /^mp_rank_\d{2}(_\d{3}){0,2}_adapter\.pt$/.test(f))
-      ? "verl's Megatron adapter checkpoint (mp_rank_*_adapter.pt: torch.save pickles, one per model-parallel rank)"
-      : files.includes("adapter_config.json")
-        ? "a peft folder (adapter_config.json)"
-        : files.some((f) => f.endsWith(".pt") || f.endsWith(".pth") || f.endsWith(".bin"))
-          ? `a torch.save pickle (${files.find((f) => /\.(pt|pth|bin)$/.test(f))})`
-          : `neither mp_rank_*_adapter.pt, .distcp shards nor a peft folder (it holds ${files.slice(0, 5).join(", ") || "nothing"})`;
-  if (found.startsWith("a peft folder")) return `${key}=${path} is ${found}: lora.adapter_path reads Megatron adapter checkpoints; give a peft folder as ${peftKey}, with lora.rank left 0`;
-  return `${key}=${path} holds ${found}, which cannot be read without torch; ${peft}`;
+  if (why === "ranks") {
+    const ranks = files.filter((f) => RANK_FILE.test(f)).sort();
+    return `${key}=${path} holds verl's Megatron adapter checkpoint of several model-parallel ranks (${ranks.slice(0, 4).join(", ")}${ranks.length > 4 ? ", ..." : ""}): ` +
+      `each holds its rank's shard of the adapter (tensor-parallel slices, pipeline stages with their own layer numbering) and merging them is not built; ` +
+      `save it with tensor, pipeline and expert parallel size 1 (one file, mp_rank_00_adapter.pt), or ${peft}`;
+  }
+  if (why === "peft") return `${key}=${path} is a peft folder (adapter_config.json): lora.adapter_path reads Megatron adapter checkpoints; give a peft folder as ${peftKey}, with lora.rank left 0`;
+  return `${key}=${path} holds neither mp_rank_00_adapter.pt, a torch_dist folder (.metadata + .distcp shards) nor a peft folder (it holds ${files.slice(0, 5).join(", ") || "nothing"}); ${peft}`;
 }
 
 /** fnmatch: `*` any run of characters (dots included), `?` one; the rest literal. */
@@ -127,7 +159,7 @@ function fnmatch(pattern: string, name: string): boolean {
 }
 
 /** The Megatron name and fused parent of an HF linear module (null for the output layer). */
-function megatronName(hf: string): { full: string; leaf: string; fused: string | null } | null {
+export function megatronName(hf: string): { full: string; leaf: string; fused: string | null } | null {
   const m = /^model\.layers\.(\d+)\.(self_attn|mlp)\.(?:experts\.(\d+)\.)?([a-z]+_proj)$/.exec(hf);
   const leaf = m ? HF_TO_MEGATRON[m[4]!] : undefined;
   if (!m || !leaf) return null;

@@ -8,6 +8,7 @@ import { loadLoraAdapter, readAdapterSettings } from "../models/peft.js";
 import { logger } from "../utils/logger.js";
 import { Rng } from "../utils/rng.js";
 import type { ConfigView } from "./config_view.js";
+import { loadMegatronAdapter } from "./megatron_adapter.js";
 import { megatronLoraTargets, readMegatronLora, type MegatronLora } from "./megatron_lora.js";
 import { expandHome } from "./model_source.js";
 
@@ -53,7 +54,7 @@ export function readModelMemoryOptions(model: ConfigView, defaults: { removePadd
   };
 }
 
-/** Attach the adapter (fresh, seeded, or loaded from lora_adapter_path) and the checkpointing flag to `llama`. */
+/** Attach the adapter (fresh, seeded, or loaded from lora_adapter_path / lora.adapter_path) and the checkpointing flag to `llama`. */
 export function applyModelMemoryOptions(llama: LlamaModel, opts: ModelMemoryOptions, model: ConfigView, seed: number): void {
   llama.gradientCheckpointing = opts.gradientCheckpointing;
   if (!opts.lora) return;
@@ -70,6 +71,11 @@ export function applyModelMemoryOptions(llama: LlamaModel, opts: ModelMemoryOpti
   const { megatron, ...settings } = opts.lora;
   if (megatron) {
     const { targets, tiedA } = megatronLoraTargets(llama.config, megatron);
+    // lora.adapter_path: the adapter continues from a Megatron checkpoint (verl's or Megatron-Bridge's)
+    if (megatron.adapter) {
+      llama.lora = loadMegatronAdapter(llama.config, megatron, settings, targets, tiedA);
+      return;
+    }
     llama.lora = LoraAdapter.init(llama.config, { ...settings, targetModules: targets, tiedA }, rng, megatron.key,
       (m) => llama.p(`${m}.weight`) as tf.Tensor2D);
     return;

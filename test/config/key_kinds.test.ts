@@ -82,12 +82,12 @@ test("not-built features set away from default fail in one error naming each fea
     "actor_rollout_ref.rollout.multi_turn.num_repeat_rollouts", "actor_rollout_ref.rollout.multi_turn.use_inference_chat_template",
   ]);
   assert.match(keyReportWarning(r)!, /use_inference_chat_template=true \(nothing: verl's agent loop never reads it/);
-  // Megatron's LoRA keys: the adapter's are honoured, Megatron-Bridge plumbing inert, its checkpoints refused
+  // Megatron's LoRA keys: the adapter's are honoured (its checkpoints read), Megatron-Bridge plumbing inert
   const meg = (o: string[]) => check(o, "ppo_megatron_trainer");
   assert.deepEqual(meg(["actor_rollout_ref.model.lora.rank=8", "actor_rollout_ref.model.lora.type=canonical_lora", "critic.model.lora.alpha=4"]), { inert: [], unread: [] });
   assert.deepEqual(meg(["actor_rollout_ref.model.lora.merge=true"]).inert.map((i) => i.key), ["actor_rollout_ref.model.lora.merge"]);
   assert.throws(() => meg(["critic.model.lora.freeze_vision_model=false"]), /vision-language models is not built/);
-  // dropout, its position and DoRA are built; adapter_path passes here to be refused by readMegatronLora, naming the format found
+  // dropout, its position, DoRA and adapter_path (located and checked by readMegatronLora) are built
   assert.deepEqual(meg(["actor_rollout_ref.model.lora.dropout=0.1", "critic.model.lora.dropout_position=post", "actor_rollout_ref.model.lora.type=dora",
     "actor_rollout_ref.model.lora.adapter_path=/a"]), { inert: [], unread: [] });
   // LoRA and the memory switches are honoured on the actor and the critic

@@ -140,7 +140,7 @@ test("an untied Qwen2-style model round-trips, also from sharded safetensors; va
   const empty = tmp("hf-empty-");
   await assert.rejects(loadModel(empty), /expected a llama2.c checkpoint file or a Hugging Face folder/);
   writeFileSync(join(empty, "config.json"), JSON.stringify({ architectures: ["LlamaForCausalLM"], hidden_size: 8, intermediate_size: 8, num_hidden_layers: 1, num_attention_heads: 2, vocab_size: 4 }));
-  await assert.rejects(loadModel(empty), /no model.safetensors or model.safetensors.index.json/);
+  await assert.rejects(loadModel(empty), /no model\.safetensors, model\.safetensors\.index\.json, pytorch_model\.bin or pytorch_model\.bin\.index\.json/);
 });
 
 test("a re-export keeps config.json's pad_token_id (and writes it to generation_config.json)", async () => {

@@ -80,20 +80,24 @@ test("Megatron LoRA options without an equivalent here are refused naming the ke
   assert.equal(megatronLoraTargets(model, d).tiedA.length, 4, "type=dora adapts the fused modules as type=lora does");
 });
 
-test("lora.adapter_path: verl's mp_rank_*_adapter.pt and Megatron-Bridge's torch_dist shards are refused naming the format found; a peft folder is pointed to model.lora_adapter_path", () => {
+test("lora.adapter_path: verl's mp_rank_00_adapter.pt, a torch_dist folder (or a Megatron checkpoint root) are located; several ranks, a peft folder and others are refused naming what the path holds", () => {
   const dir = mkdtempSync(join(tmpdir(), "mlora-ckpt-"));
   try {
     const at = (name: string, files: string[]) => {
-      mkdirSync(join(dir, name));
+      mkdirSync(join(dir, name), { recursive: true });
       for (const f of files) writeFileSync(join(dir, name, f), "");
       return () => lora([`${M}.lora.rank=4`, `++${M}.lora.adapter_path=${join(dir, name)}`]);
     };
-    assert.throws(at("verl", ["mp_rank_00_adapter.pt"]), /holds verl's Megatron adapter checkpoint \(mp_rank_\*_adapter\.pt: torch\.save pickles.*cannot be read without torch.*actor_rollout_ref\.model\.lora_adapter_path/);
-    assert.throws(at("dist", ["__0_0.distcp", ".metadata", "common.pt"]), /holds a torch_dist checkpoint \(\.distcp shards: PyTorch distributed checkpoint/);
+    assert.deepEqual(at("verl", ["mp_rank_00_adapter.pt"])()!.adapter, { kind: "pt", file: join(dir, "verl", "mp_rank_00_adapter.pt") });
+    assert.deepEqual(at("dist", ["__0_0.distcp", ".metadata", "common.pt"])()!.adapter, { kind: "dcp", dir: join(dir, "dist") });
+    at("root/iter_0000020", [".metadata", "__0_0.distcp"]);
+    writeFileSync(join(dir, "root", "latest_checkpointed_iteration.txt"), "20\n");
+    assert.deepEqual(at("root", [])()!.adapter, { kind: "dcp", dir: join(dir, "root", "iter_0000020") });
+    assert.throws(at("pp2", ["mp_rank_00_000_adapter.pt", "mp_rank_00_001_adapter.pt"]), /holds verl's Megatron adapter checkpoint of several model-parallel ranks \(mp_rank_00_000_adapter\.pt, mp_rank_00_001_adapter\.pt\).*actor_rollout_ref\.model\.lora_adapter_path/);
     assert.throws(at("peft", ["adapter_config.json", "adapter_model.safetensors"]), /is a peft folder \(adapter_config\.json\): .*give a peft folder as actor_rollout_ref\.model\.lora_adapter_path, with lora\.rank left 0/);
-    assert.throws(at("other", ["notes.txt"]), /holds neither mp_rank_\*_adapter\.pt, \.distcp shards nor a peft folder \(it holds notes\.txt\)/);
+    assert.throws(at("other", ["notes.txt"]), /holds neither mp_rank_00_adapter\.pt, a torch_dist folder \(\.metadata \+ \.distcp shards\) nor a peft folder \(it holds notes\.txt\)/);
     // an empty path is verl's "train from scratch", as null
-    assert.equal(lora([`${M}.lora.rank=4`, `++${M}.lora.adapter_path=''`])!.rank, 4);
+    assert.equal(lora([`${M}.lora.rank=4`, `++${M}.lora.adapter_path=''`])!.adapter, null);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
