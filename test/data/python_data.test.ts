@@ -139,7 +139,7 @@ class Broken(Dataset):
         pass
 
     def __len__(self):
-        return 4
+        return 5
 
     def __getitem__(self, i):
         if i == 1:
@@ -149,6 +149,9 @@ class Broken(Dataset):
             time.sleep(3600)
         if i == 3:
             return {"raw_prompt": [{"role": "user", "content": "look"}], "multi_modal_data": {"image": ["x.png"]}}
+        if i == 4:
+            import os
+            os._exit(3)
         return {"raw_prompt": [{"role": "user", "content": "fine"}]}
 `;
 
@@ -323,10 +326,17 @@ test("data.custom_cls in Python (transformers stand-in): rows of every verl shap
       assert.deepEqual(ds.get(0).raw_prompt, [{ role: "user", content: "fine" }]);
       assert.throws(() => ds.get(1), /data\.custom_cls \(Broken from .*datasets\.py\): __getitem__\(1\) raised: KeyError: 'no such question'\nTraceback[\s\S]*in __getitem__/);
       assert.throws(() => ds.get(3), /data\.custom_cls \(Broken from .*\): row 3: the row carries 'multi_modal_data' \(images or videos\); verl-ts trains text models only/);
-      assert.throws(() => ds.get(2), /data\.custom_cls \(Broken from .*\): __getitem__\(2\) ran past its 1 s timeout \(data\.python_timeout_s; the Python process was killed\)/);
-      assert.throws(() => ds.get(0), /__getitem__\(0\): the Python process is gone \(.*ran past its 1 s timeout/, "no silent restart: the dataset lived in the killed process");
+      assert.throws(() => lbad.valDataset.get(4), /data\.custom_cls\.path=.*datasets\.py: the Python process exited \(code 3\) during data\.custom_cls \(Broken from .*\): __getitem__\(4\)/);
+      assert.throws(() => ds.get(0), /the Python process is gone/, "the train dataset lived in that process too");
     } finally {
       lbad.close();
+    }
+    const lhang = withEnv(env, () => createRLDataloaders(broken, null, { datasetClass: brokenCls, hfTokenizer: { path: "t", trustRemoteCode: false } }));
+    try {
+      assert.throws(() => lhang.trainDataset.get(2), /data\.custom_cls \(Broken from .*\): __getitem__\(2\) ran past its 1 s timeout \(data\.python_timeout_s; the Python process was killed\)/);
+      assert.throws(() => lhang.trainDataset.get(0), /__getitem__\(0\): the Python process is gone \(.*ran past its 1 s timeout/, "no silent restart: the dataset lived in the killed process");
+    } finally {
+      lhang.close();
     }
     assert.throws(() => withEnv({ ...env, VERL_PYTHON: "/nonexistent" }, () => createRLDataloaders(d, null, { datasetClass: cls, hfTokenizer: { path: "t", trustRemoteCode: false } })),
       /data\.custom_cls\.path=.*datasets\.py is a Python class, which needs `\/nonexistent`: not found/);
@@ -378,6 +388,47 @@ class Reverse(AbstractCurriculumSampler):
     assert.match(step1[2]!.input, /The sun was hot/, "then row 6");
     const step2 = readFileSync(join(ws.dir, "d/2.jsonl"), "utf8").trim().split("\n").map((l) => JSON.parse(l) as { input: string });
     assert.match(step2[0]!.input, /The cat saw a/, "step 2 continues: row 3");
+  } finally {
+    rmSync(ws.dir, { recursive: true, force: true });
+  }
+});
+
+test("verl train with a Python dataset class and a Python sampler over it (transformers stand-in): the run's prompts come from the class", { skip: noPython }, async () => {
+  const ws = await makeWorkspace();
+  try {
+    writeFileSync(join(ws.dir, "stories.py"), `
+from verl.experimental.dataset.sampler import AbstractSampler
+
+
+class Stories:
+    def __init__(self, data_files, tokenizer, processor, config, max_samples=-1):
+        self.model = tokenizer.name_or_path
+        self.words = ["Zed saw", "Ann met", "Bo ran", "Cy sat"] if "train" in data_files[0] else ["Val one", "Val two"]
+
+    def __len__(self):
+        return len(self.words)
+
+    def __getitem__(self, i):
+        return {"raw_prompt": [{"role": "user", "content": self.words[i]}], "data_source": "stories",
+                "reward_model": {"style": "rule", "ground_truth": "e"}, "extra_info": {"index": i, "model": self.model}}
+
+
+class Backwards(AbstractSampler):
+    def __init__(self, data_source, data_config):
+        assert isinstance(data_source, Stories), type(data_source)
+        self.n = len(data_source)
+
+    def __iter__(self):
+        return iter(range(self.n - 1, -1, -1))
+`);
+    const py = join(ws.dir, "stories.py");
+    const run = await runTrain([...ws.overrides, ...scratchModel(16, 1), "trainer.logger=console", "algorithm.adv_estimator=grpo", "trainer.total_training_steps=1",
+      `data.custom_cls.path=${py}`, "data.custom_cls.name=Stories", `data.sampler.class_path=${py}`, "data.sampler.class_name=Backwards", "data.dataloader_num_workers=0",
+      `trainer.rollout_data_dir=${ws.dir}/d`, `trainer.default_local_dir=${ws.dir}/c`], { PYTHONPATH: FAKE_TRANSFORMERS });
+    assert.equal(run.code, 0, run.stderr);
+    const step1 = readFileSync(join(ws.dir, "d/1.jsonl"), "utf8").trim().split("\n").map((l) => JSON.parse(l) as { input: string });
+    assert.deepEqual(step1.map((r) => r.input.match(/(Cy sat|Bo ran|Ann met|Zed saw)/)?.[1]), ["Cy sat", "Cy sat", "Bo ran", "Bo ran", "Ann met", "Ann met", "Zed saw", "Zed saw"],
+      "the class's prompts, in the sampler's order, n=2 each");
   } finally {
     rmSync(ws.dir, { recursive: true, force: true });
   }

@@ -120,12 +120,20 @@ def _load_class(path, name, key):
             path = path[len("file://"):]
         if not os.path.exists(path):
             raise BridgeError(f"{key}={path}: no such file")
-        spec = importlib.util.spec_from_file_location(f"verl_ts_data_{abs(hash(os.path.abspath(path)))}", path)
-        if spec is None or spec.loader is None:
-            raise BridgeError(f"{key}={path}: cannot load a Python module from it")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module
-        spec.loader.exec_module(module)
+        # one module per file: a sampler in the dataset's file sees the very class the dataset was built from
+        module_name = f"verl_ts_data_{abs(hash(os.path.abspath(path)))}"
+        module = sys.modules.get(module_name)
+        if module is None:
+            spec = importlib.util.spec_from_file_location(module_name, path)
+            if spec is None or spec.loader is None:
+                raise BridgeError(f"{key}={path}: cannot load a Python module from it")
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[module_name] = module
+            try:
+                spec.loader.exec_module(module)
+            except BaseException:
+                del sys.modules[module_name]
+                raise
     if not hasattr(module, name):
         classes = sorted(n for n in dir(module) if not n.startswith("_") and isinstance(getattr(module, n), type))
         raise BridgeError(f"{path} has no class '{name}' (classes: {', '.join(classes) or 'none'})")
