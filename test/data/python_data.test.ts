@@ -399,8 +399,13 @@ test("verl train with a Python dataset class and a Python sampler over it (trans
     writeFileSync(join(ws.dir, "stories.py"), `
 from verl.experimental.dataset.sampler import AbstractSampler
 
+try:
+    from torch.utils.data import Dataset
+except ImportError:
+    Dataset = object
 
-class Stories:
+
+class Stories(Dataset):
     def __init__(self, data_files, tokenizer, processor, config, max_samples=-1):
         self.model = tokenizer.name_or_path
         self.words = ["Zed saw", "Ann met", "Bo ran", "Cy sat"] if "train" in data_files[0] else ["Val one", "Val two"]
