@@ -158,9 +158,12 @@ export const KEY_RULES: readonly KeyRule[] = [
   { keys: `${R}.quantization`, kind: "honoured", what: "quantized rollout, its numerics without its speed: fp8 rounds the linear weights to float8 e4m3 with 128 x 128 block scales at each weight sync, their inputs per token in groups of 128 (src/rollout/fp8.ts); torchao applies the scheme of quantization_config_file as vLLM's online quantization does (src/rollout/torchao.ts)", values: ["fp8", "torchao"] },
   { keys: `${R}.quantization_config_file`, kind: "honoured", what: "fp8: the file's weight_block_size; torchao: the scheme, torchao's config_to_dict JSON (Float8DynamicActivationFloat8WeightConfig PerRow, Int8WeightOnlyConfig, Int4WeightOnlyConfig; others refused by name)" },
   { keys: "**.freeze_vision_tower", kind: "not_built", what: "vision-language models" },
-  { keys: "data.custom_cls.{path,name}", kind: "honoured", what: "the user's dataset class, a JS/TS module in RLHFDataset's place (src/data/custom_dataset.ts; a .py class is refused with the reason)" },
+  { keys: "data.custom_cls.{path,name}", kind: "honoured", what: "the user's dataset class in RLHFDataset's place: a JS/TS module, or verl's Python class run in python3 (src/data/python_bridge.ts; needs transformers there for the tokenizer)" },
+  { keys: "data.dataloader_num_workers", kind: "honoured", what: "checked only: a data.sampler needs 0, as verl asserts (verl-ts reads rows on the training thread)" },
+  { keys: "data.trust_remote_code", kind: "honoured", what: "passed to AutoTokenizer.from_pretrained for a Python data.custom_cls" },
+  { keys: "data.python_timeout_s", kind: "honoured", what: "seconds each call into a Python data.custom_cls / data.sampler class may take before its process is killed", own: true },
   { keys: "data.datagen.**", kind: "honoured", what: "passed to the data.custom_cls class with the rest of data (verl's own reader of it, DynamicGenDataset, is such a class)" },
-  { keys: "data.sampler.{class_path,class_name}", kind: "honoured", what: "the user's sampler class (verl's AbstractSampler; update(batch) after each step for curriculum samplers): src/data/dataloader.ts" },
+  { keys: "data.sampler.{class_path,class_name}", kind: "honoured", what: "the user's sampler class, JS/TS or verl's Python AbstractSampler run in python3 (update(batch) after each step for curriculum samplers; needs data.dataloader_num_workers=0 as in verl): src/data/dataloader.ts" },
 
   // --- inert: plumbing of verl's engines ---------------------------------------------------------------
   {
@@ -220,7 +223,7 @@ export const KEY_RULES: readonly KeyRule[] = [
     what: "Megatron-LM's optimizer scheduler",
   },
   { keys: "**.{load_weight,nccl_timeout}", kind: "inert", what: "Megatron-LM/NCCL" },
-  { keys: "data.{use_shm,return_raw_input_ids,return_full_prompt,dataloader_num_workers,filter_overlong_prompts_workers,image_patch_size,image_key,video_key,return_multi_modal_inputs,micro_batch_size}", kind: "inert", what: "PyTorch data loading" },
+  { keys: "data.{use_shm,return_raw_input_ids,return_full_prompt,filter_overlong_prompts_workers,image_patch_size,image_key,video_key,return_multi_modal_inputs,micro_batch_size}", kind: "inert", what: "PyTorch data loading" },
   { keys: "data.tokenizer", kind: "inert", what: "nothing: verl's code never reads it either (the model's tokenizer is used)" },
   { keys: "data.balance_dp_token", kind: "inert", what: "SFT loss normalisation (verl-ts always divides by the token count of the whole global batch)" },
   { keys: "model.strategy", kind: "inert", what: "FSDP" },

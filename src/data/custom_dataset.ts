@@ -1,15 +1,17 @@
 // data.custom_cls.{path,name}: the user's dataset class, in the role of a verl RLHFDataset subclass
-// (verl's get_dataset_class). The module is JS or TypeScript; the class is constructed as
-// RLHFDataset is, `new Cls(dataFiles, tokenizer, dataConfig, {maxSamples, tools})`, once for the
-// train files and once for the validation files, so extending verl-ts's RLHFDataset and
-// overriding get() (or the constructor) is the usual way. An instance needs `length` and
-// `get(i)` (a row: raw_prompt, input_ids when there is a tokenizer, reward_model, ...);
-// `collate(rows)` is optional (RLHFDataset's padding otherwise). A verl Python class cannot run
-// here: it takes a Hugging Face tokenizer object and returns torch tensors.
+// (verl's get_dataset_class). A JS or TypeScript class is constructed as RLHFDataset is,
+// `new Cls(dataFiles, tokenizer, dataConfig, {maxSamples, tools})`, once for the train files and
+// once for the validation files, so extending verl-ts's RLHFDataset and overriding get() (or the
+// constructor) is the usual way. An instance needs `length` and `get(i)` (a row: raw_prompt,
+// input_ids when there is a tokenizer, reward_model, ...); `collate(rows)` is optional
+// (RLHFDataset's padding otherwise). A Python class (a .py path or pkg://module) is verl's own kind
+// and runs in python3 through src/data/python_bridge.ts; data.sampler likewise.
+import { existsSync } from "node:fs";
 import type { Tokenizer } from "../models/tokenizer.js";
 import type { DataProto } from "../protocol/data_proto.js";
 import { loadExport } from "../reward/custom.js";
 import { isPythonModule } from "../reward/python_reward.js";
+import type { PythonClassSpec } from "./python_bridge.js";
 import { collateToDataProto } from "./collate.js";
 import { readDataConfig } from "./data_config.js";
 import type { BatchSource, IndexSampler } from "./dataloader.js";
@@ -18,7 +20,10 @@ import type { RLHFDatasetOptions, RLRow } from "./rl_dataset.js";
 export type RLDatasetClass = new (files: string[], tokenizer: Tokenizer | null, dataConfig: Record<string, unknown>, opts: RLHFDatasetOptions) => unknown;
 
 export interface CustomDatasetClass {
-  cls: RLDatasetClass;
+  /** A JS/TS class; unset for a Python one. */
+  cls?: RLDatasetClass;
+  /** A Python class, run by the bridge. */
+  python?: PythonClassSpec;
   /** `MyDataset from /abs/my_data.mjs`, for errors. */
   label: string;
 }
@@ -31,9 +36,10 @@ interface UserInstance {
 
 /**
  * A class a data key names (`data.custom_cls.{path,name}`, `data.sampler.{class_path,class_name}`),
- * or null when the path is unset. Python classes are refused with the reason.
+ * or null when the path is unset. A Python class is only named here: the bridge imports it when
+ * the dataloaders are built.
  */
-async function loadDataClass(key: string, pathKey: string, nameKey: string, spec: unknown, pyWhat: string, jsHint: string): Promise<{ cls: new (...args: never[]) => unknown; label: string } | null> {
+async function loadDataClass(key: string, pathKey: string, nameKey: string, spec: unknown): Promise<{ cls?: new (...args: never[]) => unknown; python?: PythonClassSpec; label: string } | null> {
   if (spec === undefined || spec === null) return null;
   if (typeof spec !== "object" || Array.isArray(spec)) throw new Error(`${key} must be a mapping {${pathKey}, ${nameKey}}, got ${JSON.stringify(spec)}`);
   const { [pathKey]: path, [nameKey]: name } = spec as Record<string, unknown>;
@@ -41,7 +47,9 @@ async function loadDataClass(key: string, pathKey: string, nameKey: string, spec
   if (typeof path !== "string" || path === "") throw new Error(`${key}.${pathKey} must be a file path, got ${JSON.stringify(path)}`);
   if (typeof name !== "string" || name === "") throw new Error(`${key}.${nameKey} must name the class exported by ${path}, got ${JSON.stringify(name)}`);
   if (isPythonModule(path)) {
-    throw new Error(`${key}.${pathKey}=${path}: ${pyWhat}, which verl-ts cannot run; write the class in JavaScript or TypeScript, e.g. ${jsHint.replace("NAME", name)}`);
+    if (!path.startsWith("pkg://") && !existsSync(path)) throw new Error(`${key}.${pathKey}=${path}: no such file`);
+    const label = `${name} from ${path}`;
+    return { python: { path, name, label }, label };
   }
   const cls = await loadExport(path, name, `${key} module`, `${key}.${pathKey}`);
   if (typeof cls !== "function") throw new Error(`${key}: export '${name}' of ${path} is a ${typeof cls}, not a class`);
@@ -50,19 +58,24 @@ async function loadDataClass(key: string, pathKey: string, nameKey: string, spec
 
 /** The class data.custom_cls names, or null when data.custom_cls.path is unset. */
 export async function loadCustomDatasetClass(data: Record<string, unknown>): Promise<CustomDatasetClass | null> {
-  const c = await loadDataClass("data.custom_cls", "path", "name", data.custom_cls,
-    "verl's dataset classes are Python (they take a Hugging Face tokenizer object and return torch tensors)",
-    "`export class NAME extends RLHFDataset` from \"verl-ts\" (docs/data.md)");
-  return c && { cls: c.cls as unknown as RLDatasetClass, label: c.label };
+  const c = await loadDataClass("data.custom_cls", "path", "name", data.custom_cls);
+  return c && { ...c, cls: c.cls as unknown as RLDatasetClass | undefined };
 }
 
 export type SamplerClass = new (dataSource: BatchSource<RLRow>, dataConfig: Record<string, unknown>) => IndexSampler;
 
+export interface SamplerSpec {
+  /** A JS/TS class; unset for a Python one. */
+  cls?: SamplerClass;
+  python?: PythonClassSpec;
+  /** `data.sampler (Name from /abs/file)`, for errors. */
+  label: string;
+}
+
 /** The class data.sampler names (verl's AbstractSampler / AbstractCurriculumSampler), or null. */
-export async function loadSamplerClass(data: Record<string, unknown>): Promise<{ cls: SamplerClass; label: string } | null> {
-  const c = await loadDataClass("data.sampler", "class_path", "class_name", data.sampler,
-    "verl's samplers are Python classes over a torch Dataset", "`export class NAME { constructor(dataSource, dataConfig) {...} *[Symbol.iterator]() {...} }` (docs/data.md)");
-  return c && { cls: c.cls as unknown as SamplerClass, label: `data.sampler (${c.label})` };
+export async function loadSamplerClass(data: Record<string, unknown>): Promise<SamplerSpec | null> {
+  const c = await loadDataClass("data.sampler", "class_path", "class_name", data.sampler);
+  return c && { ...c, cls: c.cls as unknown as SamplerClass | undefined, label: `data.sampler (${c.label})` };
 }
 
 /** The user's dataset behind the loader's interface: its calls are checked and its errors name the class. */
@@ -74,6 +87,7 @@ export class UserDataset implements BatchSource<RLRow> {
   constructor(readonly spec: CustomDatasetClass, files: string[], tokenizer: Tokenizer | null, data: Record<string, unknown>, opts: RLHFDatasetOptions) {
     let inst: unknown;
     try {
+      if (!spec.cls) throw new Error("not a JS/TS class");
       inst = new spec.cls(files, tokenizer, data, opts);
     } catch (e) {
       throw new Error(`data.custom_cls (${spec.label}): the constructor failed: ${(e as Error).message ?? String(e)}`);

@@ -148,7 +148,9 @@ export class StatefulDataLoader<Row = Record<string, unknown>> implements Iterab
     try {
       await s.sampler.update(batch);
     } catch (e) {
-      throw new Error(`${s.label}: update(batch) failed: ${(e as Error).message ?? String(e)}`);
+      const msg = (e as Error).message ?? String(e);
+      if (msg.startsWith(s.label)) throw e; // a Python sampler's error names the class already
+      throw new Error(`${s.label}: update(batch) failed: ${msg}`);
     }
   }
 

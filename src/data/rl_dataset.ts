@@ -61,6 +61,18 @@ function warnNullGroundTruth(rows: SourcedRow[]): void {
 const asObject = (v: unknown): Record<string, unknown> =>
   v !== null && typeof v === "object" && !Array.isArray(v) ? (v as Record<string, unknown>) : {};
 
+/** A prompt's ids as RLHFDataset makes them: the chat template with the generation prompt, else the
+ *  contents joined by newlines with the tokenizer's special tokens. `where` names the row in errors. */
+export function promptTokenIds(tok: Tokenizer, messages: ChatMessage[], config: RLDataConfig, tools: unknown[] | undefined, where: string): number[] {
+  try {
+    if (!tok.hasChatTemplate) return tok.encode(messages.map((m) => m.content).join("\n"), { addSpecialTokens: true });
+    const text = tok.applyChatTemplate(messages, { addGenerationPrompt: true, tools, kwargs: config.applyChatTemplateKwargs });
+    return tok.encode(text, { addSpecialTokens: false });
+  } catch (e) {
+    throw new Error(`${where}: cannot tokenize the prompt: ${(e as Error).message}`);
+  }
+}
+
 export class RLHFDataset {
   readonly config: RLDataConfig;
   private readonly rows: SourcedRow[];
@@ -99,15 +111,7 @@ export class RLHFDataset {
 
   /** Chat-templated prompt ids of one row, untruncated. */
   private promptIds(r: SourcedRow): number[] {
-    const tok = this.tokenizer!;
-    const messages = checkMessages(r.row, this.config.promptKey, r.where);
-    try {
-      if (!tok.hasChatTemplate) return tok.encode(messages.map((m) => m.content).join("\n"), { addSpecialTokens: true });
-      const text = tok.applyChatTemplate(messages, { addGenerationPrompt: true, tools: this.opts.tools, kwargs: this.config.applyChatTemplateKwargs });
-      return tok.encode(text, { addSpecialTokens: false });
-    } catch (e) {
-      throw new Error(`${r.where}: cannot tokenize the prompt: ${(e as Error).message}`);
-    }
+    return promptTokenIds(this.tokenizer!, checkMessages(r.row, this.config.promptKey, r.where), this.config, this.opts.tools, r.where);
   }
 
   get(i: number): RLRow {

@@ -17,17 +17,22 @@ export function pythonExecutable(env: NodeJS.ProcessEnv = process.env): string {
   return env.VERL_PYTHON || "python3";
 }
 
-/** runner.py ships in the package's src/reward/python (found from src/ under tsx or from dist/src when compiled). */
-export function runnerScript(): string {
+/** A Python file the package ships under src/ (found from src/ under tsx or from dist/src when compiled); `role` says what it is for. */
+export function shippedPython(rel: string, role: string): string {
   let dir = dirname(fileURLToPath(import.meta.url));
   for (let i = 0; i < 6; i++) {
     if (existsSync(join(dir, "package.json"))) {
-      const p = join(dir, "src", "reward", "python", "runner.py");
+      const p = join(dir, "src", rel);
       if (existsSync(p)) return p;
     }
     dir = dirname(dir);
   }
-  throw new Error("verl-ts is installed without src/reward/python/runner.py, which runs Python reward functions");
+  throw new Error(`verl-ts is installed without src/${rel}, which ${role}`);
+}
+
+/** runner.py ships in the package's src/reward/python. */
+export function runnerScript(): string {
+  return shippedPython("reward/python/runner.py", "runs Python reward functions");
 }
 
 export class PythonCallError extends Error {
@@ -49,7 +54,7 @@ const live = new Set<PythonChild>();
 let exitHook = false;
 
 /** JSON for Python: BigInt (int64 parquet columns) as numbers, typed arrays as lists. */
-function toJson(v: unknown): string {
+export function toJson(v: unknown): string {
   return JSON.stringify(v, (_k, x: unknown) => {
     if (typeof x === "bigint") return Number(x);
     if (ArrayBuffer.isView(x) && !(x instanceof DataView)) return Array.from(x as unknown as ArrayLike<number>);
@@ -58,7 +63,7 @@ function toJson(v: unknown): string {
 }
 
 /** runner.py sends NaN and the infinities, which JSON lacks, as {"$nonfinite": "nan" | "inf" | "-inf"}. */
-function nonFinite(_k: string, v: unknown): unknown {
+export function nonFinite(_k: string, v: unknown): unknown {
   if (typeof v !== "object" || v === null || Array.isArray(v)) return v;
   const keys = Object.keys(v);
   if (keys.length !== 1 || keys[0] !== "$nonfinite") return v;

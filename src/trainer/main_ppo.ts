@@ -9,7 +9,7 @@ import { loadToolsFromConfig } from "../tools/index.js";
 import { logger } from "../utils/logger.js";
 import { Tracking } from "../utils/tracking.js";
 import { ConfigView } from "../workers/config_view.js";
-import { importExternalLib, loadModelTokenizer } from "../workers/model_source.js";
+import { expandHome, importExternalLib, loadModelTokenizer } from "../workers/model_source.js";
 import { PPOTrainer, type FitResult } from "./ppo/ppo_trainer.js";
 import { validatePpoNames } from "./ppo/validate_names.js";
 import { initWorkers, type PpoWorkers } from "./ppo/resources.js";
@@ -46,7 +46,10 @@ export async function runPpo(config: Config): Promise<FitResult> {
   const tools = toolPath ? (await loadToolsFromConfig(toolPath)).map((t) => t.toolSchema) : undefined;
   const datasetClass = await loadCustomDatasetClass(cfg.section("data"));
   const samplerClass = await loadSamplerClass(cfg.section("data"));
-  const loaders = createRLDataloaders(cfg.section("data"), tokenizer, { ...(tools ? { tools } : {}), datasetClass, samplerClass });
+  // a Python data.custom_cls is built with the model's Hugging Face tokenizer, as verl's main_ppo builds it
+  const modelPath = cfg.optStr("actor_rollout_ref.model.path");
+  const hfTokenizer = { path: modelPath === null ? null : expandHome(modelPath), trustRemoteCode: cfg.section("data").trust_remote_code === true };
+  const loaders = createRLDataloaders(cfg.section("data"), tokenizer, { ...(tools ? { tools } : {}), datasetClass, samplerClass, hfTokenizer });
   const total = totalTrainingSteps(cfg, loaders.train.length);
   logger().info({ steps: total, batchesPerEpoch: loaders.train.length, prompts: loaders.trainDataset.length }, "training plan");
   // a generative reward model is served for the whole run; it closes in the finally below, also on failure
@@ -78,6 +81,7 @@ export async function runPpo(config: Config): Promise<FitResult> {
       await rewardFn?.close?.();
       await valRewardFn?.close?.();
     } finally {
+      loaders.close();
       await rmServer?.close();
     }
   }

@@ -1,5 +1,5 @@
-// data.custom_cls: a user's JS/TS dataset class in RLHFDataset's place, its failures named, a
-// Python class refused with the reason; and `verl train` running on one.
+// data.custom_cls: a user's JS/TS dataset class in RLHFDataset's place, its failures named; and
+// `verl train` running on one (Python classes: python_data.test.ts).
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -42,7 +42,7 @@ async function workspace(): Promise<string> {
 }
 
 const data = (dir: string, extra: Record<string, unknown>) => ({
-  train_files: [join(dir, "d.parquet")], val_files: [join(dir, "d.parquet")], train_batch_size: 2, max_prompt_length: 16, shuffle: false, filter_overlong_prompts: false, ...extra,
+  train_files: [join(dir, "d.parquet")], val_files: [join(dir, "d.parquet")], train_batch_size: 2, max_prompt_length: 16, shuffle: false, filter_overlong_prompts: false, dataloader_num_workers: 0, ...extra,
 });
 
 test("data.custom_cls: an RLHFDataset subclass and a TypeScript class from scratch replace the dataset; their failures name the class", async () => {
@@ -67,8 +67,7 @@ test("data.custom_cls: an RLHFDataset subclass and a TypeScript class from scrat
     const bad = createRLDataloaders(data(dir, {}), null, { datasetClass: (await cls("BadRow"))! });
     assert.throws(() => [...bad.train], /data\.custom_cls \(BadRow from .*\): get\(0\) must return a row object .*got 7/);
     await assert.rejects(cls("Nope"), /data\.custom_cls module .*gen\.ts has no export 'Nope' \(exports: BadRow, Broken, Generated/);
-    await assert.rejects(loadCustomDatasetClass({ custom_cls: { path: "my_dataset.py", name: "MyDataset" } }),
-      /data\.custom_cls\.path=my_dataset\.py: verl's dataset classes are Python \(they take a Hugging Face tokenizer object .*JavaScript or TypeScript/);
+    await assert.rejects(loadCustomDatasetClass({ custom_cls: { path: "my_dataset.py", name: "MyDataset" } }), /data\.custom_cls\.path=my_dataset\.py: no such file/);
     await assert.rejects(loadCustomDatasetClass({ custom_cls: { path: join(dir, "shout.mjs"), name: null } }), /data\.custom_cls\.name must name the class exported by .*shout\.mjs, got null/);
     assert.equal(await loadCustomDatasetClass({ custom_cls: { path: null, name: null } }), null, "verl's default: the built-in dataset");
   } finally {
@@ -137,7 +136,9 @@ test("data.sampler: indices come from the user's sampler a batch at a time, so u
     const bad = data(dir, { sampler: { class_path: join(dir, "curriculum.mjs"), class_name: "OutOfRange" } });
     const lb = createRLDataloaders(bad, null, { samplerClass: await loadSamplerClass(bad) });
     assert.throws(() => [...lb.train], /data\.sampler \(OutOfRange from .*curriculum\.mjs\): yielded 5, not a row index of the dataset's 5 rows/);
-    await assert.rejects(loadSamplerClass({ sampler: { class_path: "curriculum.py", class_name: "C" } }), /data\.sampler\.class_path=curriculum\.py: verl's samplers are Python classes/);
+    await assert.rejects(loadSamplerClass({ sampler: { class_path: "curriculum.py", class_name: "C" } }), /data\.sampler\.class_path=curriculum\.py: no such file/);
+    assert.throws(() => createRLDataloaders({ ...d, dataloader_num_workers: 2 }, null, { samplerClass: { cls: class {} as never, label: "data.sampler (S)" } }),
+      /data\.sampler \(S\): a data\.sampler needs data\.dataloader_num_workers=0, as verl requires .*got 2/);
     assert.equal(await loadSamplerClass({ sampler: { class_path: null, class_name: null } }), null);
   } finally {
     rmSync(dir, { recursive: true, force: true });
@@ -157,7 +158,7 @@ test("verl train with data.sampler: the curriculum sampler orders the prompts an
       "}",
     ].join("\n"));
     const run = await runTrain([...ws.overrides, ...scratchModel(16, 1), "trainer.logger=console", "algorithm.adv_estimator=grpo", "trainer.total_training_steps=2",
-      `+data.sampler.class_path=${join(ws.dir, "rev.mjs")}`, "+data.sampler.class_name=Reverse", `trainer.rollout_data_dir=${ws.dir}/d`, `trainer.default_local_dir=${ws.dir}/c`], {});
+      `+data.sampler.class_path=${join(ws.dir, "rev.mjs")}`, "+data.sampler.class_name=Reverse", "data.dataloader_num_workers=0", `trainer.rollout_data_dir=${ws.dir}/d`, `trainer.default_local_dir=${ws.dir}/c`], {});
     assert.equal(run.code, 0, run.stderr);
     const updates = readFileSync(log, "utf8").trim().split("\n").map((l) => JSON.parse(l) as Record<string, unknown>);
     assert.deepEqual(updates, [{ rows: 8, scored: true, adv: true }, { rows: 8, scored: true, adv: true }]);

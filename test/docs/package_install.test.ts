@@ -26,6 +26,7 @@ test("npm pack, npm install the tarball in a new project, and docs/extending.md'
     const tarball = join(root, info[0]!.filename);
     const files = info[0]!.files.map((f) => f.path);
     assert.ok(files.includes("dist/src/index.js") && files.includes("conf/ppo_trainer.yaml") && files.includes("src/reward/python/runner.py"));
+    assert.ok(files.includes("src/data/python/bridge.py") && files.includes("src/data/python/shim/verl/experimental/dataset/sampler.py"), "the Python data bridge ships");
     assert.ok(!files.some((f) => f.startsWith("dist/test/") || f.startsWith("test/")), "tests are not packed");
 
     const project = join(root, "my-project");
