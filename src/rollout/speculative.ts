@@ -54,7 +54,7 @@ function mtpLayerAsModel(model: LlamaModel): LlamaModel {
 }
 
 /** The MTP layer's input rows: input_proj([hidden_layernorm(h); token_layernorm(embed(token))]) on the host. */
-class MtpInput {
+export class MtpInput {
   private readonly emb: Float32Array; private readonly hn: Float32Array; private readonly tn: Float32Array; private readonly proj: Float32Array;
 
   constructor(model: LlamaModel, private readonly c: ModelConfig) {
@@ -91,12 +91,24 @@ function norm(x: Float32Array, w: Float32Array, out: Float32Array, at: number, e
 }
 
 /** A draw from weights `w` [V] (not necessarily normalised). */
-function drawFrom(w: Float64Array, rng: Rng): number {
+export function drawFrom(w: Float64Array, rng: Rng): number {
   let total = 0, last = 0;
   for (let i = 0; i < w.length; i++) { total += w[i]!; if (w[i]! > 0) last = i; }
   let u = rng.random() * total;
   for (let i = 0; i < w.length; i++) { u -= w[i]!; if (u < 0 && w[i]! > 0) return i; }
   return last;
+}
+
+/**
+ * The acceptance test of a draft `d` drawn from `q`, against the target `p` (both [V], normalised): null
+ * when d is kept (probability min(1, p(d) / q(d))), else the replacement drawn from max(0, p - q)
+ * (into `resid`). One uniform, and a second on rejection. Greedy p and q are one-hot: d is kept
+ * exactly when it is p's argmax, and the replacement is that argmax.
+ */
+export function judgeDraft(p: Float64Array, q: Float64Array, d: number, rng: Rng, resid: Float64Array): number | null {
+  if (rng.random() * q[d]! < p[d]!) return null;
+  for (let i = 0; i < p.length; i++) resid[i] = Math.max(0, p[i]! - q[i]!);
+  return drawFrom(resid, rng);
 }
 
 /** Per row: what the next MTP call reads (hidden states and the tokens after them), from column `col`. */
@@ -200,7 +212,8 @@ export function generateSpeculative(model: LlamaModel, batch: DataProto, params:
             sampler.probabilities(lg, 2 * r * V, p1);
             stats.drafted++;
             const hAt = (t: number) => h.slice((r * 2 + t) * D, (r * 2 + t + 1) * D);
-            if (rng.random() * qb[d]! < p1[d]!) { // accepted: d, then the bonus from p2
+            const replacement = judgeDraft(p1, qb, d, rng, resid);
+            if (replacement === null) { // accepted: d, then the bonus from p2
               stats.accepted++;
               if (!emit(b, d, sampler.logProb(lg, 2 * r * V, d))) { pending[b] = null; return; }
               const { token, logProb } = sampler.sample(lg, (2 * r + 1) * V, rng);
@@ -208,9 +221,8 @@ export function generateSpeculative(model: LlamaModel, batch: DataProto, params:
               hs.set(hAt(0), 0); hs.set(hAt(1), D);
               pending[b] = emit(b, token, logProb) ? { col: n, hidden: hs, tokens: [d, token] } : null;
               nextCol[b] = n + 2;
-            } else { // rejected: a replacement from the residual max(0, p1 - q)
-              for (let i = 0; i < V; i++) resid[i] = Math.max(0, p1[i]! - qb[i]!);
-              const token = drawFrom(resid, rng);
+            } else { // rejected: the replacement, from the residual max(0, p1 - q)
+              const token = replacement;
               trunk.truncateRow(b, n + 1);
               pending[b] = emit(b, token, sampler.logProb(lg, 2 * r * V, token)) ? { col: n, hidden: hAt(0), tokens: [token] } : null;
               nextCol[b] = n + 1;

@@ -15,6 +15,7 @@ import { generateSeeded, registerRolloutEngine, type RequestServerContext, type 
 export function slotServer(ctx: RequestServerContext, decoder?: SlotDecoderFactory): AsyncRolloutServer {
   return new ContinuousBatchingServer(ctx.model, {
     maxNumSeqs: ctx.maxNumSeqs, maxModelLen: ctx.maxModelLen, eosTokenIds: [...ctx.tokenizer.eosTokenIds], rng: ctx.rng, decoder, recordRouting: ctx.recordRouting,
+    ...(ctx.mtpDraft ? { mtpDraft: ctx.mtpDraft } : {}),
   });
 }
 
@@ -34,7 +35,10 @@ export class HostRolloutEngine implements RolloutEngine {
     return generateSeeded(req, (prompts, rng) => generate(req.model, prompts, req.params, rng, { recordRouting: req.recordRouting }));
   }
 
-  /** The host KV-cache decoder's slots, one per live request; a finished turn's cache is parked for the next. */
+  /**
+   * The host KV-cache decoder's slots, one per live request; a finished turn's cache is parked for the next.
+   * With ctx.mtpDraft, each step drafts with the MTP layer and verifies with the trunk (rollout/speculative_slots.ts).
+   */
   requestServer(ctx: RequestServerContext): AsyncRolloutServer {
     return slotServer(ctx);
   }
