@@ -3,8 +3,9 @@
 //   enable           load (and save) the MTP layers; off, they are left out as verl leaves them out
 //   enable_train     add the MTP loss (mtp_loss_scaling_factor x its cross entropy) to the actor's loss
 //   detach_encoder   no gradient from the MTP loss into the trunk or the embedding (the MTP layer and lm_head train)
-//   enable_rollout   speculative decoding with the MTP layer as the draft (src/rollout/speculative.ts):
-//                    vLLM's method "mtp" with num_speculative_tokens 1, the only values built
+//   enable_rollout   speculative decoding with the MTP layer as the draft (src/rollout/speculative.ts;
+//                    agent loops: src/rollout/speculative_slots.ts): vLLM's method "mtp" with
+//                    num_speculative_tokens 1, the only values built
 // speculative_* are SGLang's EAGLE settings: read only by an SGLang server, which verl-ts does not drive.
 import type { ModelConfig } from "../models/config.js";
 import type { ConfigView } from "./config_view.js";
