@@ -50,6 +50,8 @@ export interface ContinuousBatchingServerOptions {
    * decoder only); the draft counts are added here.
    */
   mtpDraft?: SpeculativeStats;
+  /** Drafts per step with mtpDraft (model.mtp.num_speculative_tokens; default 1): the one MTP layer chained. */
+  mtpDraftTokens?: number;
 }
 
 export interface BatchingServerStats {
@@ -230,11 +232,11 @@ export class ContinuousBatchingServer implements AsyncRolloutServer {
       const { maxNumSeqs, maxModelLen, decoder, mtpDraft } = this.opts;
       // Own kernels, so the host decoder owns its weight copy (read now) and sleep() releases every tensor.
       const kernels = () => (this.opts.kernels === "js" ? new JsKernels() : hostKernels());
-      // a speculative step forwards two tokens per request
-      const maxRowsPerCall = mtpDraft ? Math.max(this.prefillChunk(), 2 * maxNumSeqs) : this.prefillChunk();
+      // a speculative step forwards k + 1 tokens per request
+      const k = this.opts.mtpDraftTokens ?? 1, maxRowsPerCall = mtpDraft ? Math.max(this.prefillChunk(), (k + 1) * maxNumSeqs) : this.prefillChunk();
       const host = decoder ? undefined : new KvCacheDecoder(this.model, maxNumSeqs, maxModelLen, { kernels: kernels(), maxRowsPerCall });
       this.engine = host ?? decoder!(this.model, maxNumSeqs, maxModelLen, this.prefillChunk());
-      if (mtpDraft) this.spec = new SpeculativeSlots(this.model, host!, maxNumSeqs, maxModelLen, maxRowsPerCall, mtpDraft, kernels());
+      if (mtpDraft) this.spec = new SpeculativeSlots(this.model, host!, maxNumSeqs, maxModelLen, maxRowsPerCall, mtpDraft, kernels(), k);
       this.counters.enginesBuilt++;
       if (this.opts.recordRouting) {
         if (!this.engine.recordRouting) throw new Error("ContinuousBatchingServer: this rollout engine's decoder cannot record the routing (rollout.enable_rollout_routing_replay)");
@@ -353,7 +355,7 @@ export class ContinuousBatchingServer implements AsyncRolloutServer {
     rows.forEach((r, i) => { if (!r.aborted) this.acceptLogits(r, logits, i * engine.vocabSize); });
   }
 
-  /** A speculative step (synchronous, so no abort lands inside it): one or two tokens for every active request. */
+  /** A speculative step (synchronous, so no abort lands inside it): one to k + 1 tokens for every active request. */
   private decodeStepSpeculative(spec: SpeculativeSlots): void {
     const rows = this.active.slice(), before = rows.reduce((n, r) => n + r.out.length, 0), L = this.opts.maxModelLen;
     spec.step(rows.map((r) => {
@@ -361,7 +363,7 @@ export class ContinuousBatchingServer implements AsyncRolloutServer {
       return {
         slot: r.slot, cached, next: r.next, rng: r.rng,
         sampler: (r.sampler ??= new TokenSampler(this.model.config.vocabSize, r.sampling)),
-        draft: r.out.length + 1 < r.maxTokens && cached.length + 1 < L,
+        draft: Math.max(0, Math.min(this.opts.mtpDraftTokens ?? 1, r.maxTokens - r.out.length - 1, L - cached.length - 1)),
         emit: (token: number, logProb: number) => { this.accept(r, token, logProb); return !r.finished; },
       };
     }));

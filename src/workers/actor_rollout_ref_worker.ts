@@ -61,6 +61,8 @@ interface ActorState {
   rolloutRouting: boolean;
   /** model.mtp.enable_rollout: rollouts (single-turn and agent loops) decode speculatively with the MTP layer as the draft. */
   mtpRollout: boolean;
+  /** model.mtp.num_speculative_tokens: drafts per step */
+  mtpDraftTokens: number;
 }
 
 /** verl's actor.router_replay.mode: R2 records in the old-log-prob pass, R3 replays the rollout's routing there too; both replay in the update. */
@@ -133,13 +135,13 @@ export class ActorRolloutRefWorker extends Worker {
     const world = this.worldSize;
     const rolloutCfg = cfg.at("actor_rollout_ref.rollout");
     if (this.hasActor) checkRolloutFitsModel(rolloutCfg, model.config);
+    const mtp = readMtpSettings(modelCfg);
     const state: ActorState = {
       cfg, tokenizer, backend: common.backend,
-      rolloutRng: new Rng(seed + 7919 * (this.rank + 1)), seed, routerReplay: "disabled", rolloutRouting: false, mtpRollout: false,
+      rolloutRng: new Rng(seed + 7919 * (this.rank + 1)), seed, routerReplay: "disabled", rolloutRouting: false, mtpRollout: false, mtpDraftTokens: mtp.draftTokens,
       logProbSpec: inferenceSpec(rolloutCfg, "log_prob_", "log_prob_use_dynamic_bsz", "log_prob_max_token_len_per_gpu", world),
     };
     const rollCorr = cfg.section("algorithm.rollout_correction");
-    const mtp = readMtpSettings(modelCfg);
     const actorOpts = {
       config: actorCfg, miniBatchPerRank: plan.actorMiniBatchPerRank, microBatchPerRank: plan.actorMicroBatchPerRank, removePadding: memory.removePadding,
       ...(isBypassMode(rollCorr) ? { bypassRolloutCorrection: rollCorr } : {}),
@@ -230,7 +232,7 @@ export class ActorRolloutRefWorker extends Worker {
     // validation rollouts train nothing: their routing is not recorded
     const recordRouting = this.state.rolloutRouting && prompts.metaInfo.validate !== true;
     const mtpDraft = this.state.mtpRollout ? { drafted: 0, accepted: 0 } : undefined;
-    const out = await engine.generate({ model, tokenizer: this.state.tokenizer, prompts: gen, params, rng, rowSeeds, ...(recordRouting ? { recordRouting } : {}), ...(mtpDraft ? { mtpDraft } : {}) });
+    const out = await engine.generate({ model, tokenizer: this.state.tokenizer, prompts: gen, params, rng, rowSeeds, ...(recordRouting ? { recordRouting } : {}), ...(mtpDraft ? { mtpDraft, mtpDraftTokens: this.state.mtpDraftTokens } : {}) });
     if (recordRouting && !out.batch.routed_experts) throw new Error(`${ROLLOUT_KEY}=True: rollout engine '${engine.name}' returned no routed_experts`);
     // the share of MTP drafts the trunk accepted (vLLM logs it as its draft acceptance rate)
     if (mtpDraft && mtpDraft.drafted > 0) return new DataProto(out.batch, {}, { metrics: { "rollout/mtp_acceptance_rate": [mtpDraft.accepted / mtpDraft.drafted] } });
@@ -270,7 +272,7 @@ export class ActorRolloutRefWorker extends Worker {
         maxNumSeqs: Math.min(a.maxNumSeqs, a.agent.maxConcurrentLoops),
         maxModelLen: a.promptLength + a.responseLength,
         ...(training && s.rolloutRouting ? { recordRouting: true } : {}),
-        ...(mtpDraft ? { mtpDraft } : {}),
+        ...(mtpDraft ? { mtpDraft, mtpDraftTokens: s.mtpDraftTokens } : {}),
       });
       return new AgentLoopManager({ config: this.config, tokenizer: s.tokenizer, server });
     };

@@ -49,7 +49,7 @@ test("mimo: 2 GRPO steps with the MTP loss and MTP-drafted rollouts; the export 
   }
 });
 
-test("mimo: 2 multi-turn GRPO steps (agent loops with a simulated user) decode with the MTP draft and log its acceptance rate", async () => {
+test("mimo: 2 multi-turn GRPO steps (agent loops with a simulated user) decode with 2 chained MTP drafts a step and log the acceptance rate", async () => {
   const ws = await makeWorkspace();
   try {
     const model = writeTinyMimo(join(ws.dir, "mimo"), { chatTemplate: true });
@@ -68,7 +68,7 @@ test("mimo: 2 multi-turn GRPO steps (agent loops with a simulated user) decode w
     const overrides = [...ws.overrides, `actor_rollout_ref.model.path=${model}`, "algorithm.adv_estimator=grpo", "data.max_prompt_length=24",
       "data.max_response_length=160", "trainer.total_training_steps=2", "trainer.logger=[]", "trainer.save_freq=-1",
       `${RO}.multi_turn.enable=true`, `${RO}.multi_turn.interaction_config_path=${yaml}`, `${RO}.multi_turn.max_user_turns=2`, `${RO}.multi_turn.max_assistant_turns=3`,
-      `${RO}.calculate_log_probs=true`, `${MTP}.enable=true`, `${MTP}.enable_rollout=true`];
+      `${RO}.calculate_log_probs=true`, `${MTP}.enable=true`, `${MTP}.enable_rollout=true`, `${MTP}.num_speculative_tokens=2`];
     const res = await runPpo(loadConfig({ configName: "ppo_trainer", overrides }));
     const steps = res.history.map((h) => h.metrics);
     assert.equal(steps.length, 2);

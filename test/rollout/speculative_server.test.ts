@@ -19,8 +19,11 @@ import { assertThreeTokenDistribution, tinyMimo } from "./speculative_helpers.js
 
 const greedy = { temperature: 0, topP: 1, topK: -1, logprobs: true };
 
-function server(model: LlamaModel, maxNumSeqs: number, stats?: SpeculativeStats, opts: { eos?: number[]; seed?: number; maxModelLen?: number } = {}): ContinuousBatchingServer {
-  return new ContinuousBatchingServer(model, { maxNumSeqs, maxModelLen: opts.maxModelLen ?? 128, eosTokenIds: opts.eos ?? [], rng: new Rng(opts.seed ?? 0), ...(stats ? { mtpDraft: stats } : {}) });
+function server(model: LlamaModel, maxNumSeqs: number, stats?: SpeculativeStats, opts: { eos?: number[]; seed?: number; maxModelLen?: number; draftTokens?: number } = {}): ContinuousBatchingServer {
+  return new ContinuousBatchingServer(model, {
+    maxNumSeqs, maxModelLen: opts.maxModelLen ?? 128, eosTokenIds: opts.eos ?? [], rng: new Rng(opts.seed ?? 0),
+    ...(stats ? { mtpDraft: stats, mtpDraftTokens: opts.draftTokens ?? 1 } : {}),
+  });
 }
 
 /** Conversations of `turns` turns: each next prompt is the last prompt, its response and a "tool" reply. */
@@ -46,21 +49,21 @@ function assertSame(a: TokenOutput[][], b: TokenOutput[][], what: string): void 
   })));
 }
 
-for (const vocab of [320, 4]) {
-  test(`server: greedy multi-turn conversations with the MTP draft give the tokens and log-probs of plain decoding (vocabulary ${vocab})`, async () => {
+for (const [vocab, draftTokens] of [[320, 1], [4, 1], [4, 3]] as const) {
+  test(`server: greedy multi-turn conversations with the MTP draft give the tokens and log-probs of plain decoding (vocabulary ${vocab}, ${draftTokens} drafts a step)`, async () => {
     await initBackend("wasm");
     const m = tinyMimo(vocab, 11), live = tf.memory().numTensors;
     try {
       const rng = new Rng(4);
       const prompts = Array.from({ length: 5 }, (_, i) => Array.from({ length: 2 + 3 * i }, () => rng.int(vocab)));
       const eos = vocab > 4 ? [7] : [];
-      // 3 slots for 5 conversations: parked caches are reused, and evicted
-      const plain = server(m, 3, undefined, { eos });
+      // 4 slots for 5 conversations: parked caches are reused, and evicted
+      const plain = server(m, 4, undefined, { eos });
       const stats: SpeculativeStats = { drafted: 0, accepted: 0 };
-      const spec = server(m, 3, stats, { eos });
+      const spec = server(m, 4, stats, { eos, draftTokens });
       const a = await conversations(plain, prompts, 3, 10, vocab), b = await conversations(spec, prompts, 3, 10, vocab);
       assertSame(b, a, "draft vs plain");
-      assert.ok(spec.stats().reusedTokens > 0, "turns reused their caches");
+      assert.ok(spec.stats().reusedTokens > 0, `turns reused their caches: ${JSON.stringify(spec.stats())} ${JSON.stringify(plain.stats())}`);
       assert.ok(stats.drafted > 0 && stats.accepted > 0, `accepted ${stats.accepted} of ${stats.drafted}`);
       if (vocab === 4) assert.ok(stats.accepted < stats.drafted, `some drafts rejected: ${stats.accepted} of ${stats.drafted}`);
       // fewer steps than tokens once drafts are accepted
@@ -75,12 +78,12 @@ for (const vocab of [320, 4]) {
   });
 }
 
-test("server: a rolled-back cache serves the next turn (tool reply after rejected drafts) as a fresh cache does, also when the prompt rewrites the last turn", async () => {
+for (const draftTokens of [1, 3]) test(`server: a rolled-back cache serves the next turn (tool reply after rejected drafts) as a fresh cache does, also when the prompt rewrites the last turn (${draftTokens} drafts a step)`, async () => {
   await initBackend("wasm");
   const V = 4, m = tinyMimo(V, 11);
   try {
     const stats: SpeculativeStats = { drafted: 0, accepted: 0 };
-    const s = server(m, 1, stats);
+    const s = server(m, 1, stats, { draftTokens });
     const prompt = [0, 1, 2, 3, 1, 0];
     const t1 = await s.generate("turn1", prompt, { ...greedy, maxTokens: 12 });
     assert.ok(stats.accepted < stats.drafted, "turn 1 rejected drafts (its cache was rolled back)");
@@ -96,7 +99,7 @@ test("server: a rolled-back cache serves the next turn (tool reply after rejecte
       assert.ok(s.stats().reusedTokens > reused, `case ${i}: the cache was reused`);
       reused = s.stats().reusedTokens;
       const freshStats: SpeculativeStats = { drafted: 0, accepted: 0 };
-      const fresh = server(m, 1, freshStats), plain = server(m, 1);
+      const fresh = server(m, 1, freshStats, { draftTokens }), plain = server(m, 1);
       const f = await fresh.generate("f", turn2, { ...greedy, maxTokens: 12 }), p = await plain.generate("p", turn2, { ...greedy, maxTokens: 12 });
       assertSame([[o], [f]], [[p], [p]], `case ${i}`);
       // the MTP layer's cache, kept and cut back with the trunk's, drafts what a fresh one drafts
@@ -107,7 +110,7 @@ test("server: a rolled-back cache serves the next turn (tool reply after rejecte
       await s.generate(`again-${i}`, [...turn2, ...o.tokenIds, 0], { ...greedy, maxTokens: 5 });
     }
     // a prompt near the model length: the last steps decode plainly
-    const near = server(m, 1, { drafted: 0, accepted: 0 }, { maxModelLen: 16 }), nearPlain = server(m, 1, undefined, { maxModelLen: 16 });
+    const near = server(m, 1, { drafted: 0, accepted: 0 }, { maxModelLen: 16, draftTokens }), nearPlain = server(m, 1, undefined, { maxModelLen: 16 });
     const long = Array.from({ length: 9 }, (_, i) => i % V);
     assertSame([[await near.generate("n", long, greedy)]], [[await nearPlain.generate("n", long, greedy)]], "near the model length");
     await s.sleep();
@@ -116,21 +119,24 @@ test("server: a rolled-back cache serves the next turn (tool reply after rejecte
   }
 });
 
-test("server: speculative sampling draws plain decoding's distribution (chi-square over 3-token responses)", async () => {
-  await initBackend("wasm");
-  const V = 4, N = 4000, temperature = 0.8, prompt = [1, 2, 3];
-  const m = tinyMimo(V, 5);
-  try {
-    const stats: SpeculativeStats = { drafted: 0, accepted: 0 };
-    const s = server(m, 32, stats, { seed: 2024 });
-    const outs = await Promise.all(Array.from({ length: N }, (_, i) => s.generate(`r${i}`, prompt, { temperature, topP: 1, topK: -1, maxTokens: 3 })));
-    assertThreeTokenDistribution(m, prompt, temperature, outs.map((o) => o.tokenIds));
-    assert.ok(stats.accepted > 0.1 * stats.drafted && stats.accepted < 0.95 * stats.drafted, `accepted ${stats.accepted} of ${stats.drafted}`);
-    await s.sleep();
-  } finally {
-    m.dispose();
-  }
-});
+for (const [draftTokens, maxTokens] of [[1, 3], [2, 4]] as const) {
+  test(`server: speculative sampling draws plain decoding's distribution (chi-square over the first 3 response tokens; ${draftTokens} drafts a step)`, async () => {
+    await initBackend("wasm");
+    const V = 4, N = 4000, temperature = 0.8, prompt = [1, 2, 3];
+    const m = tinyMimo(V, 5);
+    try {
+      const stats: SpeculativeStats = { drafted: 0, accepted: 0 };
+      // 4 tokens with 2 drafts: after the first token, one step drafts tokens 2 and 3 by the chained MTP layer
+      const s = server(m, 32, stats, { seed: 2024, draftTokens });
+      const outs = await Promise.all(Array.from({ length: N }, (_, i) => s.generate(`r${i}`, prompt, { temperature, topP: 1, topK: -1, maxTokens })));
+      assertThreeTokenDistribution(m, prompt, temperature, outs.map((o) => o.tokenIds.slice(0, 3)));
+      assert.ok(stats.accepted > 0.1 * stats.drafted && stats.accepted < 0.95 * stats.drafted, `accepted ${stats.accepted} of ${stats.drafted}`);
+      await s.sleep();
+    } finally {
+      m.dispose();
+    }
+  });
+}
 
 test("server: with the draft, a seeded request samples the same tokens alone or among others; the server's seed fixes the unseeded ones", async () => {
   await initBackend("wasm");
@@ -164,19 +170,21 @@ class Recording extends TokenSampler {
   }
 }
 
-test("SpeculativeSlots: after a turn is rewritten, the kept and cut-back MTP cache drafts from the logits a fresh cache gives", async () => {
+for (const draftTokens of [1, 3]) test(`SpeculativeSlots: after a turn is rewritten, the kept and cut-back MTP cache drafts from the logits a fresh cache gives (${draftTokens} drafts a step)`, async () => {
   await initBackend("wasm");
   const V = 320, m = tinyMimo(V, 11), L = 64;
   const trunk = new KvCacheDecoder(m, 2, L, { kernels: hostKernels(), maxRowsPerCall: 8 });
-  const spec = new SpeculativeSlots(m, trunk, 2, L, 8, { drafted: 0, accepted: 0 }, hostKernels());
+  const spec = new SpeculativeSlots(m, trunk, 2, L, 8, { drafted: 0, accepted: 0 }, hostKernels(), draftTokens);
   try {
     const params = defaultSamplingParams({ temperature: 0, responseLength: 8, eosTokenIds: [], padTokenId: 0 });
     /** Decode `n` greedy steps on `slot` from `prompt`; returns the tokens and the sampler. */
     const decode = (slot: number, prompt: number[], reuse: number, n: number) => {
       const sampler = new Recording(V, params), cached = prompt.slice(), out: number[] = [];
+      // (each step takes at most draftTokens + 1 tokens; the cache has room for them all)
       let next = sampler.sample(spec.prefill(slot, prompt, reuse), 0, new Rng(0)).token;
       for (let i = 0; i < n; i++) {
-        spec.step([{ slot, cached, next, sampler, rng: new Rng(i), draft: true, emit: (t) => { out.push(t); next = t; return true; } }]);
+        if (cached.length + draftTokens + 1 >= L) break;
+        spec.step([{ slot, cached, next, sampler, rng: new Rng(i), draft: draftTokens, emit: (t) => { out.push(t); next = t; return true; } }]);
       }
       return { out, cached, sampler };
     };

@@ -15,7 +15,7 @@ import { generateSeeded, registerRolloutEngine, type RequestServerContext, type 
 export function slotServer(ctx: RequestServerContext, decoder?: SlotDecoderFactory): AsyncRolloutServer {
   return new ContinuousBatchingServer(ctx.model, {
     maxNumSeqs: ctx.maxNumSeqs, maxModelLen: ctx.maxModelLen, eosTokenIds: [...ctx.tokenizer.eosTokenIds], rng: ctx.rng, decoder, recordRouting: ctx.recordRouting,
-    ...(ctx.mtpDraft ? { mtpDraft: ctx.mtpDraft } : {}),
+    ...(ctx.mtpDraft ? { mtpDraft: ctx.mtpDraft, mtpDraftTokens: ctx.mtpDraftTokens } : {}),
   });
 }
 
@@ -31,7 +31,7 @@ export class HostRolloutEngine implements RolloutEngine {
     await readParamsForDecode(req.model);
     const stats = req.mtpDraft;
     if (stats) await readParamsForDecode(mtpDraftModel(req.model));
-    if (stats) return generateSeeded(req, (prompts, rng) => generateSpeculative(req.model, prompts, req.params, rng, { stats }));
+    if (stats) return generateSeeded(req, (prompts, rng) => generateSpeculative(req.model, prompts, req.params, rng, { stats, draftTokens: req.mtpDraftTokens }));
     return generateSeeded(req, (prompts, rng) => generate(req.model, prompts, req.params, rng, { recordRouting: req.recordRouting }));
   }
 

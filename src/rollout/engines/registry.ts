@@ -34,6 +34,8 @@ export interface RolloutRequest {
    * its draft counts here. Only engines with `draftsWithMtp` can.
    */
   mtpDraft?: SpeculativeStats;
+  /** Drafts per step with mtpDraft (model.mtp.num_speculative_tokens; default 1), chained from the one MTP layer. */
+  mtpDraftTokens?: number;
 }
 
 /** What a per-request server (agent loops: multi-turn, tools) is built over. */
@@ -54,6 +56,8 @@ export interface RequestServerContext {
    * draft counts here. Only engines with `draftsWithMtp` can.
    */
   mtpDraft?: SpeculativeStats;
+  /** Drafts per step with mtpDraft (model.mtp.num_speculative_tokens; default 1), chained from the one MTP layer. */
+  mtpDraftTokens?: number;
 }
 
 export interface RolloutEngine {
