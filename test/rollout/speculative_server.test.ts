@@ -114,6 +114,9 @@ for (const draftTokens of [1, 3]) test(`server: a rolled-back cache serves the n
     const long = Array.from({ length: 9 }, (_, i) => i % V);
     assertSame([[await near.generate("n", long, greedy)]], [[await nearPlain.generate("n", long, greedy)]], "near the model length");
     await s.sleep();
+    // the slot decoder of another engine (WebGPU) cannot draft: refused by name
+    assert.throws(() => new ContinuousBatchingServer(m, { maxNumSeqs: 1, maxModelLen: 16, eosTokenIds: [], rng: new Rng(0), mtpDraft: stats, decoder: () => { throw new Error("unused"); } }),
+      /runs on the host KV-cache decoder; this rollout engine's slot decoder cannot draft/);
   } finally {
     m.dispose();
   }
