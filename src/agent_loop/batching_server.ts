@@ -9,12 +9,16 @@
 // with forwardSample (the WebGPU one) draws each request's token on its device from the
 // request's settings and seed stream, and the next step is queued (fed from the device's
 // ids) before this one is read back; otherwise the logits come back and are sampled here.
+// With an MTP draft (model.mtp.enable_rollout) each step drafts and verifies on the host decoder
+// (rollout/speculative_slots.ts): one or two tokens per request, distributed as plain decoding's.
 import { hostKernels, JsKernels } from "../engine/host_kernels.js";
 import type { LlamaModel } from "../models/llama.js";
 import { KvCacheDecoder, type RowSampling, type SampledRows, type SampledStep, type SlotDecoder, type SlotDecoderFactory } from "../rollout/decoder.js";
 import { readParamsForDecode } from "../rollout/decode_weights.js";
 import { rolloutQuantization } from "../rollout/fp8.js";
 import { checkSamplingParams, TokenSampler, type SamplingParams } from "../rollout/sampling.js";
+import { mtpDraftModel, type SpeculativeStats } from "../rollout/speculative.js";
+import { SpeculativeSlots } from "../rollout/speculative_slots.js";
 import { Rng } from "../utils/rng.js";
 import { tensor, type TensorData } from "../protocol/tensor.js";
 import { checkGenerationParams, RequestAbortedError, type AsyncRolloutServer, type GenerationParams, type TokenOutput } from "./server.js";
@@ -41,6 +45,13 @@ export interface ContinuousBatchingServerOptions {
   pipelineDeviceSteps?: boolean;
   /** MoE (rollout.enable_rollout_routing_replay): every output carries routedExperts (the decoder must record). */
   recordRouting?: boolean;
+  /**
+   * model.mtp.enable_rollout: decode speculatively with the model's MTP layer as the draft (host
+   * decoder only); the draft counts are added here.
+   */
+  mtpDraft?: SpeculativeStats;
+  /** Drafts per step with mtpDraft (model.mtp.num_speculative_tokens; default 1): the one MTP layer chained. */
+  mtpDraftTokens?: number;
 }
 
 export interface BatchingServerStats {
@@ -88,6 +99,8 @@ interface QueuedStep { step: SampledStep; rows: Request[] }
 
 export class ContinuousBatchingServer implements AsyncRolloutServer {
   private engine: SlotDecoder | undefined;
+  /** The MTP draft's cache slots beside the engine's (opts.mtpDraft) */
+  private spec: SpeculativeSlots | undefined;
   /** The engine's routing record [slots, maxLen, S*K] when recording. */
   private routing: Int32Array | undefined;
   private readonly waiting: Request[] = [];
@@ -111,6 +124,8 @@ export class ContinuousBatchingServer implements AsyncRolloutServer {
     if (opts.maxModelLen > model.config.maxSeqLen && model.config.ropeScaling?.type !== "dynamic") {
       throw new Error(`ContinuousBatchingServer: maxModelLen ${opts.maxModelLen} exceeds the model's max_position_embeddings ${model.config.maxSeqLen}`);
     }
+    if (opts.mtpDraft && opts.decoder) throw new Error("ContinuousBatchingServer: speculative decoding with the MTP draft runs on the host KV-cache decoder; this rollout engine's slot decoder cannot draft");
+    if (opts.mtpDraft && !model.config.mtpLayers) throw new Error("ContinuousBatchingServer: speculative decoding needs the model's multi-token-prediction layers (num_nextn_predict_layers; MiMo has them)");
   }
 
   async generate(requestId: string, promptIds: readonly number[], params: GenerationParams): Promise<TokenOutput> {
@@ -176,11 +191,14 @@ export class ContinuousBatchingServer implements AsyncRolloutServer {
   async wakeUp(): Promise<void> {
     // (the fp8 rollout quantizes on the host for every decoder, so it reads them too)
     if (!this.opts.decoder || rolloutQuantization(this.model)) await readParamsForDecode(this.model);
+    if (this.opts.mtpDraft) await readParamsForDecode(mtpDraftModel(this.model));
   }
 
   /** Wait for every request to finish, then drop the engine and caches; the next request re-reads the weights. */
   async sleep(): Promise<void> {
     if (this.running) await new Promise<void>((resolve) => this.idleWaiters.push(resolve));
+    this.spec?.dispose();
+    this.spec = undefined;
     this.engine?.dispose();
     this.engine = undefined;
     this.routing = undefined;
@@ -211,14 +229,14 @@ export class ContinuousBatchingServer implements AsyncRolloutServer {
 
   private ensureEngine(): SlotDecoder {
     if (!this.engine) {
-      const { maxNumSeqs, maxModelLen, decoder } = this.opts;
+      const { maxNumSeqs, maxModelLen, decoder, mtpDraft } = this.opts;
       // Own kernels, so the host decoder owns its weight copy (read now) and sleep() releases every tensor.
-      this.engine = decoder
-        ? decoder(this.model, maxNumSeqs, maxModelLen, this.prefillChunk())
-        : new KvCacheDecoder(this.model, maxNumSeqs, maxModelLen, {
-          kernels: this.opts.kernels === "js" ? new JsKernels() : hostKernels(),
-          maxRowsPerCall: this.prefillChunk(),
-        });
+      const kernels = () => (this.opts.kernels === "js" ? new JsKernels() : hostKernels());
+      // a speculative step forwards k + 1 tokens per request
+      const k = this.opts.mtpDraftTokens ?? 1, maxRowsPerCall = mtpDraft ? Math.max(this.prefillChunk(), (k + 1) * maxNumSeqs) : this.prefillChunk();
+      const host = decoder ? undefined : new KvCacheDecoder(this.model, maxNumSeqs, maxModelLen, { kernels: kernels(), maxRowsPerCall });
+      this.engine = host ?? decoder!(this.model, maxNumSeqs, maxModelLen, this.prefillChunk());
+      if (mtpDraft) this.spec = new SpeculativeSlots(this.model, host!, maxNumSeqs, maxModelLen, maxRowsPerCall, mtpDraft, kernels(), k);
       this.counters.enginesBuilt++;
       if (this.opts.recordRouting) {
         if (!this.engine.recordRouting) throw new Error("ContinuousBatchingServer: this rollout engine's decoder cannot record the routing (rollout.enable_rollout_routing_replay)");
@@ -238,7 +256,9 @@ export class ContinuousBatchingServer implements AsyncRolloutServer {
     while (this.waiting.length > 0 && this.active.length < this.opts.maxNumSeqs) {
       const engine = this.ensureEngine();
       const req = this.waiting.shift()!;
-      const { slot, reuse } = this.pickSlot(req.prompt);
+      const picked = this.pickSlot(req.prompt), slot = picked.slot;
+      // the draft may need one more column refed (its hidden state is gone), or none kept for a slot it never filled
+      const reuse = this.spec ? this.spec.reusable(slot, picked.reuse) : picked.reuse;
       req.slot = slot;
       engine.truncateRow(slot, reuse);
       const cache = this.cached[slot]!;
@@ -247,7 +267,11 @@ export class ContinuousBatchingServer implements AsyncRolloutServer {
       this.counters.reusedTokens += reuse;
       this.counters.prefillTokens += suffix.length;
       this.active.push(req);
-      if (engine.forwardSample) {
+      if (this.spec) {
+        const logits = this.spec.prefill(slot, req.prompt, reuse);
+        cache.push(...suffix);
+        this.acceptLogits(req, logits, 0);
+      } else if (engine.forwardSample) {
         const s = await this.prefillSampled(engine, req, reuse, suffix);
         cache.push(...suffix);
         if (!req.aborted) this.accept(req, s.ids[0]!, s.logProbs[0]!);
@@ -321,6 +345,7 @@ export class ContinuousBatchingServer implements AsyncRolloutServer {
   private async decodeStep(): Promise<void> {
     const engine = this.engine!;
     if (engine.forwardSample) return this.decodeStepOnDevice(engine);
+    if (this.spec) return this.decodeStepSpeculative(this.spec);
     const rows = this.active.slice();
     // no padding: each row's next cache column is also its position
     const cols = Int32Array.from(rows, (r) => this.cached[r.slot]!.length);
@@ -330,9 +355,24 @@ export class ContinuousBatchingServer implements AsyncRolloutServer {
     rows.forEach((r, i) => { if (!r.aborted) this.acceptLogits(r, logits, i * engine.vocabSize); });
   }
 
-  private countStep(rows: number): void {
+  /** A speculative step (synchronous, so no abort lands inside it): one to k + 1 tokens for every active request. */
+  private decodeStepSpeculative(spec: SpeculativeSlots): void {
+    const rows = this.active.slice(), before = rows.reduce((n, r) => n + r.out.length, 0), L = this.opts.maxModelLen;
+    spec.step(rows.map((r) => {
+      const cached = this.cached[r.slot]!;
+      return {
+        slot: r.slot, cached, next: r.next, rng: r.rng,
+        sampler: (r.sampler ??= new TokenSampler(this.model.config.vocabSize, r.sampling)),
+        draft: Math.max(0, Math.min(this.opts.mtpDraftTokens ?? 1, r.maxTokens - r.out.length - 1, L - cached.length - 1)),
+        emit: (token: number, logProb: number) => { this.accept(r, token, logProb); return !r.finished; },
+      };
+    }));
+    this.countStep(rows.length, rows.reduce((n, r) => n + r.out.length, 0) - before);
+  }
+
+  private countStep(rows: number, tokens = rows): void {
     this.counters.decodeSteps++;
-    this.counters.decodeTokens += rows;
+    this.counters.decodeTokens += tokens;
     this.counters.maxBatch = Math.max(this.counters.maxBatch, rows);
   }
 
@@ -420,6 +460,8 @@ export class ContinuousBatchingServer implements AsyncRolloutServer {
     for (const r of [...this.active, ...this.waiting]) r.reject(new Error(`rollout server: ${err.message}`, { cause: err }));
     this.active.length = 0;
     this.waiting.length = 0;
+    this.spec?.dispose();
+    this.spec = undefined;
     this.engine?.dispose();
     this.engine = undefined;
   }

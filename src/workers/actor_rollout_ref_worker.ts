@@ -10,6 +10,7 @@ import { familyOfConfig } from "../models/config.js";
 import { DataProto } from "../protocol/index.js";
 import { createRolloutEngine, type RolloutEngine, type SamplingParams } from "../rollout/index.js";
 import { readRolloutQuantization, setRolloutQuantization } from "../rollout/fp8.js";
+import type { SpeculativeStats } from "../rollout/speculative.js";
 import { AgentLoopManager, needsAgentLoop, resolveAgentLoopSettings } from "../agent_loop/index.js";
 import { Dispatch, onThreadClose, register, Worker } from "../single_controller/index.js";
 import { Rng } from "../utils/rng.js";
@@ -47,6 +48,8 @@ interface ActorState {
   refLogProbSpec?: MicroBatchSpec;
   /** Multi-turn / tool rollouts: agent loops on a continuous-batching server over the actor's weights. */
   agentLoops?: AgentLoopManager;
+  /** The training agent loops' MTP draft counts (model.mtp.enable_rollout), reset each batch */
+  agentLoopDraft?: SpeculativeStats;
   /** The engine rollout.name selects (the host decoder, llama_cpp, or a registered one). */
   rolloutEngine?: RolloutEngine;
   /** The tfjs backend of this rank (for perf/ memory metrics). */
@@ -56,8 +59,10 @@ interface ActorState {
   /** MoE routing replay: actor.router_replay.mode, and whether the rollout records routed_experts. */
   routerReplay: RouterReplayMode;
   rolloutRouting: boolean;
-  /** model.mtp.enable_rollout: rollouts decode speculatively with the MTP layer as the draft. */
+  /** model.mtp.enable_rollout: rollouts (single-turn and agent loops) decode speculatively with the MTP layer as the draft. */
   mtpRollout: boolean;
+  /** model.mtp.num_speculative_tokens: drafts per step */
+  mtpDraftTokens: number;
 }
 
 /** verl's actor.router_replay.mode: R2 records in the old-log-prob pass, R3 replays the rollout's routing there too; both replay in the update. */
@@ -130,13 +135,13 @@ export class ActorRolloutRefWorker extends Worker {
     const world = this.worldSize;
     const rolloutCfg = cfg.at("actor_rollout_ref.rollout");
     if (this.hasActor) checkRolloutFitsModel(rolloutCfg, model.config);
+    const mtp = readMtpSettings(modelCfg);
     const state: ActorState = {
       cfg, tokenizer, backend: common.backend,
-      rolloutRng: new Rng(seed + 7919 * (this.rank + 1)), seed, routerReplay: "disabled", rolloutRouting: false, mtpRollout: false,
+      rolloutRng: new Rng(seed + 7919 * (this.rank + 1)), seed, routerReplay: "disabled", rolloutRouting: false, mtpRollout: false, mtpDraftTokens: mtp.draftTokens,
       logProbSpec: inferenceSpec(rolloutCfg, "log_prob_", "log_prob_use_dynamic_bsz", "log_prob_max_token_len_per_gpu", world),
     };
     const rollCorr = cfg.section("algorithm.rollout_correction");
-    const mtp = readMtpSettings(modelCfg);
     const actorOpts = {
       config: actorCfg, miniBatchPerRank: plan.actorMiniBatchPerRank, microBatchPerRank: plan.actorMicroBatchPerRank, removePadding: memory.removePadding,
       ...(isBypassMode(rollCorr) ? { bypassRolloutCorrection: rollCorr } : {}),
@@ -227,7 +232,7 @@ export class ActorRolloutRefWorker extends Worker {
     // validation rollouts train nothing: their routing is not recorded
     const recordRouting = this.state.rolloutRouting && prompts.metaInfo.validate !== true;
     const mtpDraft = this.state.mtpRollout ? { drafted: 0, accepted: 0 } : undefined;
-    const out = await engine.generate({ model, tokenizer: this.state.tokenizer, prompts: gen, params, rng, rowSeeds, ...(recordRouting ? { recordRouting } : {}), ...(mtpDraft ? { mtpDraft } : {}) });
+    const out = await engine.generate({ model, tokenizer: this.state.tokenizer, prompts: gen, params, rng, rowSeeds, ...(recordRouting ? { recordRouting } : {}), ...(mtpDraft ? { mtpDraft, mtpDraftTokens: this.state.mtpDraftTokens } : {}) });
     if (recordRouting && !out.batch.routed_experts) throw new Error(`${ROLLOUT_KEY}=True: rollout engine '${engine.name}' returned no routed_experts`);
     // the share of MTP drafts the trunk accepted (vLLM logs it as its draft acceptance rate)
     if (mtpDraft && mtpDraft.drafted > 0) return new DataProto(out.batch, {}, { metrics: { "rollout/mtp_acceptance_rate": [mtpDraft.accepted / mtpDraft.drafted] } });
@@ -252,9 +257,10 @@ export class ActorRolloutRefWorker extends Worker {
    */
   private async generateWithAgentLoops(model: LlamaModel, engine: RolloutEngine, prompts: DataProto, rng: Rng): Promise<DataProto> {
     const s = this.state;
-    if (s.mtpRollout) throw new Error("actor_rollout_ref.model.mtp.enable_rollout=true: speculative decoding is built for single-turn rollouts; agent-loop (multi-turn) rollouts decode on the continuous-batching server without a draft");
     // the training server records the routing (rollout routing replay); validation trains nothing
     const training = rng === s.rolloutRng;
+    // model.mtp.enable_rollout: the server adds its draft counts here (the training server lives on: its counts restart each batch)
+    const mtpDraft = s.mtpRollout ? (training ? (s.agentLoopDraft ??= { drafted: 0, accepted: 0 }) : { drafted: 0, accepted: 0 }) : undefined;
     const build = () => {
       const name = s.cfg.str("actor_rollout_ref.rollout.name", "tfjs");
       if (!engine.requestServer) {
@@ -266,16 +272,20 @@ export class ActorRolloutRefWorker extends Worker {
         maxNumSeqs: Math.min(a.maxNumSeqs, a.agent.maxConcurrentLoops),
         maxModelLen: a.promptLength + a.responseLength,
         ...(training && s.rolloutRouting ? { recordRouting: true } : {}),
+        ...(mtpDraft ? { mtpDraft, mtpDraftTokens: s.mtpDraftTokens } : {}),
       });
       return new AgentLoopManager({ config: this.config, tokenizer: s.tokenizer, server });
     };
     // The training manager lives on (its server forks the saved stream); validation gets a fresh one.
     const manager = training ? (s.agentLoops ??= build()) : build();
+    if (mtpDraft) { mtpDraft.drafted = 0; mtpDraft.accepted = 0; }
     const out = await manager.generateSequences(prompts);
     if (training && s.rolloutRouting && !out.batch.routed_experts) throw new Error(`${ROLLOUT_KEY}=True: the agent loops returned no routed_experts (every row's loop must pass its server output's routedExperts on)`);
     // Per-rank timing cannot merge across ranks; the metrics can (lists, reduced by the driver).
     const nonTensor = Object.fromEntries(Object.entries(out.nonTensorBatch).filter(([k]) => k !== "raw_prompt"));
-    const metrics = out.metaInfo.metrics as Record<string, number> | undefined;
+    let metrics = out.metaInfo.metrics as Record<string, number> | undefined;
+    // the share of MTP drafts the trunk accepted, as single-turn rollouts report it
+    if (mtpDraft && mtpDraft.drafted > 0) metrics = { ...metrics, "rollout/mtp_acceptance_rate": mtpDraft.accepted / mtpDraft.drafted };
     return new DataProto(out.batch, nonTensor, metrics ? { metrics: Object.fromEntries(Object.entries(metrics).map(([k, v]) => [k, [v]])) } : {});
   }
 

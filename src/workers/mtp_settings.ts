@@ -3,8 +3,10 @@
 //   enable           load (and save) the MTP layers; off, they are left out as verl leaves them out
 //   enable_train     add the MTP loss (mtp_loss_scaling_factor x its cross entropy) to the actor's loss
 //   detach_encoder   no gradient from the MTP loss into the trunk or the embedding (the MTP layer and lm_head train)
-//   enable_rollout   speculative decoding with the MTP layer as the draft (src/rollout/speculative.ts):
-//                    vLLM's method "mtp" with num_speculative_tokens 1, the only values built
+//   enable_rollout   speculative decoding with the MTP layer as the draft (src/rollout/speculative.ts;
+//                    agent loops: src/rollout/speculative_slots.ts), as vLLM's method "mtp"
+//   num_speculative_tokens  drafts per step (vLLM's key, which verl passes on): MiMo's one MTP layer
+//                    is run again on its own output for each draft after the first, as vLLM does
 // speculative_* are SGLang's EAGLE settings: read only by an SGLang server, which verl-ts does not drive.
 import type { ModelConfig } from "../models/config.js";
 import type { ConfigView } from "./config_view.js";
@@ -15,6 +17,8 @@ export interface MtpSettings {
   enableRollout: boolean;
   detachEncoder: boolean;
   lossScalingFactor: number;
+  /** num_speculative_tokens: drafts per step (1 unless enable_rollout) */
+  draftTokens: number;
 }
 
 /** The section's settings, checked on their own (the model is checked by checkMtpFitsModel). */
@@ -26,6 +30,7 @@ export function readMtpSettings(model: ConfigView): MtpSettings {
     enableRollout: m.bool("enable_rollout", false),
     detachEncoder: m.bool("detach_encoder", false),
     lossScalingFactor: m.num("mtp_loss_scaling_factor", 0.1),
+    draftTokens: 1,
   };
   for (const [k, on] of [["enable_train", s.enableTrain], ["enable_rollout", s.enableRollout]] as const) {
     if (on && !s.enable) throw new Error(`${m.key(k)}=true needs ${m.key("enable")}=true (the MTP layers are loaded only then)`);
@@ -33,7 +38,8 @@ export function readMtpSettings(model: ConfigView): MtpSettings {
   if (s.enableRollout) {
     const method = m.str("method", "mtp"), k = m.int("num_speculative_tokens", 1);
     if (method !== "mtp") throw new Error(`${m.key("method")}=${JSON.stringify(method)} is not supported: the draft is the model's own MTP layer (method mtp)`);
-    if (k !== 1) throw new Error(`${m.key("num_speculative_tokens")}=${k} is not supported: MiMo's MTP layer drafts one token per step (vLLM's mimo_mtp takes one too)`);
+    if (!(k >= 1)) throw new Error(`${m.key("num_speculative_tokens")} must be an integer >= 1, got ${k}`);
+    s.draftTokens = k;
   }
   if (!(s.lossScalingFactor >= 0)) throw new Error(`${m.key("mtp_loss_scaling_factor")} must be a number >= 0, got ${s.lossScalingFactor}`);
   return s;

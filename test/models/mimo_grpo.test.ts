@@ -4,9 +4,10 @@
 // carries the trained MTP layer and num_nextn_predict_layers.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { existsSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { loadConfig } from "../../src/config/index.js";
+import { writeParquet } from "../../src/data/index.js";
 import { readHfWeights } from "../../src/models/hf.js";
 import { runPpo } from "../../src/trainer/main_ppo.js";
 import { makeWorkspace } from "../trainer/ppo/trainer/fixtures.js";
@@ -43,6 +44,40 @@ test("mimo: 2 GRPO steps with the MTP loss and MTP-drafted rollouts; the export 
     const name = "model.mtp_layers.0.input_proj.weight";
     assert.ok(after.has(name), "the MTP layer is exported");
     assert.ok(maxDiff(after.get(name)!.data, before.get(name)!.data) > 0, "the MTP layer trained");
+  } finally {
+    rmSync(ws.dir, { recursive: true, force: true });
+  }
+});
+
+test("mimo: 2 multi-turn GRPO steps (agent loops with a simulated user) decode with 2 chained MTP drafts a step and log the acceptance rate", async () => {
+  const ws = await makeWorkspace();
+  try {
+    const model = writeTinyMimo(join(ws.dir, "mimo"), { chatTemplate: true });
+    // a quarter of the ids end a turn, so random weights give short turns and the user gets to answer
+    writeFileSync(join(model, "generation_config.json"), JSON.stringify({ eos_token_id: Array.from({ length: 80 }, (_, i) => i) }));
+    // GSM8K-style rows with a simulated user that asks again until the answer is right (never, from random weights)
+    const rows = ["2+3?", "4+4?", "7-1?", "9-2?"].map((q, i) => ({
+      data_source: "openai/gsm8k", prompt: [{ role: "user", content: q }], ability: "math", agent_name: "tool_agent",
+      reward_model: { style: "rule", ground_truth: "5" }, extra_info: { split: "train", index: i, interaction_kwargs: { name: "gsm8k", query: q, ground_truth: "5" } },
+    }));
+    await writeParquet(join(ws.dir, "train.parquet"), rows);
+    await writeParquet(join(ws.dir, "val.parquet"), rows.slice(0, 2));
+    const yaml = join(ws.dir, "interaction.yaml");
+    writeFileSync(yaml, `interaction:\n  - name: "gsm8k"\n    class_name: "verl.interactions.gsm8k_interaction.Gsm8kInteraction"\n    config: {}\n`);
+    const RO = "actor_rollout_ref.rollout";
+    const overrides = [...ws.overrides, `actor_rollout_ref.model.path=${model}`, "algorithm.adv_estimator=grpo", "data.max_prompt_length=24",
+      "data.max_response_length=160", "trainer.total_training_steps=2", "trainer.logger=[]", "trainer.save_freq=-1",
+      `${RO}.multi_turn.enable=true`, `${RO}.multi_turn.interaction_config_path=${yaml}`, `${RO}.multi_turn.max_user_turns=2`, `${RO}.multi_turn.max_assistant_turns=3`,
+      `${RO}.calculate_log_probs=true`, `${MTP}.enable=true`, `${MTP}.enable_rollout=true`, `${MTP}.num_speculative_tokens=2`];
+    const res = await runPpo(loadConfig({ configName: "ppo_trainer", overrides }));
+    const steps = res.history.map((h) => h.metrics);
+    assert.equal(steps.length, 2);
+    for (const [i, m] of steps.entries()) {
+      for (const k of ["actor/pg_loss", "actor/grad_norm", "rollout/mtp_acceptance_rate", "num_turns/max"]) assert.ok(Number.isFinite(m[k]), `step ${i + 1}: ${k} = ${m[k]}`);
+      assert.ok(m["rollout/mtp_acceptance_rate"]! >= 0 && m["rollout/mtp_acceptance_rate"]! <= 1);
+      // user, assistant, user, assistant at least: the MTP cache carried a conversation across turns
+      assert.ok(m["num_turns/max"]! >= 4, `step ${i + 1}: conversations of ${m["num_turns/max"]} turns`);
+    }
   } finally {
     rmSync(ws.dir, { recursive: true, force: true });
   }

@@ -8,17 +8,18 @@ import { checkMtpFitsModel, readMtpSettings } from "../../src/workers/mtp_settin
 
 const view = (mtp: Record<string, unknown>) => new ConfigView({ actor_rollout_ref: { model: { mtp } } } as unknown as Config, "actor_rollout_ref.model");
 
-test("mtp settings: defaults off; enable_train and enable_rollout need enable; only method mtp with one draft token", () => {
-  assert.deepEqual(readMtpSettings(view({})), { enable: false, enableTrain: false, enableRollout: false, detachEncoder: false, lossScalingFactor: 0.1 });
+test("mtp settings: defaults off; enable_train and enable_rollout need enable; only method mtp, with one draft token or more", () => {
+  assert.deepEqual(readMtpSettings(view({})), { enable: false, enableTrain: false, enableRollout: false, detachEncoder: false, lossScalingFactor: 0.1, draftTokens: 1 });
   assert.deepEqual(readMtpSettings(view({ enable: true, enable_train: true, enable_rollout: true, detach_encoder: true, mtp_loss_scaling_factor: 0.3 })),
-    { enable: true, enableTrain: true, enableRollout: true, detachEncoder: true, lossScalingFactor: 0.3 });
+    { enable: true, enableTrain: true, enableRollout: true, detachEncoder: true, lossScalingFactor: 0.3, draftTokens: 1 });
+  assert.equal(readMtpSettings(view({ enable: true, enable_rollout: true, num_speculative_tokens: 3 })).draftTokens, 3);
   assert.throws(() => readMtpSettings(view({ enable_train: true })), /actor_rollout_ref\.model\.mtp\.enable_train=true needs actor_rollout_ref\.model\.mtp\.enable=true/);
   assert.throws(() => readMtpSettings(view({ enable_rollout: true })), /mtp\.enable_rollout=true needs actor_rollout_ref\.model\.mtp\.enable=true/);
   assert.throws(() => readMtpSettings(view({ enable: true, enable_rollout: true, method: "eagle" })), /mtp\.method="eagle" is not supported/);
-  assert.throws(() => readMtpSettings(view({ enable: true, enable_rollout: true, num_speculative_tokens: 2 })), /mtp\.num_speculative_tokens=2 is not supported/);
+  assert.throws(() => readMtpSettings(view({ enable: true, enable_rollout: true, num_speculative_tokens: 0 })), /mtp\.num_speculative_tokens must be an integer >= 1, got 0/);
   assert.throws(() => readMtpSettings(view({ mtp_loss_scaling_factor: -1 })), /mtp_loss_scaling_factor must be a number >= 0/);
   // the speculative settings are read only with enable_rollout
-  assert.equal(readMtpSettings(view({ enable: true, num_speculative_tokens: 3 })).enableRollout, false);
+  assert.deepEqual(readMtpSettings(view({ enable: true, num_speculative_tokens: 3 })), { ...readMtpSettings(view({ enable: true })), draftTokens: 1 });
 });
 
 test("mtp settings against the model: enable needs MTP layers, training one of them", () => {

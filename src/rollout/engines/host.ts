@@ -15,6 +15,7 @@ import { generateSeeded, registerRolloutEngine, type RequestServerContext, type 
 export function slotServer(ctx: RequestServerContext, decoder?: SlotDecoderFactory): AsyncRolloutServer {
   return new ContinuousBatchingServer(ctx.model, {
     maxNumSeqs: ctx.maxNumSeqs, maxModelLen: ctx.maxModelLen, eosTokenIds: [...ctx.tokenizer.eosTokenIds], rng: ctx.rng, decoder, recordRouting: ctx.recordRouting,
+    ...(ctx.mtpDraft ? { mtpDraft: ctx.mtpDraft, mtpDraftTokens: ctx.mtpDraftTokens } : {}),
   });
 }
 
@@ -30,11 +31,14 @@ export class HostRolloutEngine implements RolloutEngine {
     await readParamsForDecode(req.model);
     const stats = req.mtpDraft;
     if (stats) await readParamsForDecode(mtpDraftModel(req.model));
-    if (stats) return generateSeeded(req, (prompts, rng) => generateSpeculative(req.model, prompts, req.params, rng, { stats }));
+    if (stats) return generateSeeded(req, (prompts, rng) => generateSpeculative(req.model, prompts, req.params, rng, { stats, draftTokens: req.mtpDraftTokens }));
     return generateSeeded(req, (prompts, rng) => generate(req.model, prompts, req.params, rng, { recordRouting: req.recordRouting }));
   }
 
-  /** The host KV-cache decoder's slots, one per live request; a finished turn's cache is parked for the next. */
+  /**
+   * The host KV-cache decoder's slots, one per live request; a finished turn's cache is parked for the next.
+   * With ctx.mtpDraft, each step drafts with the MTP layer and verifies with the trunk (rollout/speculative_slots.ts).
+   */
   requestServer(ctx: RequestServerContext): AsyncRolloutServer {
     return slotServer(ctx);
   }

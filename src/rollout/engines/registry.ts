@@ -34,6 +34,8 @@ export interface RolloutRequest {
    * its draft counts here. Only engines with `draftsWithMtp` can.
    */
   mtpDraft?: SpeculativeStats;
+  /** Drafts per step with mtpDraft (model.mtp.num_speculative_tokens; default 1), chained from the one MTP layer. */
+  mtpDraftTokens?: number;
 }
 
 /** What a per-request server (agent loops: multi-turn, tools) is built over. */
@@ -49,13 +51,20 @@ export interface RequestServerContext {
   rng: Rng;
   /** MoE (rollout.enable_rollout_routing_replay): every output carries routedExperts; engines that cannot record throw. */
   recordRouting?: boolean;
+  /**
+   * model.mtp.enable_rollout: decode speculatively with the MTP layer as the draft; the server adds its
+   * draft counts here. Only engines with `draftsWithMtp` can.
+   */
+  mtpDraft?: SpeculativeStats;
+  /** Drafts per step with mtpDraft (model.mtp.num_speculative_tokens; default 1), chained from the one MTP layer. */
+  mtpDraftTokens?: number;
 }
 
 export interface RolloutEngine {
   readonly name: string;
   /** Whether generate can record the experts each token was routed to (RolloutRequest.recordRouting). */
   readonly recordsRouting?: boolean;
-  /** Whether generate can decode speculatively with the MTP layer as the draft (RolloutRequest.mtpDraft). */
+  /** Whether generate and requestServer can decode speculatively with the MTP layer as the draft (RolloutRequest.mtpDraft, RequestServerContext.mtpDraft). */
   readonly draftsWithMtp?: boolean;
   generate(req: RolloutRequest): Promise<DataProto>;
   /**

@@ -76,7 +76,7 @@ export class BestAvailableRolloutEngine implements RolloutEngine {
   readonly name = "auto";
   /** a MoE model (the only kind with routing to record) always decodes on the host decoder here */
   readonly recordsRouting = true;
-  /** speculative decoding runs on the host decoder */
+  /** speculative decoding runs on the host decoder (single-turn rollouts and the agent loops' slots) */
   readonly draftsWithMtp = true;
   private gpu: WebGpuRolloutEngine | undefined;
   private host: HostRolloutEngine | undefined;
@@ -90,7 +90,8 @@ export class BestAvailableRolloutEngine implements RolloutEngine {
   }
 
   requestServer(ctx: RequestServerContext): AsyncRolloutServer {
-    if (tf.getBackend() === "webgpu" && !ctx.recordRouting) return (this.gpu ??= new WebGpuRolloutEngine(this.ctx)).requestServer(ctx);
+    // the MTP draft decodes on the host slot decoder, as single-turn speculative rollouts do
+    if (tf.getBackend() === "webgpu" && !ctx.recordRouting && !ctx.mtpDraft) return (this.gpu ??= new WebGpuRolloutEngine(this.ctx)).requestServer(ctx);
     return (this.host ??= new HostRolloutEngine()).requestServer(ctx);
   }
 
