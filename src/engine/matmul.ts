@@ -5,7 +5,8 @@
 // explicitly in the backward pass (a training step measured 3x faster).
 import * as tf from "@tensorflow/tfjs";
 
-function onWasm(): boolean {
+/** Whether the wasm backend runs (its fast matmul path takes no transposed operand). */
+export function onWasm(): boolean {
   return tf.getBackend() === "wasm";
 }
 

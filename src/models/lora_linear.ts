@@ -1,6 +1,7 @@
 // The product a LoRA-adapted linear layer computes, fused with its gradient: plain LoRA, DoRA
 // (a trained magnitude per output row), and dropout on the adapter branch.
 import * as tf from "@tensorflow/tfjs";
+import { onWasm } from "../engine/matmul.js";
 
 type GradArgs = (tf.Tensor | tf.GradSaveFunc)[];
 
@@ -119,10 +120,10 @@ export function loraLinear(x: tf.Tensor2D, blocks: LoraBlock[], scale: number): 
  * transpose would copy every frozen weight on every pass.
  */
 function matmulT(x: tf.Tensor2D, w: tf.Tensor2D): tf.Tensor2D {
-  return tf.getBackend() === "wasm" ? tf.matMul(x, t2(w)) : tf.matMul(x, w, false, true);
+  return onWasm() ? tf.matMul(x, t2(w)) : tf.matMul(x, w, false, true);
 }
 
 /** g^T @ x, as matmulT chooses between an explicit and an in-place transpose. */
 function matmulTN(g: tf.Tensor2D, x: tf.Tensor2D): tf.Tensor2D {
-  return tf.getBackend() === "wasm" ? tf.matMul(t2(g), x) : tf.matMul(g, x, true, false);
+  return onWasm() ? tf.matMul(t2(g), x) : tf.matMul(g, x, true, false);
 }

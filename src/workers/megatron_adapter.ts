@@ -15,29 +15,14 @@ import * as tf from "@tensorflow/tfjs";
 import type { ModelConfig } from "../models/config.js";
 import { LoraAdapter, linearModules, type LoraSettings, type LoraTensors } from "../models/lora.js";
 import { readDistributedCheckpoint } from "../models/torch/dcp.js";
-import { describe, openTorchFile, TorchTensor } from "../models/torch/torch_save.js";
+import { readTorchStateDict } from "../models/torch/torch_save.js";
 import { megatronName, type MegatronAdapterSource, type MegatronLora } from "./megatron_lora.js";
 
 interface Named { data: Float32Array; shape: number[] }
 
 /** The adapter tensors of a checkpoint by Megatron name (float32), and the file or folder they came from. */
 export function readMegatronAdapter(src: MegatronAdapterSource, nLayers: number): { tensors: Map<string, Named>; from: string } {
-  if (src.kind === "pt") {
-    const f = openTorchFile(src.file);
-    try {
-      const root = f.value;
-      const sd = root instanceof Map && root.has("adapter_state_dict") ? root.get("adapter_state_dict") : root;
-      if (!(sd instanceof Map)) throw new Error(`${src.file}: holds ${describe(root)}, not {"adapter_state_dict": {name: tensor}} as verl saves adapters`);
-      const out = new Map<string, Named>();
-      for (const [k, v] of sd) {
-        if (typeof k !== "string" || !(v instanceof TorchTensor)) throw new Error(`${src.file}: adapter_state_dict entry ${describe(k)} is ${describe(v)}, not a named tensor`);
-        out.set(k, { data: v.toFloat32(), shape: [...v.shape] });
-      }
-      return { tensors: out, from: src.file };
-    } finally {
-      f.close();
-    }
-  }
+  if (src.kind === "pt") return { tensors: readTorchStateDict(src.file, "adapter_state_dict"), from: src.file };
   // a torch_dist folder holds the whole model's state (base weights, optimizer moments): only the
   // model's adapter parameters are read
   const adapterKey = (fqn: string) => /^((module|model)\.)?decoder\.layers\./.test(fqn) && fqn.includes(".adapter.");

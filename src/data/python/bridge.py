@@ -309,10 +309,6 @@ def op_dataset(req):
     return {"length": len(ds)}
 
 
-def op_len(req):
-    return len(objects[req["handle"]])
-
-
 def op_get(req):
     row = objects[req["handle"]][req["index"]]
     if not isinstance(row, dict):

@@ -365,13 +365,16 @@ export function openTorchFile(path: string, extraGlobals?: (module: string, name
 
 /**
  * A state dict (name -> tensor, as torch.save(model.state_dict()) and pytorch_model.bin hold) as
- * float32 arrays. Non-tensor values and non-string keys are refused, naming them and the file.
+ * float32 arrays; with `wrapper`, the state dict is the value of that key of the saved dict when it
+ * has one (verl's {"adapter_state_dict": ...}). Non-tensor values and non-string keys are refused,
+ * naming them and the file.
  */
-export function readTorchStateDict(path: string): Map<string, { data: Float32Array; shape: number[] }> {
+export function readTorchStateDict(path: string, wrapper?: string): Map<string, { data: Float32Array; shape: number[] }> {
   const f = openTorchFile(path);
   try {
-    const root = f.value;
-    if (!(root instanceof Map)) throw new Error(`${path}: holds a ${describe(root)}, not a state dict (a dict of name -> tensor)`);
+    const saved = f.value;
+    const root = wrapper !== undefined && saved instanceof Map && saved.has(wrapper) ? saved.get(wrapper) : saved;
+    if (!(root instanceof Map)) throw new Error(`${path}: holds a ${describe(root)}, not a state dict (a dict of name -> tensor${wrapper ? `, or {"${wrapper}": state dict}` : ""})`);
     const out = new Map<string, { data: Float32Array; shape: number[] }>();
     for (const [k, v] of root) {
       if (typeof k !== "string") throw new Error(`${path}: a state dict key is ${describe(k)}, not a str`);
