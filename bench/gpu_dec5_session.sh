@@ -11,11 +11,21 @@
 #   table    the issue's table in one call: the default tensor-core GEMM at 4096^3 (both toggle sets), the
 #            actor update (64 x 96, f16), the decoder (512 x 256, vocabulary 512 and 151,936, f16), then
 #            PyTorch's matmul, update and HF generate (bench/pytorch_gpu_table.py)
+#   pydata   test/data/python_data.test.ts with VERL_PYTHON set to the machine's python3 (it has transformers):
+#            verl's Python dataset class with Hugging Face's tokenizer (needs the compiled tests in
+#            .gpu/app/dist/test: `cp -r dist-gpu/test .gpu/app/dist/`)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/dec5}"
 PARTS=",${PARTS:-ranks2,lora,prof},"
 mkdir -p "$OUT"
+if [[ $PARTS == *,pydata,* ]]; then
+  # the compiled test finds its fixtures and the shipped bridge.py beside the package root
+  ln -sfn "$PWD/test" .gpu/app/test; mkdir -p .gpu/app/src; ln -sfn "$PWD/src/data" .gpu/app/src/data; ln -sfn "$PWD/src/reward" .gpu/app/src/reward
+  python3 -c "import transformers, torch; print('python3', transformers.__version__, torch.__version__)"
+  VERL_PYTHON="$(command -v python3)" timeout "${PYDATA_S:-120}" bash scripts/gpu-run.sh node dist/test/data/python_data.test.js > "$OUT/pydata.log" 2>&1
+  echo "== pydata exit $?"; grep -E "^# (pass|fail|skip)|^not ok|^ok .*transformers|# SKIP" "$OUT/pydata.log" | head -12
+fi
 if [[ $PARTS == *,ranks2,* ]]; then
   RANKS=2 GRPO_PARTS=full PARTS=grpo FULL_S="${RANKS2_S:-170}" OUT="$OUT/r2" bash bench/gpu_round3_session.sh 2>&1 | tail -12
   grep -h "optimizer.step" "$OUT"/r2/grpo/*.log | tail -4 | cut -c1-600
