@@ -161,7 +161,7 @@ export const KEY_RULES: readonly KeyRule[] = [
   { keys: "data.custom_cls.{path,name}", kind: "honoured", what: "the user's dataset class in RLHFDataset's place: a JS/TS module, or verl's Python class run in python3 (src/data/python_bridge.ts; needs transformers there for the tokenizer)" },
   { keys: "data.dataloader_num_workers", kind: "honoured", what: "checked only: a data.sampler needs 0, as verl asserts (verl-ts reads rows on the training thread)" },
   { keys: "data.trust_remote_code", kind: "honoured", what: "passed to AutoTokenizer.from_pretrained for a Python data.custom_cls" },
-  { keys: "data.python_timeout_s", kind: "honoured", what: "seconds each call into a Python data.custom_cls / data.sampler class may take before its process is killed", own: true },
+  { keys: "data.python_timeout_s", kind: "honoured", what: "seconds each call into a Python data.custom_cls / data.sampler class may take before its process is killed (default 300): building it, update(), state_dict(), and each row's __getitem__ / each index's next() of a batch's one batched call, the clock restarting at every row or index (so a batch of N rows may take N times it, but one hung row is cut off after it, named by its index)", own: true },
   { keys: "data.datagen.**", kind: "honoured", what: "passed to the data.custom_cls class with the rest of data (verl's own reader of it, DynamicGenDataset, is such a class)" },
   { keys: "data.sampler.{class_path,class_name}", kind: "honoured", what: "the user's sampler class, JS/TS or verl's Python AbstractSampler run in python3 (update(batch) after each step for curriculum samplers; needs data.dataloader_num_workers=0 as in verl): src/data/dataloader.ts" },
 

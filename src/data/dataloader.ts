@@ -8,7 +8,36 @@ import { Rng } from "../utils/rng.js";
 export interface BatchSource<Row = Record<string, unknown>> {
   readonly length: number;
   get(i: number): Row;
+  /** The rows of `indices`, in order, as get() one by one gives them: a batch at once (a source behind a process). */
+  getMany?(indices: number[]): Row[];
   collate?(rows: Row[]): DataProto;
+}
+
+/** A batch's rows: getMany when the source has it. */
+export function rowsOf<Row>(source: BatchSource<Row>, indices: number[]): Row[] {
+  return source.getMany ? source.getMany(indices) : indices.map((i) => source.get(i));
+}
+
+/** One pass over a sampler: take(n) draws its next n indices, fewer only where the pass ends. */
+export interface IndexDraws {
+  take(n: number): number[];
+}
+
+/** A pass of the sampler: its draws() when it has one, else its iterator read one index at a time. */
+function drawsOf(sampler: IndexSampler): IndexDraws {
+  if (sampler.draws) return sampler.draws();
+  const it = sampler[Symbol.iterator]();
+  return {
+    take: (n) => {
+      const out: number[] = [];
+      while (out.length < n) {
+        const r = it.next();
+        if (r.done) break;
+        out.push(r.value);
+      }
+      return out;
+    },
+  };
 }
 
 /**
@@ -24,6 +53,8 @@ export interface IndexSampler {
   update?(batch: DataProto): unknown;
   stateDict?(): unknown;
   loadStateDict?(state: unknown): void;
+  /** A fresh pass drawn n indices at a time, the same indices its iterator yields (a sampler behind a process: one call a batch). */
+  draws?(): IndexDraws;
 }
 
 export interface DataLoaderOptions<Row> {
@@ -113,30 +144,23 @@ export class StatefulDataLoader<Row = Record<string, unknown>> implements Iterab
   private *fromSampler(): Generator<DataProto> {
     const { sampler, label } = this.sampler!;
     const epoch = this.epoch, end = this.epochEnd(), n = this.dataset.length;
-    const it = sampler[Symbol.iterator]();
-    let pulled = 0;
-    const next = (): number | undefined => {
-      const r = it.next();
-      if (r.done) return undefined;
-      const i = r.value;
-      if (!Number.isInteger(i) || i < 0 || i >= n) throw new Error(`${label}: yielded ${JSON.stringify(i)}, not a row index of the dataset's ${n} rows`);
-      pulled++;
-      return i;
+    const pass = drawsOf(sampler);
+    // a batch's indices are drawn only when the batch is due: a curriculum sampler's update() after
+    // the previous step must steer them, as in verl's DataLoader (num_workers=0, no prefetch)
+    const take = (count: number): number[] => {
+      const got = pass.take(count);
+      for (const i of got) if (!Number.isInteger(i) || i < 0 || i >= n) throw new Error(`${label}: yielded ${JSON.stringify(i)}, not a row index of the dataset's ${n} rows`);
+      return got;
     };
     // resume: a sampler whose own state came back continues from it; any other replays the epoch
     // from a fresh iterator with the samples already trained on skipped (torchdata's rule)
-    if (!this.samplerRestored) while (pulled < this.position && next() !== undefined);
+    if (!this.samplerRestored && this.position > 0) take(this.position);
     this.samplerRestored = false;
     while (this.epoch === epoch && this.position < end) {
-      const idx: number[] = [];
-      while (idx.length < this.batchSize && this.position + idx.length < end) {
-        const i = next();
-        if (i === undefined) break;
-        idx.push(i);
-      }
+      const idx = take(Math.min(this.batchSize, end - this.position));
       if (idx.length === 0 || (this.dropLast && idx.length < this.batchSize)) break;
       this.position += idx.length;
-      yield this.collateFn(idx.map((i) => this.dataset.get(i)));
+      yield this.collateFn(rowsOf(this.dataset, idx));
     }
     if (this.epoch === epoch) { this.epoch++; this.position = 0; }
   }
@@ -168,7 +192,7 @@ export class StatefulDataLoader<Row = Record<string, unknown>> implements Iterab
     while (this.epoch === epoch && this.position < end) {
       const idx = order.slice(this.position, Math.min(this.position + this.batchSize, end));
       this.position += idx.length;
-      yield this.collateFn(idx.map((i) => this.dataset.get(i)));
+      yield this.collateFn(rowsOf(this.dataset, idx));
     }
     if (this.epoch === epoch && this.position >= end) { this.epoch++; this.position = 0; }
   }

@@ -12,6 +12,8 @@ export interface RLDataloaders {
   valDataset: BatchSource<RLRow>;
   train: StatefulDataLoader<RLRow>;
   val: StatefulDataLoader<RLRow>;
+  /** The python3 process that Python data classes run in, or null. */
+  pythonBridge: PythonBridge | null;
   /** Ends the python3 process that Python data classes run in (a no-op without one). */
   close(): void;
 }
@@ -104,6 +106,6 @@ export function createRLDataloaders(
       batchSize: positiveOr(data.val_batch_size, "val_batch_size", Math.max(1, valDataset.length)), shuffle: valShuffle, seed: cfg.seed, dropLast: false,
     });
     if (val.length < 1) throw new Error("the validation dataloader is empty (data.val_files has no rows)");
-    return { trainDataset, valDataset, train, val, close: () => bridge?.close() };
+    return { trainDataset, valDataset, train, val, pythonBridge: bridge, close: () => bridge?.close() };
   }
 }

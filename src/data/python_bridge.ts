@@ -5,20 +5,26 @@
 // a shared flag until the worker hands the reply over (receiveMessageOnPort). While Python works
 // on a call it may ask back (a row of verl-ts's own dataset for a sampler's data_source, a column
 // of the batch given to update()); the calling thread serves those between waits.
-// Every call has data.python_timeout_s; past it the process is killed and the run fails naming the
-// class and the call. Python's exceptions come back with their traceback. A process is never
-// restarted (the dataset and the sampler live in it), and it dies with Node.
+// A training batch costs O(1) round trips: its rows come in one get_many call and its sampler
+// indices in one next_many call, drawn only when the batch is due (after the previous step's
+// update(), as verl's DataLoader draws them).
+// Every call has data.python_timeout_s, re-armed for each item of a batched call (Python announces
+// each row / index before it starts); past it the process is killed and the run fails naming the
+// class and the call (the row, for a batch). Python's exceptions come back with their traceback. A
+// process is never restarted (the dataset and the sampler live in it), and it dies with Node.
 import { MessageChannel, receiveMessageOnPort, Worker, type MessagePort } from "node:worker_threads";
 import type { ChatMessage, Tokenizer } from "../models/tokenizer.js";
 import type { DataProto } from "../protocol/data_proto.js";
 import { nonFinite, PythonCallError, pythonExecutable, runnerScript, shippedPython, toJson } from "../reward/python_process.js";
 import { collateToDataProto, truncateIds } from "./collate.js";
 import { readDataConfig, type RLDataConfig } from "./data_config.js";
-import type { BatchSource, IndexSampler } from "./dataloader.js";
+import { rowsOf, type BatchSource, type IndexDraws, type IndexSampler } from "./dataloader.js";
 import { promptTokenIds, type RLHFDatasetOptions, type RLRow } from "./rl_dataset.js";
 
 // The worker: spawns python3, writes request lines, arms the call's timeout, and hands every
-// reply line (or the process's end) to the calling thread. CommonJS, run with eval.
+// reply line (or the process's end) to the calling thread. A batched call's {"at": k} lines re-arm
+// the timeout here and are kept back (only one a second goes on, to tell the calling thread the
+// call is alive); the last k rides on a timeout or an exit. CommonJS, run with eval.
 const WORKER = `
 const { workerData, parentPort } = require("node:worker_threads");
 const { spawn } = require("node:child_process");
@@ -27,28 +33,42 @@ const { python, args, flag, port, startTimeoutMs } = workerData;
 const signal = new Int32Array(flag);
 const deliver = (m) => { port.postMessage(m); Atomics.store(signal, 0, 1); Atomics.notify(signal, 0); };
 let timer = null;
+let at = null, ms = startTimeoutMs, told = 0;
 const child = spawn(python, args, { stdio: ["pipe", "pipe", "inherit"], env: { ...process.env, PYTHONUNBUFFERED: "1", PYTHONDONTWRITEBYTECODE: "1" } });
 const arm = (ms) => {
   clearTimeout(timer);
-  timer = setTimeout(() => { timer = null; child.kill("SIGKILL"); deliver({ timeout: true }); }, ms);
+  timer = setTimeout(() => { timer = null; child.kill("SIGKILL"); deliver({ timeout: true, at }); }, ms);
 };
 child.stdin.on("error", () => undefined);
 child.on("error", (e) => { clearTimeout(timer); deliver({ spawnError: e.code || "", message: e.message }); });
-child.on("exit", (code, sig) => { clearTimeout(timer); deliver({ exit: sig || "code " + code }); });
+child.on("exit", (code, sig) => { clearTimeout(timer); deliver({ exit: sig || "code " + code, at }); });
 if (child.pid) deliver({ pid: child.pid });
-createInterface({ input: child.stdout }).on("line", (line) => { clearTimeout(timer); timer = null; deliver({ line }); });
+createInterface({ input: child.stdout }).on("line", (line) => {
+  if (line.startsWith('{"at": ')) {
+    at = Number(line.slice(7, -1));
+    arm(ms);
+    if (Date.now() - told > 1000) { told = Date.now(); deliver({ alive: true }); }
+    return;
+  }
+  clearTimeout(timer); timer = null; deliver({ line });
+});
 arm(startTimeoutMs);
 parentPort.on("message", (m) => {
   if (m.close) { clearTimeout(timer); child.stdin.end(); child.kill("SIGKILL"); return; }
-  arm(m.timeoutMs);
+  if (m.fresh) { at = null; told = Date.now(); }
+  ms = m.timeoutMs;
+  arm(ms);
   child.stdin.write(m.line + "\\n");
 });
 `;
 
-interface WorkerMsg { pid?: number; line?: string; timeout?: true; exit?: string; spawnError?: string; message?: string }
+interface WorkerMsg { pid?: number; line?: string; alive?: true; timeout?: true; exit?: string; at?: number | null; spawnError?: string; message?: string }
 interface Reply { id?: number; ready?: boolean; ok?: boolean; value?: unknown; error?: string; traceback?: string; callback?: string; [k: string]: unknown }
 /** What Python asks back during a call: a row of verl-ts's dataset, a column of an update() batch. */
 export type Callback = (req: Reply) => unknown;
+/** A call's name in errors; a batched call's depends on the item it failed at (null: none yet). */
+export type CallLabel = string | ((at: number | null) => string);
+const labelAt = (label: CallLabel, at: number | null | undefined): string => (typeof label === "string" ? label : label(at ?? null));
 
 const live = new Set<number>();
 let exitHook = false;
@@ -62,6 +82,8 @@ export class PythonBridge {
   private gone: string | null = null;
   private nextId = 0;
   private nextHandle = 0;
+  /** Requests sent and callbacks answered: the process round trips (tests count them). */
+  readonly roundTrips = { calls: 0, callbacks: 0 };
 
   constructor(readonly what: string, readonly timeoutMs: number) {
     const flag = new SharedArrayBuffer(4);
@@ -93,28 +115,29 @@ export class PythonBridge {
   }
 
   /** The next line from Python (worker messages about the process handled on the way). */
-  private await(label: string): Reply {
-    const deadline = Date.now() + this.timeoutMs + 10_000;
+  private await(label: CallLabel): Reply {
+    let deadline = Date.now() + this.timeoutMs + 10_000;
     for (;;) {
       Atomics.store(this.signal, 0, 0);
       const got = receiveMessageOnPort(this.port);
       if (!got) {
         const left = deadline - Date.now();
-        if (left <= 0 || Atomics.wait(this.signal, 0, 0, left) === "timed-out") this.fail(`${this.what}: ${label}: the Python bridge's worker thread stopped answering`);
+        if (left <= 0 || Atomics.wait(this.signal, 0, 0, left) === "timed-out") this.fail(`${this.what}: ${labelAt(label, null)}: the Python bridge's worker thread stopped answering`);
         continue;
       }
       const m = got.message as WorkerMsg;
       if (m.pid !== undefined) { this.pid = m.pid; live.add(m.pid); continue; }
+      if (m.alive) { deadline = Date.now() + this.timeoutMs + 10_000; continue; }
       if (m.line !== undefined) {
         try {
           return JSON.parse(m.line, nonFinite) as Reply;
         } catch {
-          this.fail(`${this.what}: ${label}: unreadable line from the Python bridge: ${m.line.slice(0, 200)}`);
+          this.fail(`${this.what}: ${labelAt(label, null)}: unreadable line from the Python bridge: ${m.line.slice(0, 200)}`);
         }
       }
       const python = pythonExecutable();
       const named = process.env.VERL_PYTHON ? `VERL_PYTHON=${python}` : python;
-      if (m.timeout) this.fail(`${this.what}: ${label} ran past its ${this.timeoutMs / 1000} s timeout (data.python_timeout_s; the Python process was killed)`);
+      if (m.timeout) this.fail(`${this.what}: ${labelAt(label, m.at)} ran past its ${this.timeoutMs / 1000} s timeout (data.python_timeout_s; the Python process was killed)`);
       if (m.spawnError !== undefined) {
         this.fail(m.spawnError === "ENOENT"
           ? `${this.what} is a Python class, which needs \`${python}\`: not found (install Python 3, or set VERL_PYTHON to an interpreter)`
@@ -123,38 +146,41 @@ export class PythonBridge {
       if (m.exit !== undefined) {
         this.fail(this.nextId === 0
           ? `${named} exited (${m.exit}) before it started verl-ts's bridge for ${this.what}: it does not look like a working Python 3 interpreter (try \`${python} --version\`; VERL_PYTHON picks another)`
-          : `${this.what}: the Python process exited (${m.exit}) during ${label}`);
+          : `${this.what}: the Python process exited (${m.exit}) during ${labelAt(label, m.at)}`);
       }
     }
   }
 
-  private send(msg: unknown): void {
-    this.worker.postMessage({ line: toJson(msg), timeoutMs: this.timeoutMs });
+  private send(msg: unknown, fresh: boolean): void {
+    this.worker.postMessage({ line: toJson(msg), timeoutMs: this.timeoutMs, fresh });
   }
 
   /** op(args) in Python; `label` names the call in errors; `callback` answers Python's requests meanwhile. */
-  call(op: string, args: Record<string, unknown>, label: string, callback?: Callback): unknown {
-    if (this.gone) throw new Error(`${this.what}: ${label}: the Python process is gone (${this.gone.split("\n")[0]})`);
+  call(op: string, args: Record<string, unknown>, label: CallLabel, callback?: Callback): unknown {
+    if (this.gone) throw new Error(`${this.what}: ${labelAt(label, null)}: the Python process is gone (${this.gone.split("\n")[0]})`);
     const id = this.nextId++;
-    this.send({ id, op, ...args });
+    this.roundTrips.calls++;
+    this.send({ id, op, ...args }, true);
     for (;;) {
       const r = this.await(label);
       if (r.callback !== undefined) {
         let answer: Record<string, unknown>;
         try {
-          if (!callback) throw new Error(`nothing answers '${r.callback}' during ${label}`);
+          if (!callback) throw new Error(`nothing answers '${r.callback}' during ${labelAt(label, null)}`);
           answer = { callback_reply: callback(r) ?? null };
         } catch (e) {
           answer = { callback_error: (e as Error).message ?? String(e) };
         }
-        this.send(answer);
+        this.roundTrips.callbacks++;
+        this.send(answer, false);
         continue;
       }
-      if (r.id !== id) this.fail(`${this.what}: ${label}: reply ${r.id} for request ${id}`);
+      if (r.id !== id) this.fail(`${this.what}: ${labelAt(label, null)}: reply ${r.id} for request ${id}`);
       if (r.ok) return r.value;
+      const name = labelAt(label, r.at as number | null | undefined);
       // bridge.py's own checks say it all; the user's exceptions come with their traceback
-      if (r.plain) throw new PythonCallError(`${label}: ${r.error}`, "error");
-      throw new PythonCallError(`${label} raised: ${r.error}\n${r.traceback ?? ""}`.trimEnd(), "error", r.traceback);
+      if (r.plain) throw new PythonCallError(`${name}: ${r.error}`, "error");
+      throw new PythonCallError(`${name} raised: ${r.error}\n${r.traceback ?? ""}`.trimEnd(), "error", r.traceback);
     }
   }
 
@@ -253,13 +279,20 @@ export class PythonDataset implements BatchSource<RLRow> {
     this.length = r.length as number;
   }
 
-  /** The row as Python returns it (for a sampler's data_source), and as verl-ts rows are. */
-  raw(i: number): unknown {
-    return this.bridge.call("get", { handle: this.handle, index: i }, `data.custom_cls (${this.spec.label}): __getitem__(${i})`);
+  get(i: number): RLRow {
+    return this.getMany([i])[0]!;
   }
 
-  get(i: number): RLRow {
-    return rowFromPython(this.raw(i), this.cfg, this.tokenizer, this.opts.tools, `data.custom_cls (${this.spec.label}): row ${i}`);
+  /** Rows in one round trip, each read by __getitem__ in order, as get(i) one by one would. */
+  getMany(indices: number[]): RLRow[] {
+    if (indices.length === 0) return [];
+    const label = `data.custom_cls (${this.spec.label})`;
+    const raw = this.bridge.call("get_many", { handle: this.handle, indices }, (at) => {
+      const one = at !== null ? indices[at] : indices.length === 1 ? indices[0] : undefined;
+      return one !== undefined ? `${label}: __getitem__(${one})` : `${label}: __getitem__ for the ${indices.length} rows of a batch (${indices.slice(0, 8).join(", ")}${indices.length > 8 ? ", ..." : ""})`;
+    }) as unknown[];
+    if (!Array.isArray(raw) || raw.length !== indices.length) throw new Error(`${label}: the bridge sent ${Array.isArray(raw) ? raw.length : "no"} rows for ${indices.length}`);
+    return raw.map((r, k) => rowFromPython(r, this.cfg, this.tokenizer, this.opts.tools, `${label}: row ${indices[k]}`));
   }
 
   collate(rows: RLRow[]): DataProto {
@@ -290,26 +323,27 @@ export class PythonSampler implements IndexSampler {
 
   constructor(readonly bridge: PythonBridge, readonly spec: PythonClassSpec, dataset: BatchSource<RLRow>, data: Record<string, unknown>) {
     this.handle = bridge.handle();
+    this.rowsFor = (req) => {
+      if (req.callback === "row") return dataset.get(req.index as number);
+      if (req.callback === "rows") return rowsOf(dataset, req.indices as number[]);
+      throw new Error(`unknown request '${req.callback}'`);
+    };
     const label = `data.sampler (${spec.label})`;
     const own = dataset instanceof PythonDataset && dataset.bridge === bridge;
     const r = bridge.call("sampler", {
       handle: this.handle, path: spec.path, name: spec.name, config: data,
       dataset: own ? dataset.handle : null, rows: 0, length: dataset.length,
-    }, `${label}: building it`, (req) => {
-      if (req.callback !== "row") throw new Error(`unknown request '${req.callback}'`);
-      return dataset.get(req.index as number);
-    }) as { length: unknown; curriculum: boolean; stateful: boolean };
+    }, `${label}: building it`, this.rowsFor) as { length: unknown; curriculum: boolean; stateful: boolean };
     if (r.length !== null) {
       if (!Number.isInteger(r.length) || (r.length as number) < 0) throw new Error(`${label}: len() must be a non-negative integer, got ${JSON.stringify(r.length)}`);
       this.length = r.length as number;
     }
-    this.rowOf = (i) => dataset.get(i);
     if (r.curriculum) {
       this.update = (batch) => {
         this.bridge.call("update", {
           handle: this.handle,
           batch: { size: batch.length, tensor_keys: Object.keys(batch.batch), non_tensor_keys: Object.keys(batch.nonTensorBatch), meta_info: batch.metaInfo },
-        }, `${label}: update(batch)`, (req) => (req.callback === "field" ? batchField(batch, req) : this.rowOf(req.index as number)));
+        }, `${label}: update(batch)`, (req) => (req.callback === "field" ? batchField(batch, req) : this.rowsFor(req)));
       };
     }
     if (r.stateful) {
@@ -318,16 +352,31 @@ export class PythonSampler implements IndexSampler {
     }
   }
 
-  private readonly rowOf: (i: number) => unknown;
+  /** Answers data_source[i] / data_source[a:b] of a sampler over verl-ts's own dataset. */
+  private readonly rowsFor: Callback;
+
+  /** A pass: iter(sampler) now, then `count` next() calls per take(count), in one round trip. */
+  draws(): IndexDraws {
+    const label = `data.sampler (${this.spec.label})`;
+    this.bridge.call("iter", { handle: this.handle }, `${label}: iter()`, this.rowsFor);
+    let drawn = 0;
+    return {
+      take: (count) => {
+        if (count <= 0) return [];
+        const got = this.bridge.call("next_many", { handle: this.handle, count }, (at) => `${label}: next index${at === null ? "" : ` (draw ${drawn + at + 1} of the pass)`}`, this.rowsFor);
+        if (!Array.isArray(got) || got.length > count) throw new Error(`${label}: the bridge sent ${JSON.stringify(got)?.slice(0, 80)} for ${count} indices`);
+        drawn += got.length;
+        return got as number[];
+      },
+    };
+  }
 
   *[Symbol.iterator](): Iterator<number> {
-    const label = `data.sampler (${this.spec.label})`;
-    const rows = (req: Reply) => this.rowOf(req.index as number);
-    this.bridge.call("iter", { handle: this.handle }, `${label}: iter()`, rows);
+    const pass = this.draws();
     for (;;) {
-      const i = this.bridge.call("next", { handle: this.handle }, `${label}: next index`, rows);
-      if (i === null) return;
-      yield i as number;
+      const [i] = pass.take(1);
+      if (i === undefined) return;
+      yield i;
     }
   }
 }

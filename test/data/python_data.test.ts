@@ -1,6 +1,7 @@
 // verl's Python data classes run through the bridge (src/data/python_bridge.ts): a curriculum
 // sampler in `verl train`, a dataset class's rows mapped to verl-ts rows, and every way user code
-// can fail (import error, raising __getitem__, a hang, no python3, no transformers).
+// can fail (import error, raising __getitem__, a hang, no python3, no transformers), and the round
+// trips a batch costs (one call for its rows, one for its sampler indices; `node --test` prints the timings).
 // The python3 here has no transformers, so most dataset tests put a small stand-in `transformers`
 // package on PYTHONPATH (test/data/fixtures/fake_transformers: from_pretrained records the path and
 // nothing else); the real library is exercised by the last test, which needs VERL_PYTHON pointing
@@ -13,6 +14,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { createRLDataloaders, loadCustomDatasetClass, loadSamplerClass, writeParquet } from "../../src/data/index.js";
+import type { PythonDataset } from "../../src/data/python_bridge.js";
 import { loadTokenizer } from "../../src/models/tokenizers/index.js";
 import { DataProto } from "../../src/protocol/index.js";
 import { tensor } from "../../src/protocol/tensor.js";
@@ -155,6 +157,78 @@ class Broken(Dataset):
         return {"raw_prompt": [{"role": "user", "content": "fine"}]}
 `;
 
+const BATCHED = `
+import time
+from verl.experimental.dataset.sampler import AbstractSampler
+
+try:
+    from torch.utils.data import Dataset
+except ImportError:
+    Dataset = object
+
+
+class Many(Dataset):
+    """data.datagen.n rows; calls counts __getitem__; datagen.slow: seconds a row; rows hang_at / raise_at / exit_at
+    hang, raise, end the process; raise_at=-2: row 5 is no dict."""
+
+    def __init__(self, data_files, tokenizer, processor, config, max_samples=-1):
+        self.n = config.datagen.n
+        self.slow = config.datagen.get("slow", 0)
+        self.raise_at = config.datagen.get("raise_at", -1)
+        self.hang_at = config.datagen.get("hang_at", -1)
+        self.exit_at = config.datagen.get("exit_at", -1)
+        self.calls = 0
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        self.calls += 1
+        if self.slow:
+            time.sleep(self.slow)
+        if i == self.hang_at:
+            time.sleep(3600)
+        if i == self.exit_at:
+            import os
+            os._exit(3)
+        if i == self.raise_at:
+            raise IndexError(f"row {i} is cursed")
+        if i == 5 and self.raise_at == -2:
+            return ["not", "a", "dict"]
+        return {"raw_prompt": [{"role": "user", "content": f"q{i}"}], "data_source": "many", "extra_info": {"index": i, "calls": self.calls}}
+
+
+class Stride(AbstractSampler):
+    """Every row once, in steps of 7; state_dict tells how many indices were drawn (none ahead of need)."""
+
+    def __init__(self, data_source, data_config):
+        self.n = len(data_source)
+        self.drawn = 0
+
+    def __iter__(self):
+        for k in range(self.n):
+            self.drawn += 1
+            yield (7 * k) % self.n
+
+    def state_dict(self):
+        return {"drawn": self.drawn}
+
+    def load_state_dict(self, state):
+        pass
+
+
+class ReadsAll(AbstractSampler):
+    """Reads verl-ts's whole dataset by iteration and a slice: a few callbacks, not one per row."""
+
+    def __init__(self, data_source, data_config):
+        self.openings = [r["prompt"][0]["content"] for r in data_source]
+        assert [r["prompt"][0]["content"] for r in data_source[1:3]] == self.openings[1:3]
+        self.n = len(data_source)
+
+    def __iter__(self):
+        return iter(range(self.n))
+`;
+
 const SEES_DATASET = `
 from verl.experimental.dataset.sampler import AbstractSampler
 
@@ -180,6 +254,7 @@ async function workspace(): Promise<string> {
   writeFileSync(join(dir, "samplers.py"), SAMPLERS);
   writeFileSync(join(dir, "datasets.py"), DATASETS);
   writeFileSync(join(dir, "sees.py"), SEES_DATASET);
+  writeFileSync(join(dir, "batched.py"), BATCHED);
   writeFileSync(join(dir, "bad_import.py"), "import numpy_that_is_not_there\n");
   return dir;
 }
@@ -244,7 +319,7 @@ test("data.sampler in Python: its failures name the class and the call, with Pyt
 
     const bad = await build(sampler(dir, "BadIter"));
     try {
-      assert.throws(() => [...bad.train], /data\.sampler \(BadIter from .*\): next index raised: ValueError: ran out of curriculum\n[\s\S]*in __iter__/);
+      assert.throws(() => [...bad.train], /data\.sampler \(BadIter from .*\): next index \(draw 2 of the pass\) raised: ValueError: ran out of curriculum\n[\s\S]*in __iter__/);
     } finally {
       bad.close();
     }
@@ -340,6 +415,105 @@ test("data.custom_cls in Python (transformers stand-in): rows of every verl shap
     }
     assert.throws(() => withEnv({ ...env, VERL_PYTHON: "/nonexistent" }, () => createRLDataloaders(d, null, { datasetClass: cls, hfTokenizer: { path: "t", trustRemoteCode: false } })),
       /data\.custom_cls\.path=.*datasets\.py is a Python class, which needs `\/nonexistent`: not found/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test("Python data classes cost O(1) round trips a batch: rows in one get_many, indices in one next_many, results as row by row; the timeout holds per row", { skip: noPython }, async () => {
+  const dir = await workspace();
+  const env = { PYTHONPATH: FAKE_TRANSFORMERS };
+  const hf = { path: "t", trustRemoteCode: false };
+  try {
+    const py = join(dir, "batched.py");
+    const d = data(dir, { custom_cls: { path: py, name: "Many" }, datagen: { n: 256 }, sampler: { class_path: py, class_name: "Stride" }, train_batch_size: 32 });
+    const [cls, smp] = [await loadCustomDatasetClass(d), await loadSamplerClass(d)];
+    const l = withEnv(env, () => createRLDataloaders(d, null, { datasetClass: cls, samplerClass: smp, hfTokenizer: hf }));
+    try {
+      const ds = l.trainDataset as PythonDataset;
+      const trips = l.pythonBridge!.roundTrips;
+      const before = { ...trips };
+      const it = l.train[Symbol.iterator]();
+      const b1 = it.next().value as DataProto;
+      assert.equal(b1.length, 32);
+      assert.deepEqual({ calls: trips.calls - before.calls, callbacks: trips.callbacks - before.callbacks }, { calls: 3, callbacks: 0 }, "iter(), next_many(32), get_many(32)");
+      const mid = trips.calls;
+      const b2 = it.next().value as DataProto;
+      assert.equal(trips.calls - mid, 2, "a later batch: next_many + get_many");
+      const order = [...Array(64).keys()].map((k) => (7 * k) % 256);
+      assert.deepEqual([...b1.nonTensorBatch.index as number[], ...b2.nonTensorBatch.index as number[]], order, "the sampler's order");
+      assert.deepEqual((l.train.stateDict().sampler as { drawn: number }).drawn, 64, "no index drawn ahead of its batch (checkpointed sampler state as before)");
+      // the same rows as __getitem__ one at a time: calls counts the dataset's own __getitem__ calls, in order
+      const calls = (b: DataProto) => (b.nonTensorBatch.extra_info as { calls: number }[]).map((e) => e.calls);
+      assert.deepEqual([...calls(b1), ...calls(b2)], [...Array(64).keys()].map((k) => k + 1));
+      const one = order.slice(0, 32).map((i) => ds.get(i));
+      assert.deepEqual(one.map((r) => ({ ...r, extra_info: { index: (r.extra_info as { index: number }).index } })),
+        ds.getMany(order.slice(0, 32)).map((r) => ({ ...r, extra_info: { index: (r.extra_info as { index: number }).index } })), "getMany == get one by one");
+      assert.deepEqual(ds.getMany([]), []);
+
+      // before/after: 256 rows one round trip each (the old way) and in one call
+      let t0 = performance.now();
+      const perRow = [...Array(256).keys()].map((i) => ds.get(i));
+      const perRowMs = performance.now() - t0;
+      const c0 = trips.calls;
+      t0 = performance.now();
+      const batched = ds.getMany([...Array(256).keys()]);
+      const batchedMs = performance.now() - t0;
+      assert.equal(trips.calls - c0, 1);
+      const strip = (r: Record<string, unknown>) => ({ ...r, extra_info: null });
+      assert.deepEqual(batched.map(strip), perRow.map(strip));
+      console.log(`256 Python rows: ${perRowMs.toFixed(1)} ms row by row (256 round trips), ${batchedMs.toFixed(1)} ms batched (1 round trip)`);
+    } finally {
+      l.close();
+    }
+
+    // a sampler over verl-ts's own rows reads them a chunk per callback
+    const reads = data(dir, { sampler: { class_path: py, class_name: "ReadsAll" } });
+    const lr = createRLDataloaders(reads, null, { samplerClass: await loadSamplerClass(reads) });
+    try {
+      assert.deepEqual(lr.pythonBridge!.roundTrips, { calls: 1, callbacks: 2 }, "building it: list(data_source) and data_source[1:3]");
+    } finally {
+      lr.close();
+    }
+
+    // failures inside a batch name the row; the timeout is per row, not per batch
+    const failing = (datagen: Record<string, unknown>) => {
+      const f = data(dir, { custom_cls: { path: py, name: "Many" }, datagen: { n: 8, ...datagen }, python_timeout_s: 1 });
+      return withEnv(env, () => createRLDataloaders(f, null, { datasetClass: cls, hfTokenizer: hf }));
+    };
+    const slow = failing({ slow: 0.4 });
+    try {
+      assert.deepEqual(slow.trainDataset.getMany!([0, 1, 2, 3]).map((r) => r.index), [0, 1, 2, 3], "1.6 s for the batch, 0.4 s a row: within the 1 s timeout");
+    } finally {
+      slow.close();
+    }
+    const raising = failing({ raise_at: 6 });
+    try {
+      assert.throws(() => raising.trainDataset.getMany!([4, 6, 7]), /data\.custom_cls \(Many from .*batched\.py\): __getitem__\(6\) raised: IndexError: row 6 is cursed\nTraceback[\s\S]*in __getitem__/);
+      assert.equal(raising.trainDataset.get(7).index, 7, "the process lives on after a Python exception");
+    } finally {
+      raising.close();
+    }
+    const notDict = failing({ raise_at: -2 });
+    try {
+      assert.throws(() => notDict.trainDataset.getMany!([4, 5]), /__getitem__\(5\): returned a list, not a dict/);
+    } finally {
+      notDict.close();
+    }
+    const hang = failing({ slow: 0.3, hang_at: 1 });
+    try {
+      const t0 = Date.now();
+      assert.throws(() => hang.trainDataset.getMany!([3, 2, 1, 0]), /data\.custom_cls \(Many from .*\): __getitem__\(1\) ran past its 1 s timeout \(data\.python_timeout_s; the Python process was killed\)/);
+      assert.ok(Date.now() - t0 < 15_000, "the hang is cut at the timeout");
+    } finally {
+      hang.close();
+    }
+    const exiting = failing({ exit_at: 2 });
+    try {
+      assert.throws(() => exiting.trainDataset.getMany!([0, 1, 2, 3]), /the Python process exited \(code 3\) during data\.custom_cls \(Many from .*\): __getitem__\(2\)$/);
+    } finally {
+      exiting.close();
+    }
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

@@ -5,9 +5,12 @@ Python data object of a run (train and validation datasets, the sampler), so a s
 the very dataset object it orders, as in verl.
 
 Requests on stdin, one JSON line each: {"id": N, "op": ..., ...}; replies on stdout:
-{"id": N, "ok": true, "value": ...} or {"id": N, "ok": false, "error", "traceback"}.
-While a request runs, Python may ask Node for data with {"callback": "row" | "field", ...};
+{"id": N, "ok": true, "value": ...} or {"id": N, "ok": false, "error", "traceback", "at"}.
+While a request runs, Python may ask Node for data with {"callback": "row" | "rows" | "field", ...};
 Node answers on stdin with {"callback_reply": value} or {"callback_error": message}.
+Batched ops (get_many, next_many) write {"at": k} before their k-th item: Node's worker re-arms
+data.python_timeout_s on it, so the timeout holds per row / per index, and a failure, a hang or an
+exit is pinned on item k ("at" in the error reply).
 The user's prints go to stderr.
 """
 
@@ -57,13 +60,24 @@ def _finite(o):
     return o
 
 
+def _encode(obj):
+    return json.dumps(_finite(obj), allow_nan=False, default=_plain)
+
+
+class Encoded(str):
+    """A value already encoded as JSON (each item of a batch is encoded alone, so a failure names its item)."""
+
+
 class Channel:
     def __init__(self, out, requests):
         self.out = out
         self.requests = requests
 
     def send(self, obj):
-        self.out.write(json.dumps(_finite(obj), allow_nan=False, default=_plain) + "\n")
+        self.write(_encode(obj))
+
+    def write(self, line):
+        self.out.write(line + "\n")
         self.out.flush()
 
     def read(self):
@@ -81,6 +95,16 @@ class Channel:
 
 
 CHANNEL = None
+AT = None  # the item of a batched op now running (None outside one)
+
+
+def _items(values):
+    """(k, value) for each item, announcing each to Node first (see the module's doc)."""
+    global AT
+    for k, v in enumerate(values):
+        AT = k
+        CHANNEL.write('{"at": %d}' % k)
+        yield k, v
 
 
 class DataConfig(dict):
@@ -175,7 +199,7 @@ class NodeRows:
 
     def __getitem__(self, i):
         if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(self._length))]
+            return self._rows(list(range(*i.indices(self._length))))
         i = int(i)
         if i < 0:
             i += self._length
@@ -183,9 +207,13 @@ class NodeRows:
             raise IndexError(f"row {i} out of range for {self._length} rows")
         return CHANNEL.callback("row", handle=self._handle, index=i)
 
+    def _rows(self, indices):
+        return CHANNEL.callback("rows", handle=self._handle, indices=indices) if indices else []
+
     def __iter__(self):
-        for i in range(self._length):
-            yield self[i]
+        # a chunk per callback: a sampler reading every row costs len/256 round trips, not len
+        for start in range(0, self._length, 256):
+            yield from self._rows(list(range(start, min(start + 256, self._length))))
 
 
 class _Fields(dict):
@@ -309,11 +337,18 @@ def op_dataset(req):
     return {"length": len(ds)}
 
 
-def op_get(req):
-    row = objects[req["handle"]][req["index"]]
-    if not isinstance(row, dict):
-        raise BridgeError(f"__getitem__({req['index']}) returned a {type(row).__name__}, not a dict (verl's rows are dicts)")
-    return row
+def op_get_many(req):
+    ds = objects[req["handle"]]
+    rows = []
+    for _, i in _items(req["indices"]):
+        row = ds[i]
+        if not isinstance(row, dict):
+            raise BridgeError(f"returned a {type(row).__name__}, not a dict (verl's rows are dicts)")
+        try:
+            rows.append(_encode(row))
+        except (TypeError, ValueError) as e:
+            raise BridgeError(f"the row cannot be sent to verl-ts: {e}") from None
+    return Encoded("[" + ", ".join(rows) + "]")
 
 
 def op_sampler(req):
@@ -339,11 +374,16 @@ def op_iter(req):
     return None
 
 
-def op_next(req):
-    try:
-        return int(next(iterators[req["handle"]]))
-    except StopIteration:
-        return None
+def op_next_many(req):
+    """The iterator's next `count` indices, fewer only where it ends: the very draws `count` next() calls make."""
+    it = iterators[req["handle"]]
+    out = []
+    for _ in _items(range(req["count"])):
+        try:
+            out.append(int(next(it)))
+        except StopIteration:
+            break
+    return out
 
 
 def op_update(req):
@@ -386,16 +426,21 @@ def main():
     sys.path.insert(0, os.getcwd())
     sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "shim"))
     CHANNEL.send({"ready": True})
+    global AT
     while True:
         req = CHANNEL.read()
+        AT = None
         try:
             value = OPS[req["op"]](req)
+            if isinstance(value, Encoded):
+                CHANNEL.write('{"id": %d, "ok": true, "value": %s}' % (req["id"], value))
+                continue
             try:
                 CHANNEL.send({"id": req["id"], "ok": True, "value": value})
             except (TypeError, ValueError) as e:
                 CHANNEL.send({"id": req["id"], "ok": False, "error": f"the result cannot be sent to verl-ts: {e}", "traceback": ""})
         except BaseException as e:  # noqa: BLE001 - SystemExit in user code is a failure to report too
-            CHANNEL.send({"id": req["id"], "ok": False, **_failure(e)})
+            CHANNEL.send({"id": req["id"], "ok": False, "at": AT, **_failure(e)})
 
 
 if __name__ == "__main__":
