@@ -45,6 +45,8 @@ const BENCHES: Record<string, BenchSpec> = {
   training_memory: {
     script: "training_memory.js", full: ["--reps", "2"], quick: ["--reps", "1", "--layers", "2", "--hidden", "128", "--batch", "2"], timeoutS: 900,
   },
+  // LoRA update: kernel dispatches and ms of the per-block LoRA product against the batched one
+  lora_update: { script: "lora_update.js", full: ["--reps", "7"], quick: ["--reps", "2", "--layers", "2"], timeoutS: 300 },
   controller: {
     script: "controller.js", full: [], quick: [], wrap: true, timeoutS: 300,
     env: {}, // its own defaults; VERL_BENCH_CALLS etc. pass through the environment

@@ -241,7 +241,8 @@ export class LlamaModel {
     if (!lora) return linear(x, (base.length === 1 ? base[0]! : tf.concat(base, 0)) as tf.Tensor2D);
     const names = mods.map((m) => `${L}${m}`);
     if (!names.some((n) => lora.has(n))) return frozenLinear(x, base);
-    const blocks = names.map((n, j) => (lora.has(n) ? lora.block(n, base[j]!, x.shape[0]!, w, drop) : { w: base[j]! }));
+    const inMasks = new Map<string, tf.Tensor2D>();
+    const blocks = names.map((n, j) => (lora.has(n) ? lora.block(n, base[j]!, x.shape[0]!, w, drop, inMasks) : { w: base[j]! }));
     return loraLinear(x as tf.Tensor2D, blocks, lora.scale);
   }
 

@@ -274,7 +274,7 @@ export class LoraAdapter {
    * detached norm, and the pass's dropout masks (one input mask per A, so the parts of a fused
    * module share it, as Megatron's single adapter on linear_qkv does).
    */
-  block(name: string, w: tf.Tensor2D, rows: number, tensor: (n: string) => tf.Tensor, drop: AdapterDropout | null): LoraBlock {
+  block(name: string, w: tf.Tensor2D, rows: number, tensor: (n: string) => tf.Tensor, drop: AdapterDropout | null, inMasks?: Map<string, tf.Tensor2D>): LoraBlock {
     const m = this.modules.get(name)!;
     const a = tensor(this.paramName(name, "A")) as tf.Tensor2D, b = tensor(this.paramName(name, "B")) as tf.Tensor2D;
     const bl: LoraBlock = { w, a, b };
@@ -282,8 +282,12 @@ export class LoraAdapter {
       bl.magnitude = tensor(this.paramName(name, "M")) as tf.Tensor1D;
       bl.weightNorm = doraWeightNorm(w, a, b, this.scale);
     }
-    if (drop?.position === "pre") bl.dropIn = drop.mask(this.aOwner.get(name) ?? name, rows, m.inFeatures);
-    else if (drop) bl.dropOut = drop.mask(name, rows, m.outFeatures);
+    if (drop?.position === "pre") {
+      // modules sharing an A share its input mask: one tensor (a memo per fused call), so the fused product masks once
+      const key = this.aOwner.get(name) ?? name;
+      bl.dropIn = inMasks?.get(key) ?? drop.mask(key, rows, m.inFeatures);
+      inMasks?.set(key, bl.dropIn);
+    } else if (drop) bl.dropOut = drop.mask(name, rows, m.outFeatures);
     return bl;
   }
 

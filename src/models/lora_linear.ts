@@ -23,6 +23,18 @@ export interface LoraBlock {
 
 const t2 = (x: tf.Tensor) => tf.transpose(x) as tf.Tensor2D;
 
+/** Which form of the product: see loraLinear. */
+export type LoraPath = "auto" | "batched" | "blocks";
+
+let defaultPath: LoraPath = "auto";
+
+/** Sets the form loraLinear takes when its caller names none (the model's calls); returns the previous one. The bench and tests compare the forms with it. */
+export function setLoraPath(path: LoraPath): LoraPath {
+  const prev = defaultPath;
+  defaultPath = path;
+  return prev;
+}
+
 /**
  * x [N, in] through blocks stacked along the output axis, as one op with a hand-written gradient.
  * Per adapted block j, with xd = x (masked by dropIn when given) and l = s (xd A^T) B^T (masked by
@@ -34,8 +46,17 @@ const t2 = (x: tf.Tensor) => tf.transpose(x) as tf.Tensor2D;
  * pass (tfjs's Add and Mul gradients save their inputs), so LoRA would cost more activation
  * memory than full fine-tuning; here only x, the adapter weights and the masks are kept, and the
  * frozen W_j get no gradient.
+ * `path`: "auto" takes the batched form (batchedLoraLinear) where it applies, "blocks" the
+ * per-block form (any mix of blocks; tests and the dispatch bench compare the two).
  */
-export function loraLinear(x: tf.Tensor2D, blocks: LoraBlock[], scale: number): tf.Tensor2D {
+export function loraLinear(x: tf.Tensor2D, blocks: LoraBlock[], scale: number, path: LoraPath = defaultPath): tf.Tensor2D {
+  if (path !== "blocks") {
+    const plan = batchPlan(blocks);
+    // stacked pre-dropout runs batched products, which wasm's matmul keeps off its fast path;
+    // wasm is bound by arithmetic, not dispatches, so it keeps the per-block products there
+    if (plan && (path === "batched" || !(plan.stacked && onWasm()))) return batchedLoraLinear(x, blocks, scale, plan);
+    if (path === "batched") throw new Error("loraLinear: the batched path needs every block adapted with one rank, no DoRA, and dropout on all blocks or none");
+  }
   const adapted = blocks.flatMap((bl, j) => (bl.a && bl.b ? [j] : []));
   // where each adapted block's inputs start among the op's differentiable inputs (after x): a, b[, m]
   const at: number[] = [];
@@ -112,6 +133,130 @@ export function loraLinear(x: tf.Tensor2D, blocks: LoraBlock[], scale: number): 
     }
   }
   return op(...ins) as tf.Tensor2D;
+}
+
+/** How the batched form groups a call's blocks: the distinct (A, input mask) pairs are its slots. */
+interface BatchPlan {
+  /** The block whose A (and input mask) each slot takes. */
+  slotBlock: number[];
+  /** Each block's slot. */
+  slotOf: number[];
+  rank: number;
+  /** Pre-dropout with several slots: each slot sees its own masked input, so the A products run batched. */
+  stacked: boolean;
+}
+
+/** The batched form's plan, or undefined when the call needs the per-block form (DoRA, an unadapted block, mixed ranks or dropout). */
+function batchPlan(blocks: LoraBlock[]): BatchPlan | undefined {
+  const rank = blocks[0]?.a?.shape[0];
+  const pre = !!blocks[0]?.dropIn, post = !!blocks[0]?.dropOut;
+  if (blocks.some((bl) => !bl.a || !bl.b || bl.magnitude || bl.a.shape[0] !== rank || !!bl.dropIn !== pre || !!bl.dropOut !== post)) return undefined;
+  // a shared A (tiedA) is one slot as long as its blocks share the input mask too (the same tensor)
+  const slotBlock: number[] = [], slotOf = blocks.map((bl, j) => {
+    const s = slotBlock.findIndex((i) => blocks[i]!.a === bl.a && blocks[i]!.dropIn === bl.dropIn);
+    if (s >= 0) return s;
+    slotBlock.push(j);
+    return slotBlock.length - 1;
+  });
+  return { slotBlock, slotOf, rank: rank!, stacked: pre && slotBlock.length > 1 };
+}
+
+/**
+ * The batched form's constants for a block layout: `mask` [sum(out), slots * r] holds `scale` where
+ * block j's rows meet its slot's columns (zero elsewhere), `gather` [slots * r, r] stacks identities.
+ * Kept across calls (made once per layout and backend): uploading them every pass would cost what
+ * the batching saves.
+ */
+const layoutCache = new Map<string, { mask: tf.Tensor2D; gather: tf.Tensor2D }>();
+
+function layoutConstants(sizes: number[], slotOf: number[], rank: number, scale: number) {
+  const u = Math.max(...slotOf) + 1, key = `${tf.getBackend()}|${sizes}|${slotOf}|${rank}|${scale}`;
+  const hit = layoutCache.get(key);
+  if (hit && !hit.mask.isDisposed && !hit.gather.isDisposed) return hit;
+  const rows = sizes.reduce((a, b) => a + b, 0), cols = u * rank;
+  const mask = new Float32Array(rows * cols), gather = new Float32Array(cols * rank);
+  let row = 0;
+  sizes.forEach((n, j) => {
+    for (let o = row; o < row + n; o++) mask.fill(scale, o * cols + slotOf[j]! * rank, o * cols + (slotOf[j]! + 1) * rank);
+    row += n;
+  });
+  for (let c = 0; c < cols; c++) gather[c * rank + (c % rank)] = 1;
+  const made = { mask: tf.keep(tf.tensor2d(mask, [rows, cols])), gather: tf.keep(tf.tensor2d(gather, [cols, rank])) };
+  layoutCache.set(key, made);
+  return made;
+}
+
+/**
+ * loraLinear for the common case: every block adapted, one rank, no DoRA, dropout on all blocks or
+ * none. The adapter work of the whole call is a fixed number of products, whatever the block count
+ * (the per-block form dispatches about 3 kernels a block forward and 8 backward, and the update is
+ * bound by the host's cost per dispatch):
+ *   H = xd [A_1; ...; A_u]^T                    [N, u r]   (one product; u slots of distinct A)
+ *   l = H Bd^T (masked by dropOut)              [N, out]   Bd = [B_1 .. B_k] placed block-diagonally, times s
+ *   dH = gl Bd, dA = dH^T xd (split by slot), dB = ((gl^T H) * mask) E (split by block)
+ * Bd is B broadcast over the slots times a constant mask that carries the scale, so s costs no
+ * multiply of its own.
+ * dB takes one product with the off-diagonal blocks discarded rather than a batched product: the
+ * blocks' output sizes differ (q against k/v), which a batched product would have to pad and
+ * re-slice, and the discarded part is small (u r columns against the base product's `in`).
+ * With pre-dropout and several slots each slot's input is masked differently, so the A products run
+ * as one batched product over a [u, N, in] stack.
+ */
+function batchedLoraLinear(x: tf.Tensor2D, blocks: LoraBlock[], scale: number, plan: BatchPlan): tf.Tensor2D {
+  const { slotBlock, slotOf, rank: r, stacked } = plan;
+  const u = slotBlock.length, k = blocks.length, N = x.shape[0];
+  const sizes = blocks.map((bl) => bl.w.shape[0]), ws = blocks.map((bl) => bl.w);
+  const cat = (parts: tf.Tensor[], axis: number) => (parts.length === 1 ? parts[0]! : tf.concat(parts, axis)) as tf.Tensor2D;
+  const layout = u > 1 ? layoutConstants(sizes, slotOf, r, scale) : undefined;
+  const inMasks = blocks[0]!.dropIn ? slotBlock.map((j) => blocks[j]!.dropIn!) : undefined;
+  const outMasks = blocks[0]!.dropOut ? blocks.map((bl) => bl.dropOut!) : undefined;
+  const op = tf.customGrad((...args: GradArgs) => {
+    const xs = args[0] as tf.Tensor2D, save = args[args.length - 1] as tf.GradSaveFunc;
+    const as = args.slice(1, 1 + u) as tf.Tensor2D[], bs = args.slice(1 + u, 1 + u + k) as tf.Tensor2D[];
+    const value = tf.tidy(() => {
+      const din = inMasks && (stacked ? tf.stack(inMasks) : inMasks[0]!);
+      const dout = outMasks && cat(outMasks, 1);
+      const aCat = stacked ? tf.stack(as) : cat(as, 0); // [u, r, in] or [u r, in]
+      let h: tf.Tensor2D;
+      if (stacked) {
+        const h3 = tf.matMul(tf.mul(xs, din!) as tf.Tensor3D, aCat as tf.Tensor3D, false, true); // [u, N, r]
+        h = tf.transpose(h3, [1, 0, 2]).reshape([N, u * r]) as tf.Tensor2D;
+      } else h = matmulT(din ? (tf.mul(xs, din) as tf.Tensor2D) : xs, aCat as tf.Tensor2D);
+      const bCat = cat(bs, 0);
+      // [out, 1, r] against the mask as [out, u, r]: the broadcast places B in every slot, the mask keeps its own
+      const bd = (layout ? tf.mul(bCat.reshape([-1, 1, r]), layout.mask.reshape([-1, u, r])).reshape([-1, u * r]) : tf.mul(bCat, scale)) as tf.Tensor2D;
+      const l = matmulT(h, bd);
+      // the saved tensors are x, the small H, A and Bd, the masks, and the frozen weights themselves (no [N, out] copy)
+      save([xs, h, aCat, bd, ...(din ? [din] : []), ...(dout ? [dout] : []), ...ws]);
+      return tf.add(matmulT(xs, cat(ws, 0)), dout ? tf.mul(l, dout) : l);
+    });
+    return {
+      value,
+      gradFunc: (dy: tf.Tensor | tf.Tensor[], saved: tf.Tensor[]) => tf.tidy(() => {
+        const [x0, h, aCat, bd] = saved as [tf.Tensor2D, tf.Tensor2D, tf.Tensor, tf.Tensor2D];
+        let i = 4;
+        const din = inMasks ? saved[i++]! : undefined, dout = outMasks ? saved[i++]! : undefined, sw = saved.slice(i) as tf.Tensor2D[];
+        const g = dy as tf.Tensor2D, gl = dout ? (tf.mul(g, dout) as tf.Tensor2D) : g;
+        const dh = tf.matMul(gl, bd) as tf.Tensor2D; // [N, u r]
+        const gh = matmulTN(gl, h); // [out, u r]: block j's rows against every slot's columns
+        const dbCat = layout ? tf.matMul(tf.mul(gh, layout.mask) as tf.Tensor2D, layout.gather) : tf.mul(gh, scale);
+        const dbs = k === 1 ? [dbCat] : tf.split(dbCat, sizes, 0);
+        let dxa: tf.Tensor, das: tf.Tensor[];
+        if (stacked) {
+          const dh3 = tf.transpose(dh.reshape([N, u, r]), [1, 0, 2]) as tf.Tensor3D; // [u, N, r]
+          dxa = tf.sum(tf.mul(tf.matMul(dh3, aCat as tf.Tensor3D), din!), 0);
+          das = tf.unstack(tf.matMul(dh3, tf.mul(x0, din!) as tf.Tensor3D, true, false));
+        } else {
+          const dxd = tf.matMul(dh, aCat as tf.Tensor2D);
+          dxa = din ? tf.mul(dxd, din) : dxd;
+          const daCat = matmulTN(dh, din ? (tf.mul(x0, din) as tf.Tensor2D) : x0); // [u r, in]
+          das = u === 1 ? [daCat] : tf.split(daCat, u, 0);
+        }
+        return [tf.add(tf.matMul(g, cat(sw, 0)), dxa), ...das, ...dbs];
+      }),
+    };
+  });
+  return op(x, ...slotBlock.map((j) => blocks[j]!.a!), ...blocks.map((bl) => bl.b!)) as tf.Tensor2D;
 }
 
 /**
