@@ -83,6 +83,8 @@ export interface ForwardIo {
   hidden?: Float32Array;
   /** logits of every token [N, V] rather than of each row's last */
   allTokens?: boolean;
+  /** the tokens (indices in [0, N)) whose logits come back, in this order, in place of each row's last; none skips the output projection */
+  logitsOf?: ArrayLike<number>;
 }
 
 /** Builds a SlotDecoder of `slots` rows of `maxLen` columns over the model's current weights. */
@@ -234,13 +236,15 @@ export class KvCacheDecoder implements StepDecoder, SlotDecoder {
    * The general step: T new tokens for each of `rows` (cache rows), placed at
    * cache columns slotStart[r] .. slotStart[r]+T-1, each attending to the valid
    * columns up to its own. `valid` (per token, default all 1) marks padding
-   * tokens, which are computed but never attended to. Returns the logits
-   * [rows.length, V] of each row's last new token; the view is valid until the next call.
+   * tokens, which are computed but never attended to. A cache row may come more than once
+   * (at other columns: a prompt packed token by token, T = 1), as each layer stores every
+   * token's k and v before any attends. Returns the logits [rows.length, V] of each row's
+   * last new token; the view is valid until the next call.
    */
   forwardRows(rows: Int32Array, tokens: Int32Array, positions: Int32Array, slotStart: Int32Array, T: number, valid?: ArrayLike<number>, io: ForwardIo = {}): Float32Array {
     const c = this.c, D = c.dim, F = c.hiddenDim, R = rows.length, N = R * T;
     const W = (c.nHeads + 2 * c.nKvHeads) * c.headDim, Q = c.nHeads * c.headDim;
-    if (N > this.maxRows || R > this.batch) throw new Error(`KvCacheDecoder: ${R} rows x ${T} tokens exceed the buffers (${this.maxRows} rows)`);
+    if (N > this.maxRows) throw new Error(`KvCacheDecoder: ${R} rows x ${T} tokens exceed the buffers (${this.maxRows} rows)`);
     if (tokens.length !== N || positions.length !== N || slotStart.length !== R) throw new Error("KvCacheDecoder: tokens/positions must hold rows x T entries and slotStart one per row");
     for (let r = 0; r < R; r++) {
       const b = rows[r]!;
@@ -298,7 +302,9 @@ export class KvCacheDecoder implements StepDecoder, SlotDecoder {
     }
     if (io.hidden) io.hidden.set(x.subarray(0, N * D));
     // final norm of each row's last token (or of every token), then the output projection
-    const M = io.allTokens ? N : R, last = T === 1 || io.allTokens ? x : gatherLast(x, R, T, D);
+    const pick = io.logitsOf ?? (io.allTokens || T === 1 ? null : Int32Array.from({ length: R }, (_, r) => r * T + T - 1));
+    const M = pick ? pick.length : io.allTokens ? N : R, last = pick ? gatherTokens(x, pick, N, D) : x;
+    if (M === 0) return new Float32Array(0);
     if (M > this.batch && (!this.allLogits || this.allLogits.view().length < M * c.vocabSize)) this.allLogits = this.kernels.alloc(M * c.vocabSize);
     const logitsBuf = M > this.batch ? this.allLogits! : this.logits;
     rmsNorm(last, this.xn.view(), M, D, this.w.finalNorm, c.normEps);
@@ -511,9 +517,14 @@ function swiGlu(gu: Float32Array, h: Float32Array, N: number, F: number): void {
   }
 }
 
-function gatherLast(x: Float32Array, R: number, T: number, D: number): Float32Array {
-  const out = new Float32Array(R * D);
-  for (let r = 0; r < R; r++) out.set(x.subarray((r * T + T - 1) * D, (r * T + T) * D), r * D);
+/** Rows `tokens` of x [N, D]. */
+function gatherTokens(x: Float32Array, tokens: ArrayLike<number>, N: number, D: number): Float32Array {
+  const out = new Float32Array(tokens.length * D);
+  for (let i = 0; i < tokens.length; i++) {
+    const n = tokens[i]!;
+    if (!(Number.isInteger(n) && n >= 0 && n < N)) throw new Error(`KvCacheDecoder: logitsOf names token ${n}, outside [0, ${N})`);
+    out.set(x.subarray(n * D, (n + 1) * D), i * D);
+  }
   return out;
 }
 

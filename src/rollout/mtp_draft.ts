@@ -86,13 +86,15 @@ export function drawFrom(w: Float64Array, rng: Rng): number {
 }
 
 /**
- * The acceptance test of a draft `d` drawn from `q`, against the target `p` (both [V], normalised): null
- * when d is kept (probability min(1, p(d) / q(d))), else the replacement drawn from max(0, p - q)
- * (into `resid`). One uniform, and a second on rejection. Greedy p and q are one-hot: d is kept
- * exactly when it is p's argmax, and the replacement is that argmax.
+ * The acceptance test of a draft `d` drawn from q, with qd = q(d), against the target `p` ([V],
+ * normalised): null when d is kept (probability min(1, p(d) / q(d))), else the replacement drawn
+ * from max(0, p - q) (into `resid`), q [V] coming from `q()` only then. One uniform, and a second
+ * on rejection. Greedy p and q are one-hot: d is kept exactly when it is p's argmax, and the
+ * replacement is that argmax.
  */
-export function judgeDraft(p: Float64Array, q: Float64Array, d: number, rng: Rng, resid: Float64Array): number | null {
-  if (rng.random() * q[d]! < p[d]!) return null;
-  for (let i = 0; i < p.length; i++) resid[i] = Math.max(0, p[i]! - q[i]!);
+export function judgeDraft(p: Float64Array, qd: number, d: number, rng: Rng, resid: Float64Array, q: () => Float64Array): number | null {
+  if (rng.random() * qd < p[d]!) return null;
+  const qs = q();
+  for (let i = 0; i < p.length; i++) resid[i] = Math.max(0, p[i]! - qs[i]!);
   return drawFrom(resid, rng);
 }

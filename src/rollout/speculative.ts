@@ -22,10 +22,12 @@ export { drawFrom, judgeDraft, MtpInput, mtpDraftModel, type SpeculativeStats } 
 /**
  * `generate` with speculative decoding: the same output layout and distribution, fewer trunk calls
  * when drafts are accepted. The KV-cache engine; no routing record (MiMo has no experts).
- * `draftTokens` (default 1) drafts per step, chained from the one MTP layer.
+ * `draftTokens` (default 1) drafts per step, chained from the one MTP layer. The prompts of a
+ * sub-batch are prefilled together; `prefill: "rows"` runs one prompt at a time instead (the same
+ * tokens and log-probs: the reference the batched prefill is tested against).
  */
 export function generateSpeculative(model: LlamaModel, batch: DataProto, params: SamplingParams, rng: Rng,
-  opts: { stats?: SpeculativeStats; draftTokens?: number; onStep?: (step: number, responseLength: number) => void } = {}): DataProto {
+  opts: { stats?: SpeculativeStats; draftTokens?: number; prefill?: "batched" | "rows"; onStep?: (step: number, responseLength: number) => void } = {}): DataProto {
   const c = model.config;
   if (!c.mtpLayers) throw new Error("speculative decoding: the model has no multi-token-prediction layers (num_nextn_predict_layers; MiMo has them)");
   const { data, ids, mask, pos, B, P } = promptRows(batch, params, c.vocabSize);
@@ -53,6 +55,7 @@ export function generateSpeculative(model: LlamaModel, batch: DataProto, params:
     const spec = new SpeculativeSlots(model, trunk, nb, maxLen, maxRowsPerCall, stats, hostKernels(), k);
     try {
       const emitted = new Int32Array(nb), done = new Uint8Array(nb);
+      const first = opts.prefill === "rows" ? null : spec.prefillRows(prompts.slice(b0, b0 + nb).map((prompt, slot) => ({ slot, prompt, reuse: 0 })));
       let live: SpeculativeRow[] = [];
       for (let b = 0; b < nb; b++) {
         const prompt = prompts[b0 + b]!;
@@ -66,7 +69,7 @@ export function generateSpeculative(model: LlamaModel, batch: DataProto, params:
             return !done[b];
           },
         };
-        const { token, logProb } = sampler.sample(spec.prefill(b, prompt, 0), 0, rng);
+        const { token, logProb } = first ? sampler.sample(first, b * V, rng) : sampler.sample(spec.prefill(b, prompt, 0), 0, rng);
         if (r.emit(token, logProb)) live.push(r);
       }
       let step = 1;

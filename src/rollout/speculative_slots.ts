@@ -20,7 +20,7 @@
 import { hostKernels, type HostKernels } from "../engine/host_kernels.js";
 import type { LlamaModel } from "../models/llama.js";
 import type { Rng } from "../utils/rng.js";
-import { KvCacheDecoder } from "./decoder.js";
+import { KvCacheDecoder, type ForwardIo } from "./decoder.js";
 import type { TokenSampler } from "./sampling.js";
 import { drawFrom, judgeDraft, MtpInput, mtpDraftModel, type SpeculativeStats } from "./mtp_draft.js";
 
@@ -39,6 +39,12 @@ export interface SpeculativeRow {
   emit: (token: number, logProb: number) => boolean;
 }
 
+/** A prompt for prefillRows: the slot's trunk keeps its first `reuse` columns (as reusable() allows). */
+export interface PrefillRow { slot: number; prompt: readonly number[]; reuse: number }
+
+/** A row's share of a feedRows call: row i's columns c0 .. c0+n-1, the call's tokens at .. at+n-1. */
+interface FeedPiece { i: number; c0: number; n: number; at: number }
+
 /** The trunk's hidden states of columns col .. col+rows-1 that the MTP row has not read. */
 interface Carry { col: number; hidden: Float32Array }
 
@@ -48,9 +54,13 @@ export class SpeculativeSlots {
   private readonly carry: (Carry | null)[];
   private readonly D: number;
   private readonly p1: Float64Array;
+  private readonly q: Float64Array;
   private readonly resid: Float64Array;
-  /** The drafting rows' q of the current step (row i's j-th draft at i * K + j), reused across steps */
-  private readonly qs: Float64Array[] = [];
+  /**
+   * The drafting rows' draft logits of the current step (row i's j-th draft at row i * K + j), grown
+   * on demand: q is recomputed from them on a rejection (bit for bit), at half a float64 q's size.
+   */
+  private qLogits = new Float32Array(0);
 
   /**
    * `trunk` is the server's decoder of `slots` rows (it must have been built with `maxRowsPerCall`
@@ -68,6 +78,7 @@ export class SpeculativeSlots {
     this.input = new MtpInput(model, c);
     this.carry = new Array<Carry | null>(slots).fill(null);
     this.p1 = new Float64Array(c.vocabSize);
+    this.q = new Float64Array(c.vocabSize);
     this.resid = new Float64Array(c.vocabSize);
   }
 
@@ -88,29 +99,78 @@ export class SpeculativeSlots {
    * prompt's last token (a copy).
    */
   prefill(slot: number, prompt: readonly number[], reuse: number): Float32Array {
-    const D = this.D, L = prompt.length, rows = Int32Array.of(slot), chunk = this.maxRowsPerCall;
-    const k = this.carry[slot];
-    // the MTP row keeps the columns whose next token is unchanged and whose hidden state is at hand
-    const from = k && k.col <= reuse - 1 ? k.col : reuse;
-    const hidden = new Float32Array((L - from) * D);
-    if (from < reuse) hidden.set(k!.hidden.subarray(0, (reuse - from) * D));
-    this.trunk.truncateRow(slot, reuse);
-    this.draft.truncateRow(slot, from);
-    this.carry[slot] = null;
-    const span = (c0: number, T: number) => Int32Array.from({ length: T }, (_, i) => c0 + i);
-    let logits: Float32Array = new Float32Array(0);
-    for (let c0 = reuse; c0 < L; c0 += chunk) {
-      const T = Math.min(chunk, L - c0), pos = span(c0, T);
-      logits = this.trunk.forwardRows(rows, Int32Array.from(prompt.slice(c0, c0 + T)), pos, Int32Array.of(c0), T, undefined, { hidden: hidden.subarray((c0 - from) * D, (c0 - from + T) * D) });
-    }
-    logits = logits.slice();
-    for (let c0 = from; c0 < L - 1; c0 += chunk) {
-      const T = Math.min(chunk, L - 1 - c0), next = Int32Array.from(prompt.slice(c0 + 1, c0 + 1 + T));
-      const inputRows = this.input.rows(hidden.subarray((c0 - from) * D, (c0 - from + T) * D), next);
-      this.draft.forwardRows(rows, next, span(c0, T), Int32Array.of(c0), T, undefined, { inputRows });
-    }
-    this.carry[slot] = { col: L - 1, hidden: hidden.slice((L - 1 - from) * D) };
+    return this.prefillRows([{ slot, prompt, reuse }]);
+  }
+
+  /**
+   * prefill() of several slots (distinct), their tokens packed into as few forwards as the
+   * buffers allow (single-turn rollouts); returns the logits [rows.length, V] of each prompt's last
+   * token. A row's logits, and the caches, are those prefill() gives it alone.
+   */
+  prefillRows(rows: readonly PrefillRow[]): Float32Array {
+    const D = this.D, V = this.p1.length, logits = new Float32Array(rows.length * V);
+    const spans = rows.map(({ slot, prompt, reuse }) => {
+      const k = this.carry[slot], L = prompt.length;
+      // the MTP row keeps the columns whose next token is unchanged and whose hidden state is at hand
+      const from = k && k.col <= reuse - 1 ? k.col : reuse;
+      const hidden = new Float32Array((L - from) * D);
+      if (from < reuse) hidden.set(k!.hidden.subarray(0, (reuse - from) * D));
+      this.trunk.truncateRow(slot, reuse);
+      this.draft.truncateRow(slot, from);
+      this.carry[slot] = null;
+      return { slot, prompt, from, hidden };
+    });
+    this.feedRows(this.trunk, rows.map((r) => ({ slot: r.slot, start: r.reuse, end: r.prompt.length })), (i, col) => rows[i]!.prompt[col]!, true, (pieces, N) => {
+      const h = new Float32Array(N * D);
+      return {
+        io: { hidden: h },
+        after: (lg) => pieces.filter((p) => {
+          const s = spans[p.i]!;
+          s.hidden.set(h.subarray(p.at * D, (p.at + p.n) * D), (p.c0 - s.from) * D);
+          return p.c0 + p.n === s.prompt.length;
+        }).forEach((p, j) => logits.set(lg.subarray(j * V, (j + 1) * V), p.i * V)),
+      };
+    });
+    // the MTP row's column t reads (h_t, prompt[t + 1])
+    const next = (i: number, col: number) => spans[i]!.prompt[col + 1]!;
+    this.feedRows(this.draft, spans.map((s) => ({ slot: s.slot, start: s.from, end: s.prompt.length - 1 })), next, false, (pieces, N) => {
+      const inputRows = new Float32Array(N * D);
+      for (const p of pieces) {
+        const s = spans[p.i]!, at = (p.c0 - s.from) * D;
+        inputRows.set(this.input.rows(s.hidden.subarray(at, at + p.n * D), Int32Array.from({ length: p.n }, (_, t) => next(p.i, p.c0 + t))), p.at * D);
+      }
+      return { io: { inputRows } };
+    });
+    for (const s of spans) this.carry[s.slot] = { col: s.prompt.length - 1, hidden: s.hidden.slice((s.prompt.length - 1 - s.from) * D) };
     return logits;
+  }
+
+  /**
+   * Columns [start, end) of each row into `dec`, packed token by token (each token a row of the
+   * call at its own column, T = 1: no padding) into calls of at most maxRowsPerCall tokens; with
+   * `logits`, a call's logits are those of the rows ending in it, in order.
+   */
+  private feedRows(dec: KvCacheDecoder, rows: readonly { slot: number; start: number; end: number }[], tokenAt: (i: number, col: number) => number, logits: boolean,
+    call: (pieces: FeedPiece[], N: number) => { io: ForwardIo; after?: (logits: Float32Array) => void }): void {
+    let i = 0, col = rows[0]?.start ?? 0;
+    while (i < rows.length) {
+      const pieces: FeedPiece[] = [];
+      let N = 0;
+      while (i < rows.length && N < this.maxRowsPerCall) {
+        const n = Math.min(rows[i]!.end - col, this.maxRowsPerCall - N);
+        if (n > 0) { pieces.push({ i, c0: col, n, at: N }); N += n; col += n; }
+        if (col >= rows[i]!.end) col = rows[++i]?.start ?? 0;
+      }
+      if (N === 0) return;
+      const slot = new Int32Array(N), toks = new Int32Array(N), cols = new Int32Array(N), ends: number[] = [];
+      for (const p of pieces) {
+        for (let t = 0; t < p.n; t++) { slot[p.at + t] = rows[p.i]!.slot; toks[p.at + t] = tokenAt(p.i, p.c0 + t); cols[p.at + t] = p.c0 + t; }
+        if (logits && p.c0 + p.n === rows[p.i]!.end) ends.push(p.at + p.n - 1);
+      }
+      const { io, after } = call(pieces, N);
+      const lg = dec.forwardRows(slot, toks, cols, cols, 1, undefined, { ...io, logitsOf: ends });
+      after?.(lg);
+    }
   }
 
   /** One decode step of `rows` (distinct slots): between one and draft + 1 tokens each, emitted in order. */
@@ -119,12 +179,15 @@ export class SpeculativeSlots {
     const drafting = rows.filter((r) => r.draft > 0), plain = rows.filter((r) => r.draft === 0);
     const K = Math.max(0, ...drafting.map((r) => r.draft));
     if (K > this.draftTokens) throw new Error(`SpeculativeSlots: a row asks for ${K} drafts, more than the ${this.draftTokens} the buffers hold`);
-    // per drafting row: its drafts, each one's q (this.qs[i * K + j]), and the MTP layer's last hidden state (the next draft's stand-in for the trunk's)
+    // per drafting row: its drafts, each one's q(d) (qd[i * K + j]) and logits, and the MTP layer's last hidden state (the next draft's stand-in for the trunk's)
     const drafts = drafting.map(() => [] as number[]), last = new Float32Array(drafting.length * D), index = new Map(drafting.map((r, i) => [r, i]));
+    const qd = new Float64Array(drafting.length * K);
+    if (this.qLogits.length < drafting.length * K * V) this.qLogits = new Float32Array(drafting.length * K * V);
     const draw = (i: number, logits: Float32Array, at: number, r: SpeculativeRow) => {
-      const q = (this.qs[i * K + drafts[i]!.length] ??= new Float64Array(V));
-      r.sampler.probabilities(logits, at, q);
-      drafts[i]!.push(drawFrom(q, r.rng));
+      const j = i * K + drafts[i]!.length, d = drawFrom(r.sampler.probabilities(logits, at, this.q), r.rng);
+      this.qLogits.set(logits.subarray(at, at + V), j * V);
+      qd[j] = this.q[d]!;
+      drafts[i]!.push(d);
     };
     // 1. the MTP rows read their carries (grouped by length) and draft d1 for column n+1
     const byLength = new Map<number, SpeculativeRow[]>();
@@ -183,7 +246,7 @@ export class SpeculativeSlots {
       });
       const h = new Float32Array(group.length * T * D);
       const lg = this.trunk.forwardRows(Int32Array.from(group, (r) => r.slot), toks, pos, Int32Array.from(group, (r) => r.cached.length), T, undefined, { hidden: h, allTokens: true });
-      group.forEach((r, g) => (k > 0 ? this.judge(r, k, index.get(r)!, K, drafts[index.get(r)!]!, lg, h, g * T) : this.judge(r, 0, -1, K, [], lg, h, g * T)));
+      group.forEach((r, g) => (k > 0 ? this.judge(r, k, index.get(r)!, K, drafts[index.get(r)!]!, qd, lg, h, g * T) : this.judge(r, 0, -1, K, [], qd, lg, h, g * T)));
     }
   }
 
@@ -193,38 +256,42 @@ export class SpeculativeSlots {
    * replaced and ends the step, and when all are kept the bonus is drawn after dk. Trunk columns past
    * the last token kept (or past the request's end) are cut from its row.
    */
-  private judge(r: SpeculativeRow, k: number, i: number, K: number, drafts: number[], lg: Float32Array, h: Float32Array, at: number): void {
-    const D = this.D, V = this.p1.length, n = r.cached.length, hAt = (t: number) => h.subarray((at + t) * D, (at + t + 1) * D);
+  private judge(r: SpeculativeRow, k: number, i: number, K: number, drafts: number[], qd: Float64Array, lg: Float32Array, h: Float32Array, at: number): void {
+    const D = this.D, V = this.p1.length, n = r.cached.length;
     r.cached.push(r.next);
-    this.extendCarry(r.slot, n, hAt(0));
     this.stats.drafted += k;
-    for (let j = 1; j <= k; j++) {
-      const d = drafts[j - 1]!, row = (at + j - 1) * V;
+    let fed = 1, bonus = true; // trunk columns kept (a, then each kept draft fed)
+    for (let j = 1; j <= k && bonus; j++) {
+      const d = drafts[j - 1]!, row = (at + j - 1) * V, q = i * K + j - 1;
       r.sampler.probabilities(lg, row, this.p1);
-      const replacement = judgeDraft(this.p1, this.qs[i * K + j - 1]!, d, r.rng, this.resid);
+      const replacement = judgeDraft(this.p1, qd[q]!, d, r.rng, this.resid, () => r.sampler.probabilities(this.qLogits, q * V, this.q));
       if (replacement !== null) { // rejected: columns from n+j (d_j on) leave the trunk's row
         this.trunk.truncateRow(r.slot, n + j);
         r.emit(replacement, r.sampler.logProb(lg, row, replacement));
-        return;
+        bonus = false;
+      } else {
+        this.stats.accepted++;
+        if (r.emit(d, r.sampler.logProb(lg, row, d))) {
+          r.cached.push(d);
+          fed++;
+        } else { // done at d_j: it stays unfed, as plain decoding leaves a last token
+          this.trunk.truncateRow(r.slot, n + j);
+          bonus = false;
+        }
       }
-      this.stats.accepted++;
-      if (!r.emit(d, r.sampler.logProb(lg, row, d))) { // done at d_j: it stays unfed, as plain decoding leaves a last token
-        this.trunk.truncateRow(r.slot, n + j);
-        return;
-      }
-      r.cached.push(d);
-      this.extendCarry(r.slot, n + j, hAt(j));
     }
+    this.extendCarry(r.slot, n, h.subarray(at * D, (at + fed) * D));
+    if (!bonus) return;
     const { token, logProb } = r.sampler.sample(lg, (at + k) * V, r.rng);
     r.emit(token, logProb);
   }
 
-  /** Append the trunk's hidden state of column `col` to the slot's carry (which must end just before it). */
+  /** Append the trunk's hidden states of columns col, col+1, .. to the slot's carry (which must end just before col): one copy. */
   private extendCarry(slot: number, col: number, h: Float32Array): void {
     const k = this.carry[slot];
     if (!k) throw new Error(`SpeculativeSlots: slot ${slot} was not prefilled here`);
     if (k.col + k.hidden.length / this.D !== col) throw new Error(`SpeculativeSlots: slot ${slot}'s carry ends at column ${k.col + k.hidden.length / this.D}, not ${col} (internal error)`);
-    const hidden = new Float32Array(k.hidden.length + this.D);
+    const hidden = new Float32Array(k.hidden.length + h.length);
     hidden.set(k.hidden);
     hidden.set(h, k.hidden.length);
     this.carry[slot] = { col: k.col, hidden };

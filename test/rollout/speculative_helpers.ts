@@ -1,20 +1,61 @@
-// Shared by the speculative-decoding tests: a tiny MiMo in memory, and the chi-square test of
-// 3-token responses against the trunk's own distribution.
+// Shared by the speculative-decoding tests: a tiny MiMo in memory, stories260K with a seeded MTP
+// layer, and the chi-square test of 3-token responses against the trunk's own distribution.
 import assert from "node:assert/strict";
 import * as tf from "@tensorflow/tfjs";
 import { fromHfConfig } from "../../src/models/config.js";
 import { LlamaModel, toVariables } from "../../src/models/llama.js";
+import { loadLlama2c } from "../../src/models/llama2c.js";
+import { layerPrefix, parameterShapes } from "../../src/models/shapes.js";
+import { Rng } from "../../src/utils/rng.js";
 import { mimoConfigJson, mimoWeights } from "../models/mimo_fixture.js";
 
-/** The MiMo fixture (one MTP layer) with vocabulary `vocab` and weights drawn from `seed`. */
-export function tinyMimo(vocab: number, seed: number): LlamaModel {
-  const j = { ...mimoConfigJson(1), vocab_size: vocab };
+/** The MiMo fixture (one MTP layer) with vocabulary `vocab` and weights drawn from `seed`; `config` overrides its config.json keys (sizes). */
+export function tinyMimo(vocab: number, seed: number, config: Record<string, unknown> = {}): LlamaModel {
+  const j = { ...mimoConfigJson(1), vocab_size: vocab, ...config };
   const t = new Map([...mimoWeights(j, seed)].map(([n, a]) => [n, tf.tensor(a.data, a.shape)]));
   try {
     return new LlamaModel(fromHfConfig(j), toVariables(t));
   } finally {
     tf.dispose([...t.values()]);
   }
+}
+
+/**
+ * stories260K (a llama2.c checkpoint, no MTP layer) as a MiMo with one MTP layer: the trunk as it
+ * is; the MTP layer's decoder layer a copy of the trunk's last, unit norms but final_layernorm (the
+ * trunk's final norm), a seeded random input_proj. Its drafts are often but not always the trunk's.
+ */
+export function storiesWithMtp(bin: string, seed: number): LlamaModel {
+  const trunk = loadLlama2c(bin), c = trunk.config, config = { ...c, modelType: "mimo" as const, mtpLayers: 1 };
+  const P = layerPrefix(config, c.nLayers), last = layerPrefix(c, c.nLayers - 1), rng = new Rng(seed);
+  const params = new Map(trunk.params);
+  for (const [name, shape] of parameterShapes(config)) {
+    if (params.has(name)) continue;
+    if (!name.startsWith(P)) throw new Error(`storiesWithMtp: unexpected parameter ${name}`);
+    const rest = name.slice(P.length), n = shape.reduce((a, b) => a * b, 1);
+    const init = rest === "final_layernorm.weight" ? tf.clone(trunk.p("model.norm.weight"))
+      : rest.endsWith("_layernorm.weight") && !trunk.params.has(last + rest) ? tf.ones(shape)
+      : rest === "input_proj.weight" ? tf.tensor(Float32Array.from({ length: n }, () => rng.normal() / Math.sqrt(shape[1]!)), shape)
+      : tf.clone(trunk.p(last + rest));
+    params.set(name, tf.variable(init, true));
+    init.dispose();
+  }
+  return new LlamaModel(config, params);
+}
+
+/** 32 prompts of 8 to 64 stories260K tokens (BOS first), the same for a seed. */
+export function storiesPrompts(seed: number): number[][] {
+  const rng = new Rng(seed);
+  return Array.from({ length: 32 }, () => [1, ...Array.from({ length: 7 + rng.int(57) }, () => 3 + rng.int(509))]);
+}
+
+/** FNV-1a (32 bits) over int32 words: a run's tokens, then its log-probs' float32 bits. */
+export function fingerprint(tokens: ArrayLike<number>, logProbs: Float32Array): string {
+  let h = 0x811c9dc5;
+  for (const w of [...Array.from(tokens), ...new Int32Array(logProbs.buffer, logProbs.byteOffset, logProbs.length)]) {
+    for (let b = 0; b < 32; b += 8) h = Math.imul(h ^ ((w >>> b) & 0xff), 0x01000193);
+  }
+  return (h >>> 0).toString(16).padStart(8, "0");
 }
 
 /**
