@@ -15,7 +15,7 @@ import { loadConfig } from "../src/config/index.js";
 import { initModel } from "../src/models/init.js";
 import { makeConfig, numParams, type ModelConfig } from "../src/models/config.js";
 import { loadLlama2c } from "../src/models/llama2c.js";
-import type { LlamaModel } from "../src/models/llama.js";
+import { LlamaModel, parameterShapes, toVariables } from "../src/models/llama.js";
 import { DataProto } from "../src/protocol/index.js";
 import { tensor } from "../src/protocol/tensor.js";
 import { Collective } from "../src/single_controller/collective.js";
@@ -75,6 +75,39 @@ async function benchMatmul(reps: number): Promise<void> {
     emit("matmul_f32", { n }, { ms, tflops: (2 * n ** 3) / (ms / 1e3) / 1e12 });
     tf.dispose([a, b]);
   }
+}
+
+/** The Qwen2.5-0.5B shape of issue 17 (q/k/v biases, tied embedding). */
+export function qwenHalfB(vocabSize: number, nLayers = 24): ModelConfig {
+  return makeConfig({ vocabSize, dim: 896, hiddenDim: 4864, nLayers, nHeads: 14, nKvHeads: 2, attentionBias: true, tieWordEmbeddings: true, maxSeqLen: 4096, ropeTheta: 1e6, normEps: 1e-6 });
+}
+
+/**
+ * Fresh weights made on the device: slices of one normal(0, 0.02) pool at varying offsets
+ * (the figures do not depend on the values, and drawing 358M normals in JS takes seconds).
+ */
+export function deviceModel(cfg: ModelConfig, seed: number): LlamaModel {
+  const POOL = 1 << 24, pool = tf.randomNormal([POOL], 0, 0.02, "float32", seed);
+  const t = new Map<string, tf.Tensor>();
+  let at = 0;
+  for (const [name, shape] of parameterShapes(cfg)) {
+    const n = shape.reduce((x, y) => x * y, 1);
+    if (name.endsWith("norm.weight")) { t.set(name, tf.ones(shape)); continue; }
+    if (name.endsWith(".bias")) { t.set(name, tf.zeros(shape)); continue; }
+    t.set(name, tf.tidy(() => {
+      const parts: tf.Tensor[] = [];
+      for (let left = n; left > 0;) {
+        const take = Math.min(left, POOL - at);
+        parts.push(pool.slice(at, take));
+        left -= take;
+        at = (at + take + 7919) % (POOL - 8192);
+      }
+      return tf.concat(parts).reshape(shape);
+    }));
+  }
+  const model = new LlamaModel(cfg, toVariables(t));
+  tf.dispose([...t.values(), pool]);
+  return model;
 }
 
 /** A synthetic rollout batch in verl's layout: B rows, prompts of P (left-padded), responses of R. */

@@ -9,7 +9,7 @@
 import * as tf from "@tensorflow/tfjs";
 import { initBackend } from "../src/engine/backend.js";
 import { makeConfig, numParams, type ModelConfig } from "../src/models/config.js";
-import { LlamaModel, parameterShapes, toVariables } from "../src/models/llama.js";
+import type { LlamaModel } from "../src/models/llama.js";
 import { loadLlama2c } from "../src/models/llama2c.js";
 import { DataProto } from "../src/protocol/index.js";
 import { readParamsForDecode } from "../src/rollout/decode_weights.js";
@@ -22,7 +22,7 @@ import type { SlotDecoderFactory } from "../src/rollout/decoder.js";
 import { ContinuousBatchingServer } from "../src/agent_loop/batching_server.js";
 import { sharedPath } from "../src/utils/paths.js";
 import { Rng } from "../src/utils/rng.js";
-import { buildActor, DeviceStep, rolloutBatch } from "./gpu.js";
+import { buildActor, DeviceStep, deviceModel, qwenHalfB, rolloutBatch } from "./gpu.js";
 import { matmulPrecision, parsePrecision, setMatmulPrecision, tensorCoreStats, type MatmulPrecision } from "../src/engine/webgpu_kernels.js";
 import { webGpuSummary } from "../src/engine/webgpu.js";
 
@@ -84,38 +84,6 @@ async function part(name: string, fn: () => Promise<void>): Promise<void> {
   }
 }
 
-/** The Qwen2.5-0.5B shape of issue 17 (q/k/v biases, tied embedding). */
-function qwenHalfB(vocabSize: number, nLayers = 24): ModelConfig {
-  return makeConfig({ vocabSize, dim: 896, hiddenDim: 4864, nLayers, nHeads: 14, nKvHeads: 2, attentionBias: true, tieWordEmbeddings: true, maxSeqLen: 4096, ropeTheta: 1e6, normEps: 1e-6 });
-}
-
-/**
- * Fresh weights made on the device: slices of one normal(0, 0.02) pool at varying offsets
- * (the figures do not depend on the values, and drawing 358M normals in JS takes seconds).
- */
-function deviceModel(cfg: ModelConfig, seed: number): LlamaModel {
-  const POOL = 1 << 24, pool = tf.randomNormal([POOL], 0, 0.02, "float32", seed);
-  const t = new Map<string, tf.Tensor>();
-  let at = 0;
-  for (const [name, shape] of parameterShapes(cfg)) {
-    const n = shape.reduce((x, y) => x * y, 1);
-    if (name.endsWith("norm.weight")) { t.set(name, tf.ones(shape)); continue; }
-    if (name.endsWith(".bias")) { t.set(name, tf.zeros(shape)); continue; }
-    t.set(name, tf.tidy(() => {
-      const parts: tf.Tensor[] = [];
-      for (let left = n; left > 0;) {
-        const take = Math.min(left, POOL - at);
-        parts.push(pool.slice(at, take));
-        left -= take;
-        at = (at + take + 7919) % (POOL - 8192);
-      }
-      return tf.concat(parts).reshape(shape);
-    }));
-  }
-  const model = new LlamaModel(cfg, toVariables(t));
-  tf.dispose([...t.values(), pool]);
-  return model;
-}
 
 /** Counts what the backend does: program dispatches, queue submits, read-backs and uploads. */
 interface Counters { dispatches: number; submits: number; reads: number; readBytes: number; writes: number; writeBytes: number; uploads: number; uploadBytes: number }

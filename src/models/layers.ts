@@ -1,13 +1,17 @@
 // RMSNorm and SwiGLU with hand-written gradients. Autograd through their
 // element-wise formulas keeps five or six activation-sized temporaries per call
 // alive until the backward pass (and tfjs's mean gradient adds casts); these keep
-// only their inputs and recompute the rest.
+// only their inputs and recompute the rest. On the webgpu backend each runs as one to three
+// fused kernels (engine/webgpu_fused.ts) instead of 5-15 tfjs dispatches; elsewhere the
+// composites below run unchanged.
 import * as tf from "@tensorflow/tfjs";
+import { fusedGlu, fusedGluGrad, fusedLayersFor, fusedRmsNorm, fusedRmsNormGrad, type GatedActivation } from "../engine/webgpu_fused.js";
 
 type GradArgs = (tf.Tensor | tf.GradSaveFunc)[];
 
 /** w * x / sqrt(mean(x^2) + eps) over the last axis; x is [N, D], w is [D]. */
 export function rmsNorm(x: tf.Tensor, w: tf.Tensor, eps: number): tf.Tensor {
+  if (fusedLayersFor(x, w)) return fusedRmsNormOp(x, w, eps);
   const inv = (xs: tf.Tensor) => tf.rsqrt(tf.add(tf.mean(tf.square(xs), -1, true), eps));
   const op = tf.customGrad((...args: GradArgs) => {
     const [xs, ws, save] = args as [tf.Tensor, tf.Tensor, tf.GradSaveFunc];
@@ -29,6 +33,7 @@ export function rmsNorm(x: tf.Tensor, w: tf.Tensor, eps: number): tf.Tensor {
 
 /** silu(gate) * up for gu = [gate | up] along the last axis of a 2-D tensor. */
 export function swiGlu(gu: tf.Tensor2D): tf.Tensor2D {
+  if (fusedLayersFor(gu)) return fusedGluOp(gu, "silu");
   const op = tf.customGrad((...args: GradArgs) => {
     const [x, save] = args as [tf.Tensor2D, tf.GradSaveFunc];
     save([x]);
@@ -45,11 +50,33 @@ export function swiGlu(gu: tf.Tensor2D): tf.Tensor2D {
   return op(gu) as tf.Tensor2D;
 }
 
+function fusedRmsNormOp(x: tf.Tensor, w: tf.Tensor, eps: number): tf.Tensor {
+  const op = tf.customGrad((...args: GradArgs) => {
+    const [xs, ws, save] = args as [tf.Tensor, tf.Tensor, tf.GradSaveFunc];
+    save([xs, ws]);
+    return {
+      value: fusedRmsNorm(xs, ws, eps),
+      gradFunc: (dy: tf.Tensor | tf.Tensor[], saved: tf.Tensor[]) => fusedRmsNormGrad(dy as tf.Tensor, saved[0]!, saved[1]!, eps),
+    };
+  });
+  return op(x, w) as tf.Tensor;
+}
+
+function fusedGluOp(gu: tf.Tensor2D, act: GatedActivation): tf.Tensor2D {
+  const op = tf.customGrad((...args: GradArgs) => {
+    const [x, save] = args as [tf.Tensor2D, tf.GradSaveFunc];
+    save([x]);
+    return { value: fusedGlu(x, act), gradFunc: (dy: tf.Tensor | tf.Tensor[], saved: tf.Tensor[]) => [fusedGluGrad(dy as tf.Tensor, saved[0]!, act)] };
+  });
+  return op(gu) as tf.Tensor2D;
+}
+
 /** sqrt(2/pi) and the cubic term of PyTorch's tanh-approximated GELU (gelu_pytorch_tanh). */
 const GELU_BETA = Math.sqrt(2 / Math.PI), GELU_KAPPA = 0.044715;
 
 /** gelu_tanh(gate) * up for gu = [gate | up] (Gemma's GeGLU), with the same hand-written-gradient discipline. */
 export function geGlu(gu: tf.Tensor2D): tf.Tensor2D {
+  if (fusedLayersFor(gu)) return fusedGluOp(gu, "gelu");
   const inner = (g: tf.Tensor) => tf.tanh(tf.mul(GELU_BETA, tf.add(g, tf.mul(GELU_KAPPA, tf.mul(g, tf.square(g))))));
   const op = tf.customGrad((...args: GradArgs) => {
     const [x, save] = args as [tf.Tensor2D, tf.GradSaveFunc];
