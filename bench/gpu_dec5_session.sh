@@ -11,6 +11,8 @@
 #   table    the table in one call: the default tensor-core GEMM at 4096^3 (both toggle sets), the
 #            actor update (64 x 96, f16), the decoder (512 x 256, vocabulary 512 and 151,936, f16), then
 #            PyTorch's matmul, update and HF generate (bench/pytorch_gpu_table.py)
+#   fused    bench/gpu_fused_layers.ts: the actor update (0.5B shape, 24 layers, 64 x 96, bf16) with the fused
+#            RMSNorm/SwiGLU kernels and with the composites, dispatches and ms each, one process
 #   pydata   test/data/python_data.test.ts with VERL_PYTHON set to the machine's python3 (it has transformers):
 #            verl's Python dataset class with Hugging Face's tokenizer (needs the compiled tests in
 #            .gpu/app/dist/test: `cp -r dist-gpu/test .gpu/app/dist/`)
@@ -19,6 +21,11 @@ cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/dec5}"
 PARTS=",${PARTS:-ranks2,lora,prof},"
 mkdir -p "$OUT"
+if [[ $PARTS == *,fused,* ]]; then
+  timeout "${FUSED_S:-170}" bash scripts/gpu-run.sh node dist/bench/gpu_fused_layers.js --shape 0.5b --layers 24 --rows 64 --micro 64 \
+    --prompt 32 --response 64 --reps 3 --precision bf16 > "$OUT/fused.jsonl" 2> "$OUT/fused.log"
+  echo "== fused exit $?"; grep '^{' "$OUT/fused.jsonl" | cut -c1-900; tail -3 "$OUT/fused.log" | cut -c1-300
+fi
 if [[ $PARTS == *,pydata,* ]]; then
   # the compiled test finds its fixtures and the shipped bridge.py beside the package root
   ln -sfn "$PWD/test" .gpu/app/test; mkdir -p .gpu/app/src; ln -sfn "$PWD/src/data" .gpu/app/src/data; ln -sfn "$PWD/src/reward" .gpu/app/src/reward
@@ -53,11 +60,11 @@ if [[ $PARTS == *,torch,* ]]; then
   echo "== torch exit $?"; cut -c1-400 "$OUT/torch.jsonl"
 fi
 if [[ $PARTS == *,table,* ]]; then
-  timeout 80 bash scripts/gpu-run.sh node dist/bench/gpu_gemm.js --only sweep --candidates direct_2x2_4x4_pf_baked \
-    --toggles default,disable_robustness --budget-s 60 > "$OUT/gemm.jsonl" 2> "$OUT/gemm.log"
+  timeout "${GEMM_S:-80}" bash scripts/gpu-run.sh node dist/bench/gpu_gemm.js --only sweep --candidates direct_2x2_4x4_pf_baked \
+    --toggles "${GEMM_TOGGLES:-default,disable_robustness}" --budget-s "$(( ${GEMM_S:-80} - 20 ))" > "$OUT/gemm.jsonl" 2> "$OUT/gemm.log"
   echo "== gemm exit $?"; grep '4096' "$OUT/gemm.jsonl" | cut -c1-400 | head -4
-  timeout 200 bash scripts/gpu-run.sh node dist/bench/gpu_decode.js --only update,decode --updates 64x64 --submit 0 --vocab 512,151936 \
-    --precision f16 --budget-s 180 > "$OUT/table.jsonl" 2> "$OUT/table.log"
+  timeout "${TABLE_S:-200}" bash scripts/gpu-run.sh node dist/bench/gpu_decode.js --only update,decode --updates 64x64 --submit 0 --vocab 512,151936 \
+    --precision f16 --budget-s "$(( ${TABLE_S:-200} - 20 ))" > "$OUT/table.jsonl" 2> "$OUT/table.log"
   echo "== webgpu table exit $?"; grep '^{' "$OUT/table.jsonl" | grep -E 'update_0.5B|webgpu_decode' | cut -c1-700
   timeout 220 python3 bench/pytorch_gpu_table.py > "$OUT/torch_table.jsonl" 2> "$OUT/torch_table.log"
   echo "== torch table exit $?"; cut -c1-400 "$OUT/torch_table.jsonl"
