@@ -14,6 +14,8 @@ import { makeConfig } from "../../src/models/config.js";
 import { Rng } from "../../src/utils/rng.js";
 
 const skip = await webgpuOrReason();
+// the kernels are off by default until checked on the H200; this file tests them, so on
+setFusedLayers(true);
 const gpu = { skip: skip || false };
 
 /** Runs fn with the fused kernels on or off (the composite on the same backend). */
