@@ -12,7 +12,8 @@
 #            actor update (64 x 96, f16), the decoder (512 x 256, vocabulary 512 and 151,936, f16), then
 #            PyTorch's matmul, update and HF generate (bench/pytorch_gpu_table.py)
 #   fused    bench/gpu_fused_layers.ts: the actor update (0.5B shape, 24 layers, 64 x 96, bf16) with the fused
-#            RMSNorm/SwiGLU kernels and with the composites, dispatches and ms each, one process
+#            RMSNorm/SwiGLU kernels and with the composites, dispatches and ms each, one process (the fused
+#            layers' and attention's tests first)
 #   pydata   test/data/python_data.test.ts with VERL_PYTHON set to the machine's python3 (it has transformers):
 #            verl's Python dataset class with Hugging Face's tokenizer (needs the compiled tests in
 #            .gpu/app/dist/test: `cp -r dist-gpu/test .gpu/app/dist/`)
@@ -25,6 +26,8 @@ if [[ $PARTS == *,fused,* ]]; then
   # the kernels against the composites on the H200 first (values, gradients, same bits twice)
   timeout 120 bash scripts/gpu-run.sh node dist/test/engine/webgpu_fused_layers.test.js > "$OUT/fused_test.log" 2>&1
   echo "== fused test exit $?"; grep -E "^# (pass|fail|skip)|^not ok" "$OUT/fused_test.log" | head -6
+  timeout 120 bash scripts/gpu-run.sh node dist/test/engine/webgpu_fused_attention.test.js > "$OUT/fused_attention_test.log" 2>&1
+  echo "== fused attention test exit $?"; grep -E "^# (pass|fail|skip)|^not ok|dispatches" "$OUT/fused_attention_test.log" | head -8
   timeout "${FUSED_S:-170}" bash scripts/gpu-run.sh node dist/bench/gpu_fused_layers.js --shape 0.5b --layers 24 --rows 64 --micro 64 \
     --prompt 32 --response 64 --reps 3 --precision bf16 > "$OUT/fused.jsonl" 2> "$OUT/fused.log"
   echo "== fused exit $?"; grep '^{' "$OUT/fused.jsonl" | cut -c1-900; tail -3 "$OUT/fused.log" | cut -c1-300

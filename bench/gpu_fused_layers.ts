@@ -5,13 +5,15 @@
 // for llvmpipe (docs/gpu.md, "Testing WebGPU code without a GPU"); on the H200:
 //   bash scripts/gpu-run.sh node dist/bench/gpu_fused_layers.js --shape 0.5b --rows 64 --micro 64 --reps 3
 //     [--layers 24] [--prompt 32] [--response 64] [--precision bf16]
-// One JSON line per measurement.
+// One JSON line per measurement. The layer ops include causal attention at the model's shape
+// (src/engine/webgpu_fused_attention.ts; tokenAttention with its transposes when composite).
 import * as tf from "@tensorflow/tfjs";
 import { initBackend } from "../src/engine/backend.js";
 import { setFusedLayers } from "../src/engine/webgpu_fused.js";
 import { parsePrecision, setMatmulPrecision, tensorCoreStats } from "../src/engine/webgpu_kernels.js";
 import { makeConfig, numParams } from "../src/models/config.js";
 import { rmsNorm, swiGlu } from "../src/models/layers.js";
+import { tokenAttention } from "../src/models/attention.js";
 import { buildActor, deviceModel, qwenHalfB, rolloutBatch } from "./gpu.js";
 import { emit, intFlag, loadAvg1m, machine, parseBenchArgs, runMain, stats } from "./common.js";
 
@@ -47,6 +49,10 @@ runMain("gpu_fused_layers", async () => {
   // each layer op alone, at this model's row count
   const N = rows * (P + R), ops: Record<string, number> = {};
   const x = tf.randomNormal([N, cfg.dim], 0, 1, "float32", 1), w = tf.ones([cfg.dim]), gu = tf.randomNormal([N, 2 * cfg.hiddenDim], 0, 1, "float32", 2);
+  // attention as a decoder layer runs it: rows sequences of P + R tokens, no padding (keyStart 0)
+  const H = cfg.nHeads, K = cfg.nKvHeads, hd = cfg.headDim, T = P + R, att = { batch: rows, seqLen: T, kvHeads: K, group: H / K, scale: 1 / Math.sqrt(hd) };
+  const qk = tf.randomNormal([N, H + K, hd], 0, 1, "float32", 3) as tf.Tensor3D, v = tf.randomNormal([N, K, hd], 0, 1, "float32", 4) as tf.Tensor3D;
+  const bias = tf.tensor(Float32Array.from({ length: T * T }, (_, i) => (i % T <= Math.floor(i / T) ? 0 : -1e9)), [1, 1, T, 1, T]), keyStart = new Int32Array(rows);
   for (const fused of [false, true]) {
     setFusedLayers(fused);
     const tag = fused ? "fused" : "composite";
@@ -59,8 +65,10 @@ runMain("gpu_fused_layers", async () => {
     count("rmsnorm_forward_backward", () => tf.grads((a: tf.Tensor, b: tf.Tensor) => rmsNorm(a, b, cfg.normEps))([x, w], tf.onesLike(x)));
     count("swiglu_forward", () => swiGlu(gu as tf.Tensor2D));
     count("swiglu_forward_backward", () => tf.grads((a: tf.Tensor) => swiGlu(a as tf.Tensor2D))([gu], tf.ones([N, cfg.hiddenDim])));
+    count("attention_forward", () => tokenAttention(qk, v, bias, att, keyStart));
+    count("attention_forward_backward", () => tf.grads((a: tf.Tensor, b: tf.Tensor) => tokenAttention(a as tf.Tensor3D, b as tf.Tensor3D, bias, att, keyStart))([qk, v], tf.ones([N, H * hd])));
   }
-  tf.dispose([x, w, gu]);
+  tf.dispose([x, w, gu, qk, v, bias]);
   emit({ name: "gpu_fused_layers_ops", config: { rows: N, dim: cfg.dim, hidden: cfg.hiddenDim }, figures: ops, machine: machine(backend, start) });
 
   const model = deviceModel(cfg, 5);

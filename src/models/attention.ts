@@ -5,6 +5,7 @@
 // saved; the backward pass redoes one product and one softmax.
 import * as tf from "@tensorflow/tfjs";
 import { fusedAttentionAvailable, fusedGroupedAttention } from "../engine/fused_attention.js";
+import { fusedAttentionFor, fusedCausalAttention } from "../engine/webgpu_fused_attention.js";
 
 export interface AttentionShape {
   batch: number;
@@ -71,4 +72,22 @@ export function groupedAttention(q: tf.Tensor3D, k: tf.Tensor3D, v: tf.Tensor3D,
     };
   });
   return attend(q, k, v, bias) as tf.Tensor3D;
+}
+
+/**
+ * A decoder layer's attention on token rows: qk [B*T, H+K, hd] (rotated queries, then keys) and
+ * v [B*T, K, hd] give [B*T, H*hd]; q k^T is scaled by s.scale. On WebGPU with the fused kernels on
+ * (and a plain causal mask from keyStart, no softcap) one kernel reads them where they are
+ * (engine/webgpu_fused_attention.ts); otherwise the g query heads that share a kv head are grouped
+ * (rows of q are (t, j) pairs) for groupedAttention and the output transposed back.
+ */
+export function tokenAttention(qk: tf.Tensor3D, v: tf.Tensor3D, bias: tf.Tensor, s: AttentionShape & { scale: number }, keyStart?: Int32Array): tf.Tensor2D {
+  const { batch: B, seqLen: T, kvHeads: K, group: g } = s, H = K * g, hd = qk.shape[2];
+  if (keyStart && (s.softcap ?? null) === null && fusedAttentionFor(qk, v)) return fusedCausalAttention(qk, v, keyStart, { ...s, heads: H });
+  const [q0, k0] = tf.split(qk, [H, K], 1);
+  const q = q0!.mul(s.scale).reshape([B, T, K, g * hd]).transpose([0, 2, 1, 3]).reshape([B * K, T * g, hd]) as tf.Tensor3D;
+  const k = k0!.reshape([B, T, K, hd]).transpose([0, 2, 1, 3]).reshape([B * K, T, hd]) as tf.Tensor3D;
+  const vg = v.reshape([B, T, K, hd]).transpose([0, 2, 1, 3]).reshape([B * K, T, hd]) as tf.Tensor3D;
+  const o = groupedAttention(q, k, vg, bias, s, keyStart);
+  return o.reshape([B, K, T, g * hd]).transpose([0, 2, 1, 3]).reshape([B * T, H * hd]) as tf.Tensor2D;
 }

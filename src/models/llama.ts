@@ -6,7 +6,7 @@
 // in src/rollout/decoder.ts, which must agree with `forward` (tested).
 import * as tf from "@tensorflow/tfjs";
 import { frozenLinear, linear, matmul } from "../engine/matmul.js";
-import { groupedAttention } from "./attention.js";
+import { tokenAttention } from "./attention.js";
 import { checkpoint } from "./checkpointing.js";
 import { geGlu, rmsNorm, softcap, swiGlu } from "./layers.js";
 import type { LoraAdapter } from "./lora.js";
@@ -279,16 +279,10 @@ export class LlamaModel {
     let qk = qk0!.mul(cos).add(qkRot.mul(sin)), vv: tf.Tensor = v0!;
     // packed rows: attention runs per sequence, on a right-padded [segments, longest] view
     if (ctx.toPadded) { qk = tf.gather(qk, ctx.toPadded); vv = tf.gather(vv, ctx.toPadded); }
-    const [q0, k0] = tf.split(qk, [c.nHeads, c.nKvHeads], 1);
-    // group the g query heads that share a kv head: rows of q are (t, j) pairs
     const scale = c.gemma ? 1 / Math.sqrt(c.gemma.queryPreAttnScalar) : 1 / Math.sqrt(hd);
-    const q = q0!.mul(scale).reshape([B, T, c.nKvHeads, g * hd]).transpose([0, 2, 1, 3]).reshape([B * c.nKvHeads, T * g, hd]) as tf.Tensor3D;
-    const k = k0!.reshape([B, T, c.nKvHeads, hd]).transpose([0, 2, 1, 3]).reshape([B * c.nKvHeads, T, hd]) as tf.Tensor3D;
-    const v = vv.reshape([B, T, c.nKvHeads, hd]).transpose([0, 2, 1, 3]).reshape([B * c.nKvHeads, T, hd]) as tf.Tensor3D;
-    // softmax(q k^T + bias) v, computed in attention.ts to keep the backward pass lean; sliding layers see a window
-    const shape = { batch: B, kvHeads: c.nKvHeads, group: g, seqLen: T, softcap: c.gemma?.attnSoftcap ?? null };
-    const o = groupedAttention(q, k, v, sliding ? ctx.slidingBias! : ctx.bias, shape, sliding ? undefined : view.keyStart);
-    let att = o.reshape([B, c.nKvHeads, T, g * hd]).transpose([0, 2, 1, 3]).reshape([B * T, c.nHeads * hd]);
+    // softmax(q k^T + bias) v on the token rows, computed in attention.ts to keep the backward pass lean; sliding layers see a window
+    const shape = { batch: B, kvHeads: c.nKvHeads, group: g, seqLen: T, softcap: c.gemma?.attnSoftcap ?? null, scale };
+    let att = tokenAttention(qk as tf.Tensor3D, vv as tf.Tensor3D, sliding ? ctx.slidingBias! : ctx.bias, shape, sliding ? undefined : view.keyStart);
     if (ctx.toPacked) att = tf.gather(att, ctx.toPacked);
     let ao = this.project(att, i, ["self_attn.o_proj"], w, drop);
     if (c.attentionOutBias) ao = ao.add(w(L + "self_attn.o_proj.bias"));

@@ -1,5 +1,9 @@
-// For tests that need a WebGPU adapter: "" when the webgpu backend is up, else why not (the test skips with it).
+// For tests that need a WebGPU adapter: "" when the webgpu backend is up, else why not (the test skips with it);
+// and what the fused-kernel tests share (engine/webgpu_fused.ts's switch, dispatch counting, relative error).
+import assert from "node:assert/strict";
+import * as tf from "@tensorflow/tfjs";
 import { initBackend } from "../../src/engine/backend.js";
+import { setFusedLayers } from "../../src/engine/webgpu_fused.js";
 
 export async function webgpuOrReason(): Promise<string> {
   try {
@@ -8,4 +12,31 @@ export async function webgpuOrReason(): Promise<string> {
   } catch (e) {
     return `no WebGPU adapter here (${(e as Error).message.split("\n")[0]})`;
   }
+}
+
+/** Runs fn with the fused kernels on or off (the composite on the same backend), then leaves them on. */
+export function withFused<T>(on: boolean, fn: () => T): T {
+  setFusedLayers(on);
+  try { return fn(); } finally { setFusedLayers(true); }
+}
+
+/** max |a - b| over max |b|: the error relative to the reference's scale (only rows of the leading axis where keep is set, if given). */
+export async function relErr(a: tf.Tensor, b: tf.Tensor, keep?: boolean[]): Promise<number> {
+  assert.deepEqual(a.shape, b.shape);
+  const x = await a.data(), y = await b.data(), per = y.length / Math.max(a.shape[0] ?? 1, 1);
+  let d = 0, m = 0;
+  for (let i = 0; i < y.length; i++) {
+    if (keep && !keep[Math.floor(i / per)]) continue;
+    d = Math.max(d, Math.abs(x[i]! - y[i]!)); m = Math.max(m, Math.abs(y[i]!));
+  }
+  return d / Math.max(m, 1e-30);
+}
+
+/** Counts the programs the webgpu backend runs inside fn. */
+export function dispatches<T>(fn: () => T): { out: T; n: number } {
+  const be = tf.backend() as unknown as { runWebGPUProgram: (...a: unknown[]) => unknown };
+  const orig = be.runWebGPUProgram;
+  let n = 0;
+  be.runWebGPUProgram = function (this: unknown, ...a: unknown[]) { n++; return orig.apply(this, a); };
+  try { return { out: fn(), n }; } finally { be.runWebGPUProgram = orig; }
 }
