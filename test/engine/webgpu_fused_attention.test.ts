@@ -124,7 +124,7 @@ test("fused attention: shapes that do not fit are refused with the reason", gpu,
   tf.dispose([qk, v]);
 });
 
-test("a 2-layer Llama, left-padded and packed: loss and gradients agree with the fused kernels on and off", gpu, async () => {
+test("a 2-layer Llama, left-padded, and packed with checkpointing: loss and gradients agree with the fused kernels on and off", gpu, async () => {
   const cfg = makeConfig({ vocabSize: 64, dim: 48, nLayers: 2, nHeads: 4, nKvHeads: 2, hiddenDim: 80, maxSeqLen: 16 });
   const m = initModel(cfg, new Rng(3));
   const ids = tf.tensor2d([[1, 5, 9, 13, 2, 7], [0, 0, 8, 60, 11, 3]], undefined, "int32");
@@ -135,14 +135,16 @@ test("a 2-layer Llama, left-padded and packed: loss and gradients agree with the
     const { value, grads } = tf.variableGrads(() => tf.sum(tf.logSoftmax(m.forward(ids, { attentionMask: mask })).mul(weight).mul(-1 / 10)) as tf.Scalar, vars);
     return [value, ...vars.map((v) => grads[v.name]!)];
   })));
-  // packed: three sequences back to back in one row (attention per segment on a right-padded view)
+  // packed: three sequences back to back in one row (attention per segment on a right-padded view), checkpointed
   const packed = tf.tensor2d([[1, 5, 9, 13, 2, 7, 8, 60, 11, 3]], undefined, "int32"), segments = [4, 2, 4];
   const positionIds = segments.flatMap((n) => [...Array(n).keys()]);
   const runPacked = (on: boolean) => withFused(on, () => tf.tidy(() => {
     const { value, grads } = tf.variableGrads(() => tf.mean(tf.logSoftmax(m.forward(packed, { segments, positionIds })).mul(-1)) as tf.Scalar, vars);
     return [value, ...vars.map((v) => grads[v.name]!)];
   }));
-  const f = run(true), r = run(false), fp = runPacked(true), rp = runPacked(false);
+  const f = run(true), r = run(false);
+  m.gradientCheckpointing = true; // the packed runs recompute each layer in the backward pass
+  const fp = runPacked(true), rp = runPacked(false);
   for (const [what, a, b] of [["padded", f.out, r.out], ["packed", fp, rp]] as const) {
     for (let i = 0; i < a.length; i++) {
       const e = await relErr(a[i]!, b[i]!);
