@@ -7,9 +7,9 @@
 // written, and the product exact. The checker's own teeth are checked on broken variants.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { DEFAULT_DIRECT_TILE, directKernel, stagedKernel, type GemmShape, type StagedTile } from "../../src/engine/webgpu_gemm.js";
+import { DEFAULT_DIRECT_TILE, DEFAULT_TILE, directKernel, stagedKernel, type GemmShape, type GemmTile, type StagedTile } from "../../src/engine/webgpu_gemm.js";
 import { TENSOR_CORE_TILES } from "../../src/engine/webgpu_kernels.js";
-import { runKernel, type KernelRun } from "./wgsl_gemm_sim.js";
+import { runFirstStaged, runKernel, type KernelRun } from "./wgsl_gemm_sim.js";
 
 const LAYOUTS = [[false, false], [false, true], [true, false], [true, true]] as const;
 const lay = (ta: boolean, tb: boolean) => `${ta ? "T" : "N"}${tb ? "T" : "N"}`;
@@ -52,6 +52,17 @@ test("direct kernels: every sweep tile in two layouts, the default in all four: 
     assertClean(runKernel(directKernel(t), checkProblem(ta, tb)), `direct ${JSON.stringify(t)} ${lay(ta, tb)}`);
   }
   assert.deepEqual(TENSOR_CORE_TILES.direct[10], DEFAULT_DIRECT_TILE);
+});
+
+test("the first staged kernel (GemmProgram): double-buffered and edge tiles in bounds, race-free, exact", () => {
+  // its next-stage base was `1u - cur * aSize` (no parentheses): the stage went one half into buffer 0
+  // (racing the loads of it) or past the array, the H200's "shifted by one element"
+  const tiles: GemmTile[] = [DEFAULT_TILE, { bm: 64, bn: 64, bk: 32, sgM: 2, sgN: 2, buffers: 2 }, { bm: 64, bn: 64, bk: 16, sgM: 2, sgN: 2, buffers: 1 }];
+  for (const t of tiles) for (const [ta, tb] of [LAYOUTS[0], LAYOUTS[3]]) for (const packed of [true, false]) {
+    const r = runFirstStaged(t, checkProblem(ta, tb), packed);
+    assertClean(r, `GemmProgram ${JSON.stringify(t)} ${lay(ta, tb)} ${packed ? "packed" : "f32"}`);
+    if (t.buffers === 2) assert.match(r.code, /let aBase = \(1u - cur\) \* \d+u;/);
+  }
 });
 
 test("the checker catches a missing barrier, a shifted fragment, swapped halves and a short array", () => {

@@ -210,8 +210,13 @@ class Frag {
 
 interface WgArray { name: string; length: number; data: Val[]; written: Uint8Array; wPhase: Int32Array; wAgent: Int32Array; rPhase: Int32Array; rAgent: Int32Array }
 
-/** A storage buffer: `halves` (f16 operand, PackPadProgram's layout) or `f32` (the result). */
-export interface StorageBuf { kind: "halves" | "f32"; data: Float64Array }
+/**
+ * A storage buffer's elements (halves of a packed operand, or floats) and the type the shader
+ * indexes it as: `words8` (array<vec4<i32>>: 8 halves an element, as 4 words of 2), `words2`
+ * (array<i32>: 2 halves), `f16` (array<f16>, the direct kernel's bindings), `vec4f32`, `f32`.
+ */
+export interface StorageBuf { view: "words8" | "words2" | "f16" | "vec4f32" | "f32"; data: Float64Array }
+const PER_ELEMENT: Record<StorageBuf["view"], number> = { words8: 8, words2: 2, f16: 1, vec4f32: 4, f32: 1 };
 
 export interface SimProblem {
   /** the program's dispatch and workgroup size */
@@ -323,7 +328,7 @@ function runWorkgroup(k: ParsedKernel, prob: SimProblem, wgId: [number, number, 
           const arr = wg.get(e.e.n)!;
           return wgAccess(arr, i, false, inv.tid, `load ${e.e.n}[${i}] by invocation ${inv.tid}`) ? (arr.data[i] ?? 0) : 0;
         }
-        if (e.e.k === "id" && e.e.n in storage && !inv.scope.has(e.e.n)) return storageLoad(e.e.n, i, k.f16Bindings.includes(e.e.n));
+        if (e.e.k === "id" && e.e.n in storage && !inv.scope.has(e.e.n)) return storageLoad(e.e.n, i);
         const o = evalE(e.e, inv);
         return o[i];
       }
@@ -331,15 +336,18 @@ function runWorkgroup(k: ParsedKernel, prob: SimProblem, wgId: [number, number, 
     }
   };
 
-  const storageLoad = (name: string, i: number, f16: boolean): Val => {
-    const buf = storage[name]!;
+  const storageLoad = (name: string, i: number): Val => {
+    const buf = storage[name]!, per = PER_ELEMENT[buf.view], h = buf.data;
     stats.storageLoads++;
     if (name === "result") throw new Error("wgsl sim: the kernel reads its result");
-    if (f16) return storageIndex(name, i, buf.data.length, "f16 load") ? buf.data[i] : 0;
-    // tfjs binds the packed operand as array<vec4<i32>>: one element is 8 halves, as 4 words of 2
-    if (!storageIndex(name, i, buf.data.length / 8, "vec4<i32> load")) return [[0, 0], [0, 0], [0, 0], [0, 0]];
-    const h = buf.data;
-    return [0, 1, 2, 3].map((w) => [h[8 * i + 2 * w]!, h[8 * i + 2 * w + 1]!]);
+    const ok = storageIndex(name, i, h.length / per, `${buf.view} load`);
+    const at = (j: number) => (ok ? h[per * i + j]! : 0);
+    switch (buf.view) {
+      case "words8": return [0, 1, 2, 3].map((w) => [at(2 * w), at(2 * w + 1)]);
+      case "words2": return [at(0), at(1)];
+      case "vec4f32": return [at(0), at(1), at(2), at(3)];
+      default: return at(0);
+    }
   };
 
   /** a subgroup-uniform operation: the first lane of the subgroup runs it, the others check their arguments */
@@ -361,10 +369,15 @@ function runWorkgroup(k: ParsedKernel, prob: SimProblem, wgId: [number, number, 
       case "bitcast": {
         if (e.targs[0] !== "vec2<f16>") throw new Error(`wgsl sim: bitcast<${e.targs[0]}>`);
         const w = evalE(e.args[0]!, inv);
+        if (w === 0) return [0, 0];
         if (!Array.isArray(w) || w.length !== 2) throw new Error("wgsl sim: bitcast<vec2<f16>> of a value that is not one packed word");
         return w;
       }
-      case "vec2": case "vec3": case "vec4": return args();
+      case "vec2": case "vec3": case "vec4": {
+        const v = args(), n = Number(e.f[3]);
+        if (v.length === 1) return new Array(n).fill(e.targs[0] === "i32" && v[0] === 0 ? [0, 0] : v[0]).map((x) => (Array.isArray(x) ? [...x] : x));
+        return v;
+      }
       case "subgroupMatrixLoad": {
         const [p, offset, stride] = args();
         const role = e.targs[0]!.replace(/<.*/, ""), colMajor = e.targs[1] === "col_major";
@@ -378,7 +391,7 @@ function runWorkgroup(k: ParsedKernel, prob: SimProblem, wgId: [number, number, 
           for (let r = 0; r < 16; r++) for (let c = 0; c < 16; c++) {
             const i = fragIndex(offset, stride, colMajor, r, c);
             if (arr) { if (wgAccess(arr, i, false, SG_AGENT + inv.sg, `subgroupMatrixLoad by subgroup ${inv.sg}`)) data[r * 16 + c] = arr.data[i] ?? 0; }
-            else if (!k.f16Bindings.includes(name)) throw new Error(`wgsl sim: subgroupMatrixLoad from storage ${name} that is not f16`);
+            else if (storage[name]!.view !== "f16" || !k.f16Bindings.includes(name)) throw new Error(`wgsl sim: subgroupMatrixLoad from storage ${name} that is not f16`);
             else if (storageIndex(name, i, len, "subgroupMatrixLoad")) data[r * 16 + c] = storage[name]!.data[i]!;
           }
           return new Frag(role, data);
@@ -480,7 +493,12 @@ function runWorkgroup(k: ParsedKernel, prob: SimProblem, wgId: [number, number, 
     if (lhs.k === "idx" && lhs.e.k === "id") {
       const i = evalE(lhs.i, inv), n = lhs.e.n, arr = wg.get(n);
       if (arr && !inv.scope.has(n)) { if (wgAccess(arr, i, true, inv.tid, `store ${n}[${i}] by invocation ${inv.tid}`)) arr.data[i] = v; return; }
-      if (n in storage && !inv.scope.has(n)) throw new Error(`wgsl sim: scalar store to storage ${n} is not modelled`);
+      if (n in storage && !inv.scope.has(n)) {
+        const buf = storage[n]!;
+        if (n !== "result" || buf.view !== "f32") throw new Error(`wgsl sim: scalar store to storage ${n} is not modelled`);
+        if (storageIndex(n, i, buf.data.length, `store by invocation ${inv.tid}`)) buf.data[i] = v;
+        return;
+      }
       const o = lookup(inv.scope, n, inv);
       o[i] = v;
       return;
@@ -540,7 +558,7 @@ function agentName(a: number): string {
 
 // ---- a product to run a padded-operand kernel on ----------------------------------------------
 
-import type { GemmShape, PaddedGemmKernel } from "../../src/engine/webgpu_gemm.js";
+import { GemmProgram, fitTile, operandFormat, type GemmShape, type GemmTile, type OperandFormat, type PaddedGemmKernel } from "../../src/engine/webgpu_gemm.js";
 
 /** Small integers from a fixed seed (exact in f16, and so are the products' sums). */
 function ints(n: number, seed: number): Float64Array {
@@ -580,7 +598,37 @@ export function runKernel(kernel: PaddedGemmKernel, s: GemmShape, edit: (code: s
   const vals = prog.uniformValues();
   const uniforms: Record<string, number> = {};
   names.forEach((n, i) => { uniforms[n] = vals[i]!.data[0] as number; });
-  const rep = simulate(code, { dispatch: prog.dispatch, lanes: prog.workgroupSize[0] * prog.workgroupSize[1] * prog.workgroupSize[2], uniforms, a: { kind: "halves", data: a }, b: { kind: "halves", data: b }, result: { kind: "f32", data: result } });
+  const f16 = /verl-f16-bindings: a,b\n/.test(code);
+  const rep = simulate(code, { dispatch: prog.dispatch, lanes: prog.workgroupSize[0] * prog.workgroupSize[1] * prog.workgroupSize[2], uniforms, a: { view: f16 ? "f16" : "words8", data: a }, b: { view: f16 ? "f16" : "words8", data: b }, result: { view: "f32", data: result } });
+  return { ...rep, ...compare(result, A, B, s, mP, nP), code };
+}
+
+function transpose(x: Float64Array, batch: number, rows: number, cols: number): Float64Array {
+  const out = new Float64Array(x.length);
+  for (let b = 0; b < batch; b++) for (let r = 0; r < rows; r++) for (let c = 0; c < cols; c++) out[(b * cols + c) * rows + r] = x[(b * rows + r) * cols + c]!;
+  return out;
+}
+
+/**
+ * The first staged kernel (GemmProgram: unpadded operands, float32 or packed f16 words, edge tiles
+ * through a workgroup scratch), run the same way on the product `s` (f16 rounding).
+ */
+export function runFirstStaged(tile: GemmTile, s: GemmShape, packed: boolean): KernelRun {
+  const t = fitTile(tile, s), fa = operandFormat(s, "a", packed), fb = operandFormat(s, "b", packed);
+  const prog = new GemmProgram(s, t, fa, fb, "f16");
+  const code = prog.getUserCode();
+  const A = ints(s.batchA * s.m * s.k, 1), B = ints(s.batchB * s.k * s.n, 2);
+  const a = s.transposeA ? transpose(A, s.batchA, s.m, s.k) : A, b = s.transposeB ? transpose(B, s.batchB, s.k, s.n) : B;
+  const view = (f: OperandFormat): StorageBuf["view"] => (f.packed ? (f.width === 8 ? "words8" : "words2") : f.width === 4 ? "vec4f32" : "f32");
+  const result = new Float64Array(s.batch * s.m * s.n).fill(NaN);
+  const names = [...prog.uniforms.matchAll(/(\w+)\s*:\s*i32/g)].map((m) => m[1]!), vals = prog.uniformValues(), uniforms: Record<string, number> = {};
+  names.forEach((n, i) => { uniforms[n] = vals[i]!.data[0] as number; });
+  const rep = simulate(code, { dispatch: prog.dispatch, lanes: prog.workgroupSize[0], uniforms, a: { view: view(fa), data: a }, b: { view: view(fb), data: b }, result: { view: "f32", data: result } });
+  return { ...rep, ...compare(result, A, B, s, s.m, s.n), code };
+}
+
+/** The result [batch, mP, nP] against the exact product in its [m, n] corner (zero elsewhere). */
+function compare(result: Float64Array, A: Float64Array, B: Float64Array, s: GemmShape, mP: number, nP: number): { mismatches: string[]; unwritten: number } {
   const mismatches: string[] = [];
   let unwritten = 0;
   for (let bi = 0; bi < s.batch; bi++) for (let i = 0; i < mP; i++) for (let j = 0; j < nP; j++) {
@@ -593,11 +641,5 @@ export function runKernel(kernel: PaddedGemmKernel, s: GemmShape, edit: (code: s
     }
     if (got !== want && mismatches.length < 5) mismatches.push(`C[${bi}][${i}][${j}] = ${got}, want ${want}`);
   }
-  return { ...rep, mismatches, unwritten, code };
-}
-
-function transpose(x: Float64Array, batch: number, rows: number, cols: number): Float64Array {
-  const out = new Float64Array(x.length);
-  for (let b = 0; b < batch; b++) for (let r = 0; r < rows; r++) for (let c = 0; c < cols; c++) out[(b * cols + c) * rows + r] = x[(b * rows + r) * cols + c]!;
-  return out;
+  return { mismatches, unwritten };
 }
