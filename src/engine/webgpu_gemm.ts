@@ -290,7 +290,9 @@ export class GemmProgram implements GpuProgram {
     }
     const bufs = t.buffers;
     const next = bufs === 2 ? "1u - cur" : "0u";
-    const aBaseOf = (buf: string) => `${buf} * ${aSize}u`, bBaseOf = (buf: string) => `${buf} * ${bSize}u`;
+    // the buffer index is an expression ("1u - cur"): parenthesised, or the product binds to cur alone
+    // (`1u - cur * aSize`: the next stage one half into buffer 0, or past the array; issue 23's shift of 1)
+    const aBaseOf = (buf: string) => `(${buf}) * ${aSize}u`, bBaseOf = (buf: string) => `(${buf}) * ${bSize}u`;
     return `
       enable f16;
       enable chromium_experimental_subgroup_matrix;
@@ -630,7 +632,9 @@ export class DirectGemmProgram extends PaddedGemmProgram {
 //
 // The first staged kernel (GemmProgram above) came back shifted by one element on the H200 with a
 // second buffer or through its edge scratch, where workgroup-memory fragment offsets and strides
-// were multiples of 8 halves (16 bytes) but not of 16. This one keeps every workgroup-memory
+// were multiples of 8 halves (16 bytes) but not of 16 (the shift was in fact its next-stage base,
+// `1u - cur * aSize` for `(1u - cur) * aSize`, found by test/engine/webgpu_gemm_sim.test.ts and
+// fixed; not re-measured on the H200). This one keeps every workgroup-memory
 // fragment offset and row stride a multiple of `pad` halves (16 by default: 32 bytes), reads the
 // padded operands PackPadProgram writes (8 halves a load, no bounds checks, no edge tiles: the
 // output is padded), and stores its results straight to storage. `pad: 8` rebuilds the old

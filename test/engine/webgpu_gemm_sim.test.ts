@@ -1,0 +1,94 @@
+// The tensor-core GEMM kernels' WGSL, as their generators emit it, run on the CPU by the checker in
+// wgsl_gemm_sim.ts (issue 23: the staged kernels failed on the H200 under `disable_robustness`).
+// For every sweep candidate and every transpose layout it asserts: each storage and workgroup
+// index inside the buffer / declared array (and Tint's subgroup-matrix robustness predicate true,
+// so robustness never changes a load), no two accesses to a workgroup element by different
+// invocations or subgroups between the same barriers with one a write, every padded output element
+// written, and the product exact. The checker's own teeth are checked on broken variants.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { DEFAULT_DIRECT_TILE, DEFAULT_TILE, directKernel, stagedKernel, type GemmShape, type GemmTile, type StagedTile } from "../../src/engine/webgpu_gemm.js";
+import { TENSOR_CORE_TILES } from "../../src/engine/webgpu_kernels.js";
+import { runFirstStaged, runKernel, type KernelRun } from "./wgsl_gemm_sim.js";
+
+const LAYOUTS = [[false, false], [false, true], [true, false], [true, true]] as const;
+const lay = (ta: boolean, tb: boolean) => `${ta ? "T" : "N"}${tb ? "T" : "N"}`;
+/** the autotuner's check problem: batch 2 against a broadcast right operand, nothing a multiple of a tile */
+const checkProblem = (ta: boolean, tb: boolean): GemmShape => ({ batch: 2, m: 144, n: 200, k: 88, transposeA: ta, transposeB: tb, batchA: 2, batchB: 1 });
+
+function assertClean(r: KernelRun, what: string): void {
+  assert.deepEqual(r.errors, [], `${what}: ${r.errors.slice(0, 3).join("; ")}`);
+  assert.deepEqual(r.mismatches, [], what);
+  assert.equal(r.unwritten, 0, `${what}: output elements never written`);
+  assert.ok(r.stats.workgroups > 0 && r.stats.matrixStores > 0, what);
+}
+
+/** the null-backend test's small staged tiles (every branch of the generator) */
+const SMALL_STAGED: StagedTile[] = [
+  { sgM: 2, sgN: 2, tm: 1, tn: 1, kf: 1, buffers: 1, pad: 16 }, { sgM: 2, sgN: 2, tm: 1, tn: 1, kf: 1, buffers: 2, pad: 16 },
+  { sgM: 2, sgN: 2, tm: 1, tn: 2, kf: 2, buffers: 2, pad: 8 }, { sgM: 4, sgN: 1, tm: 1, tn: 2, kf: 1, buffers: 2, pad: 16 },
+];
+
+test("staged kernels: every sweep tile, four layouts: in bounds, race-free, exact", () => {
+  for (const t of TENSOR_CORE_TILES.staged) for (const [ta, tb] of LAYOUTS) {
+    assertClean(runKernel(stagedKernel(t), checkProblem(ta, tb)), `staged ${JSON.stringify(t)} ${lay(ta, tb)}`);
+  }
+  // the small tiles (many workgroups) on a smaller problem of the same kind
+  for (const t of SMALL_STAGED) for (const [ta, tb] of [LAYOUTS[0], LAYOUTS[3]]) {
+    const s: GemmShape = { batch: 2, m: 40, n: 72, k: 40, transposeA: ta, transposeB: tb, batchA: 2, batchB: 1 };
+    assertClean(runKernel(stagedKernel(t), s), `staged ${JSON.stringify(t)} ${lay(ta, tb)}`);
+  }
+});
+
+test("staged double-buffered kernels: an odd and an even number of K stages, several tiles", () => {
+  for (const t of TENSOR_CORE_TILES.staged.filter((x) => x.buffers === 2)) for (const k of [16 * t.kf * 5, 16 * t.kf * 2 - 8]) {
+    const s: GemmShape = { batch: 1, m: 200, n: 136, k, transposeA: false, transposeB: true, batchA: 1, batchB: 1 };
+    assertClean(runKernel(stagedKernel(t), s), `staged ${JSON.stringify(t)} k ${k}`);
+  }
+});
+
+test("direct kernels: every sweep tile in two layouts, the default in all four: in bounds, exact", () => {
+  for (const t of TENSOR_CORE_TILES.direct) for (const [ta, tb] of t === TENSOR_CORE_TILES.direct[10] ? LAYOUTS : [LAYOUTS[1], LAYOUTS[2]]) {
+    assertClean(runKernel(directKernel(t), checkProblem(ta, tb)), `direct ${JSON.stringify(t)} ${lay(ta, tb)}`);
+  }
+  assert.deepEqual(TENSOR_CORE_TILES.direct[10], DEFAULT_DIRECT_TILE);
+});
+
+test("the first staged kernel (GemmProgram): double-buffered and edge tiles in bounds, race-free, exact", () => {
+  // its next-stage base was `1u - cur * aSize` (no parentheses): the stage went one half into buffer 0
+  // (racing the loads of it) or past the array, the H200's "shifted by one element"
+  const tiles: GemmTile[] = [DEFAULT_TILE, { bm: 64, bn: 64, bk: 32, sgM: 2, sgN: 2, buffers: 2 }, { bm: 64, bn: 64, bk: 16, sgM: 2, sgN: 2, buffers: 1 }];
+  for (const t of tiles) for (const [ta, tb] of [LAYOUTS[0], LAYOUTS[3]]) for (const packed of [true, false]) {
+    const r = runFirstStaged(t, checkProblem(ta, tb), packed);
+    assertClean(r, `GemmProgram ${JSON.stringify(t)} ${lay(ta, tb)} ${packed ? "packed" : "f32"}`);
+    if (t.buffers === 2) assert.match(r.code, /let aBase = \(1u - cur\) \* \d+u;/);
+  }
+});
+
+test("the checker catches a missing barrier, a shifted fragment, swapped halves and a short array", () => {
+  const b2: StagedTile = { sgM: 2, sgN: 2, tm: 2, tn: 2, kf: 2, buffers: 2, pad: 8 }, b1: StagedTile = { ...b2, buffers: 1 };
+  const s = checkProblem(false, false);
+  const once = (code: string, from: string | RegExp, to: string) => {
+    const out = code.replace(from, to);
+    assert.notEqual(out, code, `the edit ${from} applies`);
+    return out;
+  };
+  // double buffering without the barrier that ends a stage: the next stage's stores race the other subgroups' loads
+  let r = runKernel(stagedKernel(b2), s, (c) => once(c, /workgroupBarrier\(\);\s*cur = 1u - cur;/, "cur = 1u - cur;"));
+  assert.match(r.errors.join("\n"), /race: As\[\d+\] (read|written) by/);
+  // single-buffered without the barrier after the products
+  r = runKernel(stagedKernel(b1), s, (c) => once(c, /(\n\s*}\n\s*)workgroupBarrier\(\);(\s*}\s*subgroupMatrixStore)/, "$1$2"));
+  assert.match(r.errors.join("\n"), /race/);
+  // a fragment of A one half to the right: its last column is the row padding, never written
+  r = runKernel(stagedKernel(b2), s, (c) => once(c, /kk \* 16u, 40u\)/g, "kk * 16u + 1u, 40u)"));
+  assert.match(r.errors.join("\n"), /subgroupMatrixLoad by subgroup \d+: As\[\d+\] read before any write/);
+  // the halves of a word stored the other way round: wrong products
+  r = runKernel(stagedKernel(b2), s, (c) => once(c, "As[w] = h0.x; As[w + 1u] = h0.y;", "As[w] = h0.y; As[w + 1u] = h0.x;"));
+  assert.ok(r.mismatches.length > 0);
+  // workgroup memory one tile row short: out of bounds
+  r = runKernel(stagedKernel(b2), s, (c) => c.replace(/As : array<f16, (\d+)>/, (_m, n: string) => `As : array<f16, ${Number(n) - 40}>`));
+  assert.match(r.errors.join("\n"), /As\[\d+\] outside array<_, \d+>/);
+  // a direct kernel whose result rows overrun the padded output (ldc one too large)
+  r = runKernel(directKernel({ sgM: 2, sgN: 2, tm: 2, tn: 2, unroll: 1 }), s, (c) => once(c, "let ldc = nP;", "let ldc = nP + 16u;"));
+  assert.match(r.errors.join("\n"), /subgroupMatrixStore: result\[\d+\] outside the bound buffer/);
+});
