@@ -14,6 +14,7 @@
 #   fused    bench/gpu_fused_layers.ts: the actor update (0.5B shape, 24 layers, 64 x 96, bf16) with the fused
 #            RMSNorm/SwiGLU kernels and with the composites, dispatches and ms each, one process (the fused
 #            layers' and attention's tests first)
+#   staged   bench/gpu_gemm.ts: the staged kernels under both toggle sets, and the first staged kernel (debug, staged_old)
 #   pydata   test/data/python_data.test.ts with VERL_PYTHON set to the machine's python3 (it has transformers):
 #            verl's Python dataset class with Hugging Face's tokenizer (needs the compiled tests in
 #            .gpu/app/dist/test: `cp -r dist-gpu/test .gpu/app/dist/`)
@@ -31,6 +32,15 @@ if [[ $PARTS == *,fused,* ]]; then
   timeout "${FUSED_S:-170}" bash scripts/gpu-run.sh node dist/bench/gpu_fused_layers.js --shape 0.5b --layers 24 --rows 64 --micro 64 \
     --prompt 32 --response 64 --reps 3 --precision bf16 > "$OUT/fused.jsonl" 2> "$OUT/fused.log"
   echo "== fused exit $?"; grep '^{' "$OUT/fused.jsonl" | cut -c1-900; tail -3 "$OUT/fused.log" | cut -c1-300
+fi
+if [[ $PARTS == *,staged,* ]]; then
+  # the staged kernels after the CPU checker (test/engine/webgpu_gemm_sim.test.ts): right under default toggles,
+  # wrong only under disable_robustness? and the first staged kernel's double-buffer fix
+  timeout "${STAGED_S:-110}" bash scripts/gpu-run.sh node dist/bench/gpu_gemm.js --only sweep --toggles default,disable_robustness \
+    --candidates staged_2x2_4x4_k2_b1,staged_2x2_4x4_k2_b2,direct_2x2_4x4_pf_baked --budget-s "$(( ${STAGED_S:-110} - 20 ))" > "$OUT/staged.jsonl" 2> "$OUT/staged.log"
+  echo "== staged exit $?"; grep '"sweep_summary"' "$OUT/staged.jsonl" | cut -c1-1500; grep '"sweep"' "$OUT/staged.jsonl" | grep -o '"kernel":"[^"]*"\|"toggles":"[^"]*"\|"max_rel_err":[^,]*' | paste -sd' ' | cut -c1-1500
+  timeout 60 bash scripts/gpu-run.sh node dist/bench/gpu_gemm.js --only debug,staged_old > "$OUT/staged_old.jsonl" 2> "$OUT/staged_old.log"
+  echo "== staged_old exit $?"; grep -E 'debug_case|staged_old' "$OUT/staged_old.jsonl" | cut -c1-300 | head -12
 fi
 if [[ $PARTS == *,pydata,* ]]; then
   # the compiled test finds its fixtures and the shipped bridge.py beside the package root
