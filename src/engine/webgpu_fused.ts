@@ -7,16 +7,16 @@
 import * as tf from "@tensorflow/tfjs";
 import { grid, type GpuProgram, type UniformValue } from "../rollout/webgpu_programs.js";
 
-interface TensorInfo { dataId: object; shape: number[]; dtype: string }
-interface Backend {
+export interface TensorInfo { dataId: object; shape: number[]; dtype: string }
+export interface Backend {
   runWebGPUProgram(p: GpuProgram, inputs: TensorInfo[], dtype: string, uniforms?: UniformValue[]): TensorInfo;
   disposeData(id: object): boolean;
 }
-type Kernel = (args: { inputs: Record<string, TensorInfo>; backend: Backend; attrs: Record<string, unknown> }) => TensorInfo;
+export type Kernel = (args: { inputs: Record<string, TensorInfo>; backend: Backend; attrs: Record<string, unknown> }) => TensorInfo;
 
 /** A WGSL f32 literal. */
 const lit = (x: number): string => (Number.isInteger(x) ? x.toFixed(1) : x.toExponential(9));
-const rowsOf = (shape: number[]) => shape.slice(0, -1).reduce((a, b) => a * b, 1);
+export const rowsOf = (shape: number[]) => shape.slice(0, -1).reduce((a, b) => a * b, 1);
 
 /** Threads of a row's workgroup: a power of two up to 256, no wider than the row needs. */
 function rowThreads(D: number): number {
@@ -50,7 +50,7 @@ function rowSums(wg: number, D: number, sums: Record<string, string>): string {
 }
 
 /** What the programs share: a flat dispatch layout of `groups` workgroups of `wg` threads. */
-abstract class FusedProgram implements GpuProgram {
+export abstract class FusedProgram implements GpuProgram {
   abstract variableNames: string[];
   abstract uniforms: string;
   dispatchLayout = { x: [0] };
@@ -232,7 +232,7 @@ class GluProgram extends FusedProgram {
   }
 }
 
-const int = (x: number): UniformValue => ({ type: "int32", data: [x] });
+export const int = (x: number): UniformValue => ({ type: "int32", data: [x] });
 
 /** Rows per dw chunk: about 256 chunks, at most DW_CHUNK_MAX rows each (fixed by N, so the sum order is too). */
 export function dwChunkRows(N: number): number {
@@ -278,15 +278,20 @@ export function setFusedLayers(on: boolean): void { enabled = on; }
 export function fusedLayersFor(...xs: tf.Tensor[]): boolean {
   if (!enabled || tf.getBackend() !== "webgpu" || xs.some((x) => x.dtype !== "float32" || x.size === 0)) return false;
   if (!registered) {
-    for (const [kernelName, kernelFunc] of Object.entries(KERNELS)) {
-      if (!tf.getKernel(kernelName, "webgpu")) tf.registerKernel({ kernelName, backendName: "webgpu", kernelFunc: kernelFunc as unknown as tf.KernelFunc });
-    }
+    registerWebGPUKernels(KERNELS);
     registered = true;
   }
   return true;
 }
 
-const run = (name: string, inputs: Record<string, tf.Tensor>, attrs: Record<string, unknown> = {}): tf.Tensor =>
+/** Registers `kernels` by name on the "webgpu" backend (those not registered yet). */
+export function registerWebGPUKernels(kernels: Record<string, Kernel>): void {
+  for (const [kernelName, kernelFunc] of Object.entries(kernels)) {
+    if (!tf.getKernel(kernelName, "webgpu")) tf.registerKernel({ kernelName, backendName: "webgpu", kernelFunc: kernelFunc as unknown as tf.KernelFunc });
+  }
+}
+
+export const run = (name: string, inputs: Record<string, tf.Tensor>, attrs: Record<string, unknown> = {}): tf.Tensor =>
   tf.engine().runKernel(name, inputs as tf.NamedTensorMap, attrs as tf.NamedAttrMap) as tf.Tensor;
 
 /** (x * rsqrt(mean(x^2) + eps)) * w over the last axis: one dispatch. */

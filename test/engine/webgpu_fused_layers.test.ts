@@ -6,7 +6,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import * as tf from "@tensorflow/tfjs";
-import { webgpuOrReason } from "./webgpu_adapter.js";
+import { dispatches, relErr, webgpuOrReason } from "./webgpu_adapter.js";
 import { geGlu, rmsNorm, swiGlu } from "../../src/models/layers.js";
 import { fusedLayersFor, setFusedLayers } from "../../src/engine/webgpu_fused.js";
 import { initModel } from "../../src/models/init.js";
@@ -22,24 +22,6 @@ const gpu = { skip: skip || false };
 function withFused<T>(on: boolean, fn: () => T): T {
   setFusedLayers(on);
   try { return fn(); } finally { setFusedLayers(true); }
-}
-
-/** max |a - b| over max |b|: the error relative to the reference's scale. */
-async function relErr(a: tf.Tensor, b: tf.Tensor): Promise<number> {
-  assert.deepEqual(a.shape, b.shape);
-  const x = await a.data(), y = await b.data();
-  let d = 0, m = 0;
-  for (let i = 0; i < y.length; i++) { d = Math.max(d, Math.abs(x[i]! - y[i]!)); m = Math.max(m, Math.abs(y[i]!)); }
-  return d / Math.max(m, 1e-30);
-}
-
-/** Counts the programs the webgpu backend runs inside fn. */
-function dispatches<T>(fn: () => T): { out: T; n: number } {
-  const be = tf.backend() as unknown as { runWebGPUProgram: (...a: unknown[]) => unknown };
-  const orig = be.runWebGPUProgram;
-  let n = 0;
-  be.runWebGPUProgram = function (this: unknown, ...a: unknown[]) { n++; return orig.apply(this, a); };
-  try { return { out: fn(), n }; } finally { be.runWebGPUProgram = orig; }
 }
 
 /** Value and gradients of sum(op(inputs) * c) (c random, so dy is not uniform), fused or composite. */
