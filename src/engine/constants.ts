@@ -15,14 +15,15 @@ import * as tf from "@tensorflow/tfjs";
 export const CACHE_ENTRIES = 8;
 export const CACHE_BYTES = 128 * 1024 * 1024;
 
-interface Kept { scalars: Map<string, tf.Scalar>; fixed: Map<string, tf.Tensor>; lru: Map<string, tf.Tensor[]>; bytes: number }
+interface Kept { backend: object; scalars: Map<string, tf.Scalar>; fixed: Map<string, tf.Tensor>; lru: Map<string, tf.Tensor[]>; bytes: number }
 
 const byBackend = new Map<string, Kept>();
 
 function kept(): Kept {
-  const name = tf.getBackend();
+  const name = tf.getBackend(), backend = tf.backend();
   let k = byBackend.get(name);
-  if (!k) byBackend.set(name, (k = { scalars: new Map(), fixed: new Map(), lru: new Map(), bytes: 0 }));
+  // a backend removed and registered again (releaseBackend, then initBackend) starts afresh: the old one's data went with it
+  if (!k || k.backend !== backend) byBackend.set(name, (k = { backend, scalars: new Map(), fixed: new Map(), lru: new Map(), bytes: 0 }));
   return k;
 }
 
