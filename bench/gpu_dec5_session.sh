@@ -29,6 +29,8 @@ if [[ $PARTS == *,fused,* ]]; then
   echo "== fused test exit $?"; grep -E "^# (pass|fail|skip)|^not ok" "$OUT/fused_test.log" | head -6
   timeout 120 bash scripts/gpu-run.sh node dist/test/engine/webgpu_fused_attention.test.js > "$OUT/fused_attention_test.log" 2>&1
   echo "== fused attention test exit $?"; grep -E "^# (pass|fail|skip)|^not ok|dispatches" "$OUT/fused_attention_test.log" | head -8
+  timeout 120 bash scripts/gpu-run.sh node dist/test/engine/webgpu_fused_rope.test.js > "$OUT/fused_rope_test.log" 2>&1
+  echo "== fused rope test exit $?"; grep -E "^# (pass|fail|skip)|^not ok" "$OUT/fused_rope_test.log" | head -6
   timeout "${FUSED_S:-170}" bash scripts/gpu-run.sh node dist/bench/gpu_fused_layers.js --shape 0.5b --layers 24 --rows 64 --micro 64 \
     --prompt 32 --response 64 --reps 3 --precision bf16 > "$OUT/fused.jsonl" 2> "$OUT/fused.log"
   echo "== fused exit $?"; grep '^{' "$OUT/fused.jsonl" | cut -c1-900; tail -3 "$OUT/fused.log" | cut -c1-300

@@ -1,5 +1,5 @@
-// Issue 23: the fused RMSNorm / SwiGLU kernels (src/engine/webgpu_fused.ts) against the tfjs
-// composites, in one process: programs dispatched and wall time per actor update
+// Issue 23: the fused RMSNorm / SwiGLU / RoPE kernels (src/engine/webgpu_fused*.ts) against the tfjs
+// composites, in one process: programs dispatched, host tensors uploaded and wall time per actor update
 // (DataParallelPPOActor.updatePolicy, the worker's path) with the kernels on and off, and the
 // dispatches of each layer op's forward and backward. Default: a 2-layer tiny Llama, small enough
 // for llvmpipe (docs/gpu.md, "Testing WebGPU code without a GPU"); on the H200:
@@ -14,16 +14,26 @@ import { parsePrecision, setMatmulPrecision, tensorCoreStats } from "../src/engi
 import { makeConfig, numParams } from "../src/models/config.js";
 import { rmsNorm, swiGlu } from "../src/models/layers.js";
 import { tokenAttention } from "../src/models/attention.js";
+import { applyRope } from "../src/models/rope.js";
 import { buildActor, deviceModel, qwenHalfB, rolloutBatch } from "./gpu.js";
 import { emit, intFlag, loadAvg1m, machine, parseBenchArgs, runMain, stats } from "./common.js";
 
-/** Programs the webgpu backend runs (every tfjs kernel and every fused one is one runWebGPUProgram). */
-function dispatchCounter(): { read(): number } {
-  const be = tf.backend() as unknown as { runWebGPUProgram: (...a: unknown[]) => unknown };
-  const orig = be.runWebGPUProgram;
-  let n = 0;
+/**
+ * Programs the webgpu backend runs (every tfjs kernel and every fused one is one runWebGPUProgram),
+ * and tensors made from host values that it uploads (count, bytes): what engine/constants.ts saves.
+ */
+function dispatchCounter(): { read(): number; uploads(): { n: number; bytes: number } } {
+  type Data = { values: unknown; resource: unknown; shape: number[] };
+  const be = tf.backend() as unknown as { runWebGPUProgram: (...a: unknown[]) => unknown; uploadToGPU(id: object): void; tensorMap: { get(id: object): Data | undefined } };
+  const orig = be.runWebGPUProgram, origUpload = be.uploadToGPU;
+  let n = 0, up = 0, bytes = 0;
   be.runWebGPUProgram = function (this: unknown, ...a: unknown[]) { n++; return orig.apply(this, a); };
-  return { read: () => n };
+  be.uploadToGPU = function (this: typeof be, id: object) {
+    const d = this.tensorMap.get(id);
+    if (d && d.resource == null && d.values) { up++; bytes += 4 * d.shape.reduce((a, b) => a * b, 1); }
+    return origUpload.call(this, id);
+  };
+  return { read: () => n, uploads: () => ({ n: up, bytes }) };
 }
 
 /** Waits for the queue: what tfjs has recorded is submitted and done. */
@@ -53,6 +63,7 @@ runMain("gpu_fused_layers", async () => {
   const H = cfg.nHeads, K = cfg.nKvHeads, hd = cfg.headDim, T = P + R, att = { batch: rows, seqLen: T, kvHeads: K, group: H / K, scale: 1 / Math.sqrt(hd) };
   const qk = tf.randomNormal([N, H + K, hd], 0, 1, "float32", 3) as tf.Tensor3D, v = tf.randomNormal([N, K, hd], 0, 1, "float32", 4) as tf.Tensor3D;
   const bias = tf.tensor(Float32Array.from({ length: T * T }, (_, i) => (i % T <= Math.floor(i / T) ? 0 : -1e9)), [1, 1, T, 1, T]), keyStart = new Int32Array(rows);
+  const cs = tf.randomNormal([N, 1, cfg.headDim], 0, 1, "float32", 6), rot = tf.randomNormal([cfg.headDim, cfg.headDim], 0, 1, "float32", 7) as tf.Tensor2D;
   for (const fused of [false, true]) {
     setFusedLayers(fused);
     const tag = fused ? "fused" : "composite";
@@ -67,8 +78,9 @@ runMain("gpu_fused_layers", async () => {
     count("swiglu_forward_backward", () => tf.grads((a: tf.Tensor) => swiGlu(a as tf.Tensor2D))([gu], tf.ones([N, cfg.hiddenDim])));
     count("attention_forward", () => tokenAttention(qk, v, bias, att, keyStart));
     count("attention_forward_backward", () => tf.grads((a: tf.Tensor, b: tf.Tensor) => tokenAttention(a as tf.Tensor3D, b as tf.Tensor3D, bias, att, keyStart))([qk, v], tf.ones([N, H * hd])));
+    count("rope_forward_backward", () => tf.grads((a: tf.Tensor) => applyRope(a, cs, cs, rot))([qk], tf.onesLike(qk)));
   }
-  tf.dispose([x, w, gu, qk, v, bias]);
+  tf.dispose([x, w, gu, qk, v, bias, cs, rot]);
   emit({ name: "gpu_fused_layers_ops", config: { rows: N, dim: cfg.dim, hidden: cfg.hiddenDim }, figures: ops, machine: machine(backend, start) });
 
   const model = deviceModel(cfg, 5);
@@ -80,18 +92,21 @@ runMain("gpu_fused_layers", async () => {
     data.batch.old_log_probs = (await actor.computeLogProb(data, { microBatchSize: micro, maxTokenLen: null }, 1.0, false)).logProbs;
     await actor.updatePolicy(data); // warm-up: shaders, optimizer state
     await drain();
-    const ms: number[] = [], host: number[] = [], counts: number[] = [];
+    const ms: number[] = [], host: number[] = [], counts: number[] = [], ups: { n: number; bytes: number }[] = [];
     const tensors = tf.memory().numTensors;
     for (let i = 0; i < args.reps; i++) {
-      const n0 = counter.read(), t0 = performance.now();
+      const n0 = counter.read(), u0 = counter.uploads(), t0 = performance.now();
       await actor.updatePolicy(data);
       counts.push(counter.read() - n0);
+      ups.push({ n: counter.uploads().n - u0.n, bytes: counter.uploads().bytes - u0.bytes });
       host.push(performance.now() - t0);
       await drain();
       ms.push(performance.now() - t0);
     }
     const tag = fused ? "fused" : "composite";
     figures[`${tag}_dispatches_per_update`] = counts[0];
+    figures[`${tag}_uploads_per_update`] = ups[0]!.n;
+    figures[`${tag}_upload_bytes_per_update`] = ups[0]!.bytes;
     figures[`${tag}_ms`] = stats(ms);
     figures[`${tag}_host_ms`] = stats(host);
     figures[`${tag}_tensors_leaked`] = tf.memory().numTensors - tensors;

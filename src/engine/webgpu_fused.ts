@@ -8,7 +8,7 @@ import * as tf from "@tensorflow/tfjs";
 import { grid, type GpuProgram, type UniformValue } from "../rollout/webgpu_programs.js";
 
 export interface TensorInfo { dataId: object; shape: number[]; dtype: string }
-interface Backend {
+export interface Backend {
   runWebGPUProgram(p: GpuProgram, inputs: TensorInfo[], dtype: string, uniforms?: UniformValue[]): TensorInfo;
   disposeData(id: object): boolean;
 }
@@ -16,7 +16,7 @@ export type Kernel = (args: { inputs: Record<string, TensorInfo>; backend: Backe
 
 /** A WGSL f32 literal. */
 const lit = (x: number): string => (Number.isInteger(x) ? x.toFixed(1) : x.toExponential(9));
-const rowsOf = (shape: number[]) => shape.slice(0, -1).reduce((a, b) => a * b, 1);
+export const rowsOf = (shape: number[]) => shape.slice(0, -1).reduce((a, b) => a * b, 1);
 
 /** Threads of a row's workgroup: a power of two up to 256, no wider than the row needs. */
 function rowThreads(D: number): number {

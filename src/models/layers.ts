@@ -5,6 +5,7 @@
 // fused kernels (engine/webgpu_fused.ts) instead of 5-15 tfjs dispatches; elsewhere the
 // composites below run unchanged.
 import * as tf from "@tensorflow/tfjs";
+import { constScalar as k } from "../engine/constants.js";
 import { fusedGlu, fusedGluGrad, fusedLayersFor, fusedRmsNorm, fusedRmsNormGrad, type GatedActivation } from "../engine/webgpu_fused.js";
 
 type GradArgs = (tf.Tensor | tf.GradSaveFunc)[];
@@ -12,7 +13,7 @@ type GradArgs = (tf.Tensor | tf.GradSaveFunc)[];
 /** w * x / sqrt(mean(x^2) + eps) over the last axis; x is [N, D], w is [D]. */
 export function rmsNorm(x: tf.Tensor, w: tf.Tensor, eps: number): tf.Tensor {
   if (fusedLayersFor(x, w)) return fusedRmsNormOp(x, w, eps);
-  const inv = (xs: tf.Tensor) => tf.rsqrt(tf.add(tf.mean(tf.square(xs), -1, true), eps));
+  const inv = (xs: tf.Tensor) => tf.rsqrt(tf.add(tf.mean(tf.square(xs), -1, true), k(eps)));
   const op = tf.customGrad((...args: GradArgs) => {
     const [xs, ws, save] = args as [tf.Tensor, tf.Tensor, tf.GradSaveFunc];
     save([xs, ws]);
@@ -42,7 +43,7 @@ export function swiGlu(gu: tf.Tensor2D): tf.Tensor2D {
       gradFunc: (dy: tf.Tensor | tf.Tensor[], saved: tf.Tensor[]) => tf.tidy(() => {
         const [g, u] = tf.split(saved[0]!, 2, 1), s = tf.sigmoid(g!), d = dy as tf.Tensor;
         // d silu(g)/dg = s (1 + g (1 - s))
-        const dg = tf.mul(tf.mul(d, u!), tf.mul(s, tf.add(1, tf.mul(g!, tf.sub(1, s)))));
+        const dg = tf.mul(tf.mul(d, u!), tf.mul(s, tf.add(k(1), tf.mul(g!, tf.sub(k(1), s)))));
         return [tf.concat([dg, tf.mul(d, tf.mul(g!, s))], 1)];
       }),
     };
@@ -77,19 +78,19 @@ const GELU_BETA = Math.sqrt(2 / Math.PI), GELU_KAPPA = 0.044715;
 /** gelu_tanh(gate) * up for gu = [gate | up] (Gemma's GeGLU), with the same hand-written-gradient discipline. */
 export function geGlu(gu: tf.Tensor2D): tf.Tensor2D {
   if (fusedLayersFor(gu)) return fusedGluOp(gu, "gelu");
-  const inner = (g: tf.Tensor) => tf.tanh(tf.mul(GELU_BETA, tf.add(g, tf.mul(GELU_KAPPA, tf.mul(g, tf.square(g))))));
+  const inner = (g: tf.Tensor) => tf.tanh(tf.mul(k(GELU_BETA), tf.add(g, tf.mul(k(GELU_KAPPA), tf.mul(g, tf.square(g))))));
   const op = tf.customGrad((...args: GradArgs) => {
     const [x, save] = args as [tf.Tensor2D, tf.GradSaveFunc];
     save([x]);
     return {
       // 0.5 g (1 + tanh(beta (g + kappa g^3))) * up
-      value: tf.tidy(() => { const [g, u] = tf.split(x, 2, 1); return tf.mul(tf.mul(tf.mul(0.5, g!), tf.add(1, inner(g!))), u!); }),
+      value: tf.tidy(() => { const [g, u] = tf.split(x, 2, 1); return tf.mul(tf.mul(tf.mul(k(0.5), g!), tf.add(k(1), inner(g!))), u!); }),
       gradFunc: (dy: tf.Tensor | tf.Tensor[], saved: tf.Tensor[]) => tf.tidy(() => {
         const [g, u] = tf.split(saved[0]!, 2, 1), t = inner(g!), d = dy as tf.Tensor;
-        const gelu = tf.mul(tf.mul(0.5, g!), tf.add(1, t));
+        const gelu = tf.mul(tf.mul(k(0.5), g!), tf.add(k(1), t));
         // d gelu/dg = 0.5 (1 + t) + 0.5 g (1 - t^2) beta (1 + 3 kappa g^2)
-        const dGelu = tf.add(tf.mul(0.5, tf.add(1, t)),
-          tf.mul(tf.mul(tf.mul(0.5, g!), tf.sub(1, tf.square(t))), tf.mul(GELU_BETA, tf.add(1, tf.mul(3 * GELU_KAPPA, tf.square(g!))))));
+        const dGelu = tf.add(tf.mul(k(0.5), tf.add(k(1), t)),
+          tf.mul(tf.mul(tf.mul(k(0.5), g!), tf.sub(k(1), tf.square(t))), tf.mul(k(GELU_BETA), tf.add(k(1), tf.mul(k(3 * GELU_KAPPA), tf.square(g!))))));
         return [tf.concat([tf.mul(tf.mul(d, u!), dGelu), tf.mul(d, gelu)], 1)];
       }),
     };

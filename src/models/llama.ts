@@ -5,7 +5,7 @@
 // This is the training path (real gradients); rollout decodes with a KV cache
 // in src/rollout/decoder.ts, which must agree with `forward` (tested).
 import * as tf from "@tensorflow/tfjs";
-import { frozenLinear, linear, matmul } from "../engine/matmul.js";
+import { frozenLinear, linear } from "../engine/matmul.js";
 import { tokenAttention } from "./attention.js";
 import { checkpoint } from "./checkpointing.js";
 import { geGlu, rmsNorm, softcap, swiGlu } from "./layers.js";
@@ -18,7 +18,8 @@ import { isSparseLayer, layerWindow, type ModelConfig } from "./config.js";
 import { layerPrefix, parameterShapes } from "./shapes.js";
 
 export { parameterShapes };
-import { ropeInvFreq, type RopeScaling } from "./rope.js";
+import { applyRope, ropeInvFreq, type RopeScaling } from "./rope.js";
+import { cachedTensors, constTensor, exactKey } from "../engine/constants.js";
 
 /**
  * Mask and positions are used on the host only (attention bias, rotary tables), so
@@ -119,7 +120,7 @@ export function ropeTables(positions: ArrayLike<number>, headDim: number, theta:
 }
 
 /** rotate_half as a matrix: x @ R = concat(-x[d/2:], x[:d/2]). */
-function rotateHalfMatrix(d: number): tf.Tensor2D {
+export function rotateHalfMatrix(d: number): tf.Tensor2D {
   const r = new Float32Array(d * d), h = d / 2;
   for (let j = 0; j < h; j++) { r[(j + h) * d + j] = -1; r[j * d + j + h] = 1; }
   return tf.tensor2d(r, [d, d]);
@@ -275,8 +276,7 @@ export class LlamaModel {
       ], 1);
     }
     const cos = sliding && ctx.localCos ? ctx.localCos : ctx.cos, sin = sliding && ctx.localSin ? ctx.localSin : ctx.sin;
-    const qkRot = matmul(qk0!.reshape([-1, hd]) as tf.Tensor2D, ctx.rot).reshape(qk0!.shape);
-    let qk = qk0!.mul(cos).add(qkRot.mul(sin)), vv: tf.Tensor = v0!;
+    let qk = applyRope(qk0!, cos, sin, ctx.rot), vv: tf.Tensor = v0!;
     // packed rows: attention runs per sequence, on a right-padded [segments, longest] view
     if (ctx.toPadded) { qk = tf.gather(qk, ctx.toPadded); vv = tf.gather(vv, ctx.toPadded); }
     const scale = c.gemma ? 1 / Math.sqrt(c.gemma.queryPreAttnScalar) : 1 / Math.sqrt(hd);
@@ -362,19 +362,33 @@ export class LlamaModel {
     return tf.tidy(() => {
       const mask = hostInts(opts.attentionMask, B, T, "attentionMask");
       const pos = hostInts(opts.positionIds, B, T, "positionIds") ?? positionsFromMask(mask, B, T);
-      const rope = ropeTables(pos, hd, c.ropeTheta, c.ropeScaling ?? null);
-      const local = c.localRope ? ropeTables(pos, hd, c.localRope.theta, c.localRope.scaling) : undefined;
       const seg = opts.segments ? segmentView(opts.segments, B, T) : undefined;
       const view: AttentionView = seg
         ? { batch: seg.count, seqLen: seg.maxLen, keyStart: new Int32Array(seg.count) }
         : { batch: B, seqLen: T, keyStart: contiguousKeyStart(mask, B, T) };
       const window = c.slidingLayers?.some(Boolean) ? c.slidingWindow! : null;
+      // host-made, so kept across calls: the same micro-batch (log-probs, then the update; each PPO
+      // epoch) reuses its tables, keyed by everything they are made from (engine/constants.ts)
+      const viewMask = seg ? seg.mask : mask;
+      const key = ["llama-ctx", hd, c.ropeTheta, JSON.stringify(c.ropeScaling ?? null), JSON.stringify(c.localRope ?? null), window, B, T,
+        seg ? exactKey(opts.segments!) : "-", exactKey(pos), viewMask ? exactKey(Array.from(viewMask, (m) => (m !== 0 ? 1 : 0))) : "-"].join("|");
+      const has: Partial<Record<(typeof CONTEXT_KEYS)[number], boolean>> = { rot: false, slidingBias: window !== null, localCos: !!c.localRope, localSin: !!c.localRope, toPadded: !!seg, toPacked: !!seg };
+      const tableKeys = CONTEXT_KEYS.filter((k) => has[k] ?? true); // what the cache holds, in order
+      const tables = cachedTensors(key, () => {
+        const rope = ropeTables(pos, hd, c.ropeTheta, c.ropeScaling ?? null);
+        const local = c.localRope ? ropeTables(pos, hd, c.localRope.theta, c.localRope.scaling) : undefined;
+        const made: Partial<Record<(typeof CONTEXT_KEYS)[number], tf.Tensor>> = {
+          cos: tf.tensor(rope.cos, [B * T, 1, hd]), sin: tf.tensor(rope.sin, [B * T, 1, hd]),
+          bias: attentionBias(viewMask, view.batch, view.seqLen),
+          ...(window !== null ? { slidingBias: attentionBias(viewMask, view.batch, view.seqLen, window) } : {}),
+          ...(local ? { localCos: tf.tensor(local.cos, [B * T, 1, hd]), localSin: tf.tensor(local.sin, [B * T, 1, hd]) } : {}),
+          ...(seg ? { toPadded: tf.tensor1d(seg.toPadded, "int32"), toPacked: tf.tensor1d(seg.toPacked, "int32") } : {}),
+        };
+        return tableKeys.map((k) => made[k]!);
+      });
       const built: Partial<Record<(typeof CONTEXT_KEYS)[number], tf.Tensor>> = {
-        cos: tf.tensor(rope.cos, [B * T, 1, hd]), sin: tf.tensor(rope.sin, [B * T, 1, hd]), rot: rotateHalfMatrix(hd),
-        bias: attentionBias(seg ? seg.mask : mask, view.batch, view.seqLen),
-        ...(window !== null ? { slidingBias: attentionBias(seg ? seg.mask : mask, view.batch, view.seqLen, window) } : {}),
-        ...(local ? { localCos: tf.tensor(local.cos, [B * T, 1, hd]), localSin: tf.tensor(local.sin, [B * T, 1, hd]) } : {}),
-        ...(seg ? { toPadded: tf.tensor1d(seg.toPadded, "int32"), toPacked: tf.tensor1d(seg.toPacked, "int32") } : {}),
+        ...Object.fromEntries(tableKeys.map((k, j) => [k, tables[j]!])),
+        rot: tf.clone(constTensor(`rotateHalf:${hd}`, () => rotateHalfMatrix(hd))), // depends on head_dim alone
       };
       const keys = CONTEXT_KEYS.filter((k) => built[k] !== undefined);
       const consts = keys.map((k) => built[k]!);

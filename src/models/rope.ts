@@ -2,6 +2,10 @@
 // (modeling_rope_utils: linear, dynamic NTK, llama3), and the two config.json layouts that carry
 // them: transformers 4's top-level rope_theta + rope_scaling, transformers 5's rope_parameters.
 // Sums run in float32 where PyTorch's do, so the frequencies match to the last bit or two.
+// applyRope rotates q and k by the tables (one fused kernel on WebGPU when the fused switch is on).
+import * as tf from "@tensorflow/tfjs";
+import { matmul } from "../engine/matmul.js";
+import { fusedRope, fusedRopeFor, fusedRopeGrad } from "../engine/webgpu_fused_rope.js";
 
 export type RopeScaling =
   /** Positions divided by `factor` (inv_freq / factor). */
@@ -104,4 +108,23 @@ export function ropeToHf(theta: number, scaling: RopeScaling | null): Json {
     rope_scaling: extra && { ...extra, type: extra.rope_type },
     rope_parameters: { rope_type: "default", ...(extra ?? {}), rope_theta: theta },
   };
+}
+
+/**
+ * Rotary embedding of q and k heads x [N, heads, hd] by cos/sin [N, 1, hd] (HF's rotate_half
+ * convention): x cos + rotate_half(x) sin, with rotate_half as the product with `rot` [hd, hd].
+ * cos and sin are constants (no gradient). On WebGPU with the fused kernels on, one dispatch each
+ * way (engine/webgpu_fused_rope.ts); elsewhere this composite, unchanged.
+ */
+export function applyRope(x: tf.Tensor, cos: tf.Tensor, sin: tf.Tensor, rot: tf.Tensor2D): tf.Tensor {
+  if (fusedRopeFor(x, cos, sin)) {
+    const op = tf.customGrad((...args: (tf.Tensor | tf.GradSaveFunc)[]) => {
+      const [xs, save] = args as [tf.Tensor, tf.GradSaveFunc];
+      save([cos, sin]);
+      return { value: fusedRope(xs, cos, sin), gradFunc: (dy: tf.Tensor | tf.Tensor[], saved: tf.Tensor[]) => [fusedRopeGrad(dy as tf.Tensor, saved[0]!, saved[1]!)] };
+    });
+    return op(x) as tf.Tensor;
+  }
+  const xRot = matmul(x.reshape([-1, rot.shape[0]]) as tf.Tensor2D, rot).reshape(x.shape);
+  return x.mul(cos).add(xRot.mul(sin));
 }

@@ -13,20 +13,32 @@ import { packResponses } from "../models/packing.js";
 // Both go through tf.logSoftmax, whose gradient is written by hand in tfjs
 // (logSumExp's autograd compares every logit with the row maximum: slow on wasm).
 
+/**
+ * tf.sum(x, -1) whose gradient broadcasts dy with a tile: tfjs's own multiplies dy by a ones tensor
+ * of x's size made on the host, an upload of [..., V] floats every backward pass on WebGPU. Same bits.
+ */
+function sumLast(x: tf.Tensor): tf.Tensor {
+  const op = tf.customGrad((...args: (tf.Tensor | tf.GradSaveFunc)[]) => {
+    const xs = args[0] as tf.Tensor;
+    return { value: tf.sum(xs, -1), gradFunc: (dy: tf.Tensor | tf.Tensor[]) => [tf.broadcastTo(tf.expandDims(dy as tf.Tensor, -1), xs.shape)] };
+  });
+  return op(x) as tf.Tensor;
+}
+
 /** log softmax(logits)[label] from log-softmax values [..., V]. */
 function pick(logSm: tf.Tensor, labels: tf.Tensor): tf.Tensor {
   // a one-hot product rather than a gather: its gradient is one multiply on every backend
-  return tf.sum(tf.mul(logSm, tf.oneHot(labels.toInt(), logSm.shape[logSm.shape.length - 1]!)), -1);
+  return sumLast(tf.mul(logSm, tf.oneHot(labels.toInt(), logSm.shape[logSm.shape.length - 1]!)));
 }
 
 /** Entropy from log-softmax values: -sum(p log p). */
 function entropyOf(logSm: tf.Tensor): tf.Tensor {
-  return tf.neg(tf.sum(tf.mul(tf.exp(logSm), logSm), -1));
+  return tf.neg(sumLast(tf.mul(tf.exp(logSm), logSm)));
 }
 
 /** Σ_v π(v)² from log-softmax values (verl's sum_pi_squared: exp(logsumexp(2·z) − 2·logsumexp(z))). */
 function sumPiSquaredOf(logSm: tf.Tensor): tf.Tensor {
-  return tf.sum(tf.exp(tf.mul(logSm, 2)), -1);
+  return sumLast(tf.exp(tf.mul(logSm, 2)));
 }
 
 /** log softmax(logits)[label] along the last axis: logits [..., V], labels [...] -> [...]. */

@@ -16,6 +16,7 @@ import { Rng } from "../../utils/rng.js";
 import { phaseProfile } from "../../utils/phase_profile.js";
 import { freePoolStats } from "../../engine/webgpu_buffer_pool.js";
 import { DynamicLossScale } from "../../engine/loss_scale.js";
+import { constScalar } from "../../engine/constants.js";
 import { matmulPrecision } from "../../engine/webgpu_kernels.js";
 import { column, miniBatches, microBatches, toTf, tokenAndSequenceCounts, TokenWeightedMeans, type MicroBatchSpec } from "../batching.js";
 import type { ConfigView } from "../config_view.js";
@@ -219,7 +220,8 @@ export class DataParallelPPOActor {
             kept = keepMetrics(out.metrics);
             if (bypassCfg) current = tf.keep(stopGradient(logProb));
             let loss: tf.Scalar = out.pgLoss;
-            const terms: tf.Scalar[] = [out.pgLoss, tf.scalar(0), tf.scalar(0), tf.scalar(0), tf.scalar(0), tf.scalar(0)];
+            // absent terms are clones of a kept zero (no upload each micro-batch)
+            const terms: tf.Scalar[] = [out.pgLoss, ...Array.from({ length: 5 }, () => tf.clone(constScalar(0)))];
             if (mtp) {
               // cross entropy of each response token from the MTP head, a token mean (whatever loss_agg_mode), scaled
               terms[5] = tf.div(aggLoss(tf.neg(mtpOut!.logProbs), mtpOut!.mask, "token-mean", { batchNumTokens: mtpTokens }), mtpMicros) as tf.Scalar;

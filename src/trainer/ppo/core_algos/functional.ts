@@ -2,6 +2,7 @@
 // conventions: +1e-8 in denominators, unbiased variance, NaN outside the mask
 // ignored) and the EOS response mask. (Entropy from logits is the rollout layer's.)
 import * as tf from "@tensorflow/tfjs";
+import { constScalar } from "../../../engine/constants.js";
 
 const stopGradientOp = tf.customGrad((x) => {
   const input = x as tf.Tensor;
@@ -58,7 +59,7 @@ export function maskedSum(values: tf.Tensor, mask: tf.Tensor, axis?: number | nu
 
 /** Σ values·mask / (Σ mask + 1e-8). */
 export function maskedMean(values: tf.Tensor, mask: tf.Tensor, axis?: number | number[]): tf.Tensor {
-  return tf.tidy(() => tf.div(maskedSum(values, mask, axis), tf.add(tf.sum(toFloatMask(mask), axis), 1e-8)));
+  return tf.tidy(() => tf.div(maskedSum(values, mask, axis), tf.add(tf.sum(toFloatMask(mask), axis), constScalar(1e-8))));
 }
 
 /**
