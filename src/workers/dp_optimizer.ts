@@ -281,9 +281,12 @@ export class DataParallelOptimizer {
     if (!skipped) {
       const coef = clipCoefficient(gradNorm, this.gradClip);
       if (coef < 1) scaleInPlace(buf, coef, lo, hi);
-      if (this.shards === 1) this.optimizer.stepFlat(buf.subarray(0, n), this.scheduler.lr);
-      else await this.stepShard(buf, lo, hi);
-      prof?.mark(this.shards === 1 ? "optimizer_upload_record" : "optimizer_shard_allgather_upload");
+      if (this.shards === 1) {
+        this.optimizer.stepFlat(buf.subarray(0, n), this.scheduler.lr);
+        prof?.mark("optimizer_upload_record");
+      } else {
+        await this.stepShard(buf, lo, hi, prof);
+      }
     }
     prof?.print({ elems: n, buckets: Math.ceil(buf.length / B), shards: this.shards });
     return { gradNorm, skipped, scalars: summed };
@@ -318,7 +321,7 @@ export class DataParallelOptimizer {
   }
 
   /** AdamW on this rank's slice, then the slices all-gathered into every rank's parameters. */
-  private async stepShard(buf: Float32Array, lo: number, hi: number): Promise<void> {
+  private async stepShard(buf: Float32Array, lo: number, hi: number, prof?: PhaseProfile | null): Promise<void> {
     const n = this.numel;
     const next = this.optimizer.stepSlice(buf.subarray(lo, hi), this.scheduler.lr);
     let mine: Float32Array;
@@ -331,9 +334,11 @@ export class DataParallelOptimizer {
     // the next step reuses while tensors made from it may still point at it (cpu and WebGPU keep the array).
     const params = buf.buffer instanceof SharedArrayBuffer ? new Float32Array(n) : buf.subarray(0, n);
     params.set(mine, lo);
+    prof?.mark("shard_step");
     // The first group of `shards` ranks contributes its slices; replicas of a shard (hybrid) hold the same bits.
     const W = this.worldSize, k = this.shards;
     this.collective.allGather!(params, Array.from({ length: W + 1 }, (_, r) => (r <= k ? this.shardBounds[r]! : n)));
+    prof?.mark("all_gather");
     let o = 0;
     for (const v of this.vars) {
       const size = v.size, inside = o >= lo && o + size <= hi;
@@ -342,6 +347,7 @@ export class DataParallelOptimizer {
       if (!inside && size > 0) tf.tidy(() => v.assign(tf.tensor(params.slice(o, o + size), v.shape, "float32")));
       o += size;
     }
+    prof?.mark("upload");
   }
 
   /** The same step with the gradient left on the backend (one rank): the norm is the only read. */
