@@ -6,7 +6,11 @@
 // Each optimizer case runs in a fresh process (the wasm heap never shrinks: its size is the case's peak).
 // --backend webgpu times the optimizer part on a GPU (one rank then steps on the device; the recipe
 // part is CPU only): bash scripts/gpu-run.sh node dist/bench/zero_optimizer.js --backend webgpu --parts optimizer --numel 358000000
+// Each optimizer case also reports where a rank's step goes: the phases DataParallelOptimizer.step
+// marks under VERL_PROFILE_UPDATE=1 (read-back, copy-in, reduce, norm, AdamW, all-gather, upload),
+// the median ms over the timed steps, per rank (phase_ms_per_rank).
 // Run: node dist/bench/zero_optimizer.js [--reps 5] [--warmup 1] [--numel 16000000] [--recipe-reps 3] [--parts optimizer,recipe] [--backend wasm]
+//   [--cases ranks_1,ranks_2_replicated,ranks_2_sharded] [--sizes stories,large]
 import { spawnSync } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { ClassWithInitArgs, ResourcePool, WorkerGroup } from "../src/single_controller/index.js";
@@ -35,6 +39,27 @@ async function optimizerCase(world: number, shards: number, numel: number, backe
   }
 }
 
+/**
+ * The phase profiles the ranks printed on stderr (one JSON line per rank and step), the warm-up
+ * steps left out: per rank, each phase's median ms over the timed steps.
+ */
+function phaseMedians(stderr: string, warmup: number): Record<string, Record<string, number>> {
+  const byRank = new Map<string, Record<string, number>[]>();
+  for (const line of stderr.split("\n")) {
+    const at = line.indexOf('{"profile":"optimizer.step rank ');
+    if (at < 0) continue;
+    const p = JSON.parse(line.slice(at)) as { profile: string; ms: Record<string, number> };
+    const rank = p.profile.slice("optimizer.step ".length);
+    byRank.set(rank, [...(byRank.get(rank) ?? []), p.ms]);
+  }
+  const out: Record<string, Record<string, number>> = {};
+  for (const [rank, steps] of [...byRank].sort()) {
+    const timed = steps.slice(warmup), phases = [...new Set(timed.flatMap((m) => Object.keys(m)))];
+    out[rank] = Object.fromEntries(phases.map((k) => [k, Math.round(stats(timed.map((m) => m[k] ?? 0)).median * 10) / 10]));
+  }
+  return out;
+}
+
 function summarise(ranks: OptimizerTiming[]): Record<string, unknown> {
   // a step ends when its slowest rank ends
   const perStep = ranks[0]!.stepSeconds.map((_, i) => Math.max(...ranks.map((r) => r.stepSeconds[i]!)));
@@ -47,11 +72,12 @@ function summarise(ranks: OptimizerTiming[]): Record<string, unknown> {
 }
 
 /** Runs this file again for one case, reading its JSON line. */
-function child(argv: string[]): Record<string, unknown> {
-  const res = spawnSync(process.execPath, [fileURLToPath(import.meta.url), ...argv], { encoding: "utf8", maxBuffer: 64 * MiB });
+function child(argv: string[], warmup: number): Record<string, unknown> {
+  const env = { ...process.env, VERL_PROFILE_UPDATE: "1" };
+  const res = spawnSync(process.execPath, [fileURLToPath(import.meta.url), ...argv], { encoding: "utf8", maxBuffer: 64 * MiB, env });
   const line = res.stdout.split("\n").reverse().find((l) => l.startsWith("{"));
   if (res.status !== 0 || !line) throw new Error(`${NAME} case ${argv.join(" ")} failed (exit ${res.status}): ${res.stderr.slice(-2000)}`);
-  return JSON.parse(line) as Record<string, unknown>;
+  return { ...(JSON.parse(line) as Record<string, unknown>), phase_ms_per_rank: phaseMedians(res.stderr, warmup) };
 }
 
 function grpoStep(argv: string[]): Record<string, unknown> {
@@ -78,11 +104,16 @@ async function main(): Promise<void> {
   const load0 = loadAvg1m();
   const parts = (args.extra.get("parts") ?? "optimizer,recipe").split(",");
   const large = intFlag(args, "numel", 16_000_000);
+  const cases = (args.extra.get("cases") ?? CASES.map((c) => c.name).join(",")).split(",");
+  const sizes = (args.extra.get("sizes") ?? "stories,large").split(",");
+  for (const c of cases) if (!CASES.some((x) => x.name === c)) throw new Error(`${NAME}: unknown case '${c}' in --cases`);
   const figures: Record<string, unknown> = {};
   if (parts.includes("optimizer")) {
-    for (const numel of [STORIES_NUMEL, large]) {
+    for (const numel of [...(sizes.includes("stories") ? [STORIES_NUMEL] : []), ...(sizes.includes("large") ? [large] : [])]) {
       const row: Record<string, unknown> = {};
-      for (const c of CASES) row[c.name] = child(["--case", c.name, "--numel", String(numel), "--reps", String(args.reps), "--warmup", String(args.warmup), "--backend", backend]);
+      for (const c of CASES.filter((x) => cases.includes(x.name))) {
+        row[c.name] = child(["--case", c.name, "--numel", String(numel), "--reps", String(args.reps), "--warmup", String(args.warmup), "--backend", backend], args.warmup);
+      }
       figures[`optimizer_step_numel_${numel}`] = row;
     }
   }

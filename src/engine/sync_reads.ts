@@ -14,6 +14,11 @@ interface SyncReader {
 
 let installed = false;
 
+/** Whether forbidSyncReads is in force in this thread (code that reads a backend's memory itself then takes its GPU path too). */
+export function syncReadsForbidden(): boolean {
+  return installed;
+}
+
 /** Make synchronous tensor reads throw from now on, in this thread (async reads keep working). Idempotent. */
 export function forbidSyncReads(): void {
   if (installed) return;

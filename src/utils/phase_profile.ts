@@ -17,6 +17,14 @@ export class PhaseProfile {
     this.last = now;
   }
 
+  /** Moves `ms` of what was charged to `from` over to `to` (e.g. the part of a collective spent waiting for peers). */
+  move(from: string, to: string, ms: number): void {
+    if (!(ms > 0)) return;
+    this.sums.set(from, (this.sums.get(from) ?? 0) - ms);
+    this.sums.set(to, (this.sums.get(to) ?? 0) + ms);
+    this.counts.set(to, (this.counts.get(to) ?? 0) + 1);
+  }
+
   summary(extra: Record<string, unknown> = {}): Record<string, unknown> {
     const ms: Record<string, number> = {};
     for (const [k, v] of this.sums) ms[k] = Math.round(v * 10) / 10;

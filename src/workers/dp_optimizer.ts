@@ -9,11 +9,14 @@
 // reduce-scattered (all-reduced when the shards are replicated, hybrid), the clip
 // norm is the sum of the slices' squared norms, and the updated slices are
 // all-gathered. The norm is summed per rank slice in rank order whatever the
-// sharding, so sharded and replicated runs give the same bits.
+// sharding, so sharded and replicated runs give the same bits. In one process the
+// flat gradient lies in the rank's direct region of the collective (read back
+// into it, reduced in place with the loss-scale division and the squares folded
+// into the same pass, the updated slices gathered from the owners' regions).
 import { phaseProfile, type PhaseProfile } from "../utils/phase_profile.js";
 import * as tf from "@tensorflow/tfjs";
 import { AdamW, type AdamWState } from "../engine/optim/adamw.js";
-import { clipCoefficient, FlatGradAccumulator, normOfPartials, scaleInPlace, shardBounds, sumSquares } from "../engine/optim/grad_utils.js";
+import { clipCoefficient, FlatGradAccumulator, normOfPartials, readTensorInto, scaleInPlace, shardBounds, sumSquares } from "../engine/optim/grad_utils.js";
 import { LrScheduler, type LrSchedulerState } from "../engine/optim/lr_scheduler.js";
 import type { TensorData } from "../protocol/tensor.js";
 import { getLrSchedule, type AggLossOptions } from "../trainer/ppo/core_algos/index.js";
@@ -27,10 +30,16 @@ export interface AllReducer {
   readonly worldSize?: number;
   /** Bucket boundaries at multiples of this keep one call's bits (RankCollective.bucketAlignElems). */
   readonly bucketAlignElems?: number;
-  /** A buffer allReduce reduces without copying it in or out (RankCollective.reduceBuffer). */
-  reduceBuffer?(elems: number): Float32Array;
+  /** A buffer allReduce reduces without copying it in or out (RankCollective.reduceBuffer; undefined: none). */
+  reduceBuffer?(elems: number): Float32Array | undefined;
+  /** Whether a buffer lies in this rank's direct region (RankCollective.inRegion). */
+  inRegion?(buf: ArrayBufferView): boolean;
+  /** The gradient's reduce with the scale and the squares folded in (RankCollective.reduceScaled). */
+  reduceScaled?(buf: Float32Array, bounds: ArrayLike<number>, opts: { scatter: boolean; scale?: number; acc?: number }): number;
   /** This rank (0 when absent: one rank). */
   readonly rank?: number;
+  /** ms blocked waiting for peers so far (RankCollective.waitMs): a profile tells it from the work. */
+  readonly waitMs?: number;
   /** RankCollective.reduceScatter / allGather: needed by a sharded optimizer. */
   reduceScatter?(buf: Float32Array, bounds: ArrayLike<number>): void;
   allGather?(buf: Float32Array, bounds: ArrayLike<number>): void;
@@ -75,6 +84,55 @@ export async function allReduceBuckets(collective: AllReducer, buf: Float32Array
     i++;
     o = end;
   } while (o < buf.length);
+}
+
+export interface GradientReduceSpec {
+  /** The ranks' slices of the flat gradient (W+1 offsets from 0; past bounds[W] the scalars riding along). */
+  bounds: readonly number[];
+  /** Each rank needs only its slice (ZeRO-1 across all ranks): a reduce-scatter; else an all-reduce. */
+  scatter: boolean;
+  /** Multiplies the summed gradient (1 / the loss scale); 1 leaves it. */
+  scale: number;
+}
+
+/**
+ * The step's gradient reduce, bucket by bucket as allReduceBuckets (the same bucket rule and
+ * bits): the sum over ranks, then `scale` applied to [bounds[0], bounds[W]) (only this rank's
+ * slice when `scatter`), and this rank's slice's sum of squares (float64, in order) returned.
+ * A collective with reduceScaled does the three in one pass; otherwise they are passes of their own.
+ */
+export async function reduceGradient(collective: AllReducer, buf: Float32Array, parts: Promise<Float32Array>[], B: number, spec: GradientReduceSpec, prof?: PhaseProfile | null): Promise<number> {
+  const W = spec.bounds.length - 1, rank = collective.rank ?? 0;
+  if (spec.scatter && !collective.reduceScaled && !collective.reduceScatter) throw new Error("reduceGradient: the collective has no reduceScatter");
+  if (collective.bucketAlignElems !== undefined && B < buf.length && B % collective.bucketAlignElems !== 0) {
+    throw new Error(`reduceGradient: bucket of ${B} elements is not a multiple of the collective's ${collective.bucketAlignElems}`);
+  }
+  let i = 0, o = 0, acc = 0;
+  do {
+    const end = Math.min(buf.length, o + B);
+    if (i < parts.length) {
+      const part = await parts[i]!;
+      prof?.mark("read_back_wait");
+      buf.set(part, o);
+      prof?.mark("copy_in");
+    }
+    const sub = buf.subarray(o, end), bounds = spec.bounds.map((b) => Math.min(end - o, Math.max(0, b - o)));
+    const waited = collective.waitMs ?? 0;
+    if (collective.reduceScaled) {
+      acc = collective.reduceScaled(sub, bounds, { scatter: spec.scatter, scale: spec.scale, acc });
+    } else {
+      if (spec.scatter) collective.reduceScatter!(sub, bounds);
+      else collective.allReduce(sub, "sum");
+      const lo = bounds[rank]!, hi = bounds[rank + 1]!;
+      if (spec.scale !== 1) scaleInPlace(sub, spec.scale, spec.scatter ? lo : bounds[0]!, spec.scatter ? hi : bounds[W]!);
+      acc = sumSquares(sub, lo, hi, acc);
+    }
+    prof?.mark("reduce_scale_squares");
+    prof?.move("reduce_scale_squares", "wait_for_peers", (collective.waitMs ?? 0) - waited);
+    i++;
+    o = end;
+  } while (o < buf.length);
+  return acc;
 }
 
 /**
@@ -255,35 +313,38 @@ export class DataParallelOptimizer {
     // of earlier ones. Bucket bounds at multiples of the collective's alignment: the same bits
     // as one call over the whole buffer.
     const n = this.numel;
-    // Across hosts the leader's gradient lives in the bridge memory, reduced there without a copy in or out.
+    // In one process the rank's direct region of the collective (the peers read it where it lies);
+    // across hosts the leader's gradient lives in the bridge memory, reduced there without a copy in or out.
     const buf = this.collective.reduceBuffer?.(n + scalars.length) ?? this.hostBuffer(n + scalars.length);
     buf.set(scalars, n);
     // Only an asynchronous read-back (WebGPU) has something to overlap: elsewhere the read is
     // synchronous and the slices would be an extra pass (measured on wasm: 64 MiB read in 4 buckets
-    // 131-205 ms against 118-177 whole), and one rank has nothing to reduce. Then one bucket.
+    // 131-205 ms against 118-177 whole), and one rank has nothing to reduce. Then one bucket,
+    // read straight from the backend's memory into buf where it can be (cpu, wasm).
     const overlap = (this.collective.worldSize ?? 2) > 1 && tf.getBackend() === "webgpu";
     const B = overlap ? bucketElems(this.collective.bucketAlignElems) : Math.max(1, buf.length);
-    const parts = this.acc.takeBuckets(B);
+    const parts = !overlap && this.acc.takeInto(buf) ? [] : this.acc.takeBuckets(B);
     prof?.mark("take_buckets");
     // Sharded across every rank, each needs only its slice of the sum; otherwise (replicated or
-    // hybrid) every rank needs all of it.
-    await allReduceBuckets(this.collective, buf, parts, B, this.shards > 1 && this.shards === this.worldSize ? this.shardBounds : undefined, prof);
+    // hybrid) every rank needs all of it. 1 / the loss scale goes on the part this rank uses.
+    const sharded = this.shards > 1 && this.shards === this.worldSize;
+    const own = await reduceGradient(this.collective, buf, parts, B, { bounds: this.rankBounds, scatter: sharded, scale: gradScale }, prof);
     const summed = Float64Array.from(buf.subarray(n));
     const [lo, hi] = this.range;
-    if (gradScale !== 1) {
-      // 1 / the loss scale: on the slice this rank holds when sharded across all ranks, else on all of it
-      const sliced = this.shards > 1 && this.shards === this.worldSize;
-      scaleInPlace(buf, gradScale, sliced ? lo : 0, sliced ? hi : n);
-    }
-    const gradNorm = this.globalNorm(buf, lo, hi);
-    prof?.mark("scale_norm");
+    const waited = this.collective.waitMs ?? 0;
+    const gradNorm = this.globalNorm(own);
+    prof?.mark("norm");
+    prof?.move("norm", "wait_for_peers", (this.collective.waitMs ?? 0) - waited);
     const skipped = !Number.isFinite(gradNorm);
     if (!skipped) {
       const coef = clipCoefficient(gradNorm, this.gradClip);
       if (coef < 1) scaleInPlace(buf, coef, lo, hi);
-      if (this.shards === 1) this.optimizer.stepFlat(buf.subarray(0, n), this.scheduler.lr);
-      else await this.stepShard(buf, lo, hi);
-      prof?.mark(this.shards === 1 ? "optimizer_upload_record" : "optimizer_shard_allgather_upload");
+      if (this.shards === 1) {
+        this.optimizer.stepFlat(buf.subarray(0, n), this.scheduler.lr);
+        prof?.mark("optimizer_upload_record");
+      } else {
+        await this.stepShard(buf, lo, hi, prof);
+      }
     }
     prof?.print({ elems: n, buckets: Math.ceil(buf.length / B), shards: this.shards });
     return { gradNorm, skipped, scalars: summed };
@@ -302,46 +363,50 @@ export class DataParallelOptimizer {
   private reusedHostBuffer: Float32Array | undefined;
 
   /**
-   * The gradient's norm: squared norms of the ranks' slices added in rank order. A rank holding
-   * the whole sum computes every slice's; a rank holding only its slice (sharded across all ranks)
-   * gets the others' through an all-reduce in which each slice's value comes from its rank alone.
+   * The gradient's norm: squared norms of the ranks' slices added in rank order. Each rank has its
+   * own slice's (`own`, from the reduce) and gets the others' through an all-reduce in which each
+   * slice's value comes from its rank alone (adding zeros: exact), sharded or not.
    */
-  private globalNorm(buf: Float32Array, lo: number, hi: number): number {
+  private globalNorm(own: number): number {
     const W = this.worldSize, partials = new Float64Array(W);
-    if (this.shards > 1 && this.shards === W) {
-      partials[this.rank] = sumSquares(buf, lo, hi);
-      this.collective.allReduce(partials, "sum");
-    } else {
-      for (let r = 0; r < W; r++) partials[r] = sumSquares(buf, this.rankBounds[r], this.rankBounds[r + 1]);
-    }
+    partials[this.rank] = own;
+    if (W > 1) this.collective.allReduce(partials, "sum");
     return normOfPartials(partials);
   }
 
   /** AdamW on this rank's slice, then the slices all-gathered into every rank's parameters. */
-  private async stepShard(buf: Float32Array, lo: number, hi: number): Promise<void> {
+  private async stepShard(buf: Float32Array, lo: number, hi: number, prof?: PhaseProfile | null): Promise<void> {
     const n = this.numel;
     const next = this.optimizer.stepSlice(buf.subarray(lo, hi), this.scheduler.lr);
-    let mine: Float32Array;
+    // The gradient is spent: its buffer takes the parameters (in the direct region the others then
+    // read this rank's slice where it lies) unless it is the bridge memory, which the next step
+    // reuses while tensors made from it may still point at it (cpu and WebGPU keep the array).
+    const params = this.collective.inRegion?.(buf) || !(buf.buffer instanceof SharedArrayBuffer) ? buf.subarray(0, n) : new Float32Array(n);
     try {
-      mine = await next.data<"float32">() as Float32Array;
+      // cpu and wasm: the slice straight from the backend's memory; else read back, then copied
+      if (!readTensorInto(next, params, lo)) params.set(await next.data<"float32">() as Float32Array, lo);
     } finally {
       next.dispose();
     }
-    // The gradient is spent: its buffer takes the parameters unless it is the bridge memory, which
-    // the next step reuses while tensors made from it may still point at it (cpu and WebGPU keep the array).
-    const params = buf.buffer instanceof SharedArrayBuffer ? new Float32Array(n) : buf.subarray(0, n);
-    params.set(mine, lo);
+    prof?.mark("shard_step");
     // The first group of `shards` ranks contributes its slices; replicas of a shard (hybrid) hold the same bits.
     const W = this.worldSize, k = this.shards;
+    const waited = this.collective.waitMs ?? 0;
     this.collective.allGather!(params, Array.from({ length: W + 1 }, (_, r) => (r <= k ? this.shardBounds[r]! : n)));
+    prof?.mark("all_gather");
+    prof?.move("all_gather", "wait_for_peers", (this.collective.waitMs ?? 0) - waited);
+    // wasm copies a new tensor's values into its heap at once: a view of the piece will do
+    const copies = tf.getBackend() === "wasm";
     let o = 0;
     for (const v of this.vars) {
       const size = v.size, inside = o >= lo && o + size <= hi;
       // variables wholly in the slice were assigned on the backend by stepSlice
-      // a copy of the piece: a view would keep (and hand to the tensor's readers) the whole flat buffer
-      if (!inside && size > 0) tf.tidy(() => v.assign(tf.tensor(params.slice(o, o + size), v.shape, "float32")));
+      // elsewhere a copy of the piece: a view would keep (and hand to the tensor's readers) the whole flat buffer
+      const piece = () => (copies ? params.subarray(o, o + size) : params.slice(o, o + size));
+      if (!inside && size > 0) tf.tidy(() => v.assign(tf.tensor(piece(), v.shape, "float32")));
       o += size;
     }
+    prof?.mark("upload");
   }
 
   /** The same step with the gradient left on the backend (one rank): the norm is the only read. */

@@ -2,6 +2,36 @@
 // accumulated as one flat vector on the backend, read back asynchronously once per
 // mini-batch (for the cross-rank all-reduce), and clipped by their global norm on the host.
 import * as tf from "@tensorflow/tfjs";
+import { syncReadsForbidden } from "../sync_reads.js";
+
+interface WasmBackendMemory {
+  wasm?: { HEAPF32?: Float32Array };
+  dataIdMap?: { get(dataId: object): { memoryOffset: number | null; dtype?: string } | undefined };
+}
+
+/**
+ * Copies a float32 tensor's values into dst[at, at + size) straight from the backend's memory
+ * (cpu: its array; wasm: its heap), with no array in between; false (nothing copied) on other
+ * backends, which read asynchronously (WebGPU), and where synchronous reads are forbidden.
+ */
+export function readTensorInto(t: tf.Tensor, dst: Float32Array, at = 0): boolean {
+  if (t.dtype !== "float32" || syncReadsForbidden()) return false;
+  if (at < 0 || at + t.size > dst.length) throw new Error(`readTensorInto: ${t.size} values do not fit at ${at} of ${dst.length}`);
+  const name = tf.getBackend(), be = tf.backend() as unknown as WasmBackendMemory & { readSync?(dataId: object): unknown };
+  if (name === "wasm") {
+    const info = be.dataIdMap?.get(t.dataId), heap = be.wasm?.HEAPF32;
+    if (!info || info.memoryOffset === null || !heap) return false;
+    dst.set(new Float32Array(heap.buffer, info.memoryOffset, t.size), at);
+    return true;
+  }
+  if (name === "cpu") {
+    const values = be.readSync?.(t.dataId);
+    if (!(values instanceof Float32Array) || values.length !== t.size) return false;
+    dst.set(values, at);
+    return true;
+  }
+  return false;
+}
 
 /** Sums micro-batch gradients into one flat vector, in the order of `vars`. */
 export class FlatGradAccumulator {
@@ -69,6 +99,23 @@ export class FlatGradAccumulator {
     return parts;
   }
 
+  /**
+   * The accumulated gradient copied into dst[at, at + numel) where the backend's memory can be read
+   * in place (cpu, wasm: readTensorInto), zeros if nothing was added; resets the accumulator. False
+   * (the accumulator left as it is) elsewhere: use takeBuckets.
+   */
+  takeInto(dst: Float32Array, at = 0): boolean {
+    if (!this.acc) {
+      if (at < 0 || at + this.numel > dst.length) throw new Error(`takeInto: ${this.numel} values do not fit at ${at} of ${dst.length}`);
+      dst.fill(0, at, at + this.numel);
+      return true;
+    }
+    if (!readTensorInto(this.acc, dst, at)) return false;
+    this.acc.dispose();
+    this.acc = undefined;
+    return true;
+  }
+
   /** The accumulated gradient as a tensor the caller owns (zeros if nothing was added); resets the accumulator. */
   takeTensor(): tf.Tensor1D {
     const acc = this.acc ?? tf.zeros([this.numel]) as tf.Tensor1D;
@@ -92,9 +139,9 @@ export function shardBounds(n: number, k: number): number[] {
   return Array.from({ length: k + 1 }, (_, i) => i * base + Math.min(i, extra));
 }
 
-/** The sum of squares of flat[start, end), accumulated in float64 left to right. */
-export function sumSquares(flat: Float32Array, start = 0, end = flat.length): number {
-  let s = 0;
+/** The sum of squares of flat[start, end), accumulated in float64 left to right (from `acc`: one sum continued over pieces). */
+export function sumSquares(flat: Float32Array, start = 0, end = flat.length, acc = 0): number {
+  let s = acc;
   for (let i = start; i < end; i++) s += flat[i]! * flat[i]!;
   return s;
 }

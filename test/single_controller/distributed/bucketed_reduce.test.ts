@@ -43,6 +43,6 @@ test("bucketed reduce in one process equals one call bit for bit", { timeout: 30
   }, 30_000);
   assert.equal(res[0]!.align, null);
   check(res, 1000);
-  assert.ok(res.every((x) => !x.placedShared), "in one process reduceBuffer is a plain array");
+  assert.ok(res.every((x) => x.placedShared), "in one process reduceBuffer is the rank's direct region (shared memory, reduced in place)");
   assert.deepEqual(res[0]!.split, res[0]!.whole, "in one process any split sums in rank order");
 });

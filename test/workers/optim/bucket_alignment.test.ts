@@ -4,7 +4,7 @@
 // model's gradients in one bucket was refused by mistake, which stopped every multi-host run.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { allReduceBuckets } from "../../../src/workers/dp_optimizer.js";
+import { allReduceBuckets, reduceGradient } from "../../../src/workers/dp_optimizer.js";
 
 /** Records the spans it is asked to reduce; one rank, so the sum is the values themselves. */
 function recordingCollective(align: number) {
@@ -26,4 +26,18 @@ test("several buckets must be aligned; aligned ones are reduced in order", async
   const ok = recordingCollective(16);
   await allReduceBuckets(ok.collective, new Float32Array(40), [], 16);
   assert.deepEqual(ok.calls, [16, 16, 8]);
+});
+
+test("reduceGradient on a collective without reduceScaled: the reduce, then the scale and the squares as passes, same rule", async () => {
+  const { calls, collective } = recordingCollective(16);
+  const buf = Float32Array.from({ length: 40 }, (_, i) => i + 1);
+  await assert.rejects(reduceGradient(collective, buf, [], 20, { bounds: [0, 38], scatter: false, scale: 0.5 }), /bucket of 20 elements is not a multiple of the collective's 16/);
+  await assert.rejects(reduceGradient(collective, buf, [], 40, { bounds: [0, 38], scatter: true, scale: 1 }), /the collective has no reduceScatter/);
+  // one rank's slice is [0, 38); the two values past it ride along unscaled
+  const squares = await reduceGradient(collective, buf, [], 16, { bounds: [0, 38], scatter: false, scale: 0.5 });
+  assert.deepEqual(calls, [16, 16, 8]);
+  assert.deepEqual(Array.from(buf), Array.from({ length: 40 }, (_, i) => (i < 38 ? (i + 1) / 2 : i + 1)));
+  let want = 0;
+  for (let i = 0; i < 38; i++) want += ((i + 1) / 2) ** 2;
+  assert.equal(squares, want, "the slice's squares in order, continued across buckets");
 });

@@ -5,6 +5,7 @@
 // each shard's slice and load into any sharding or world size.
 import { test } from "node:test";
 import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
 import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -15,8 +16,8 @@ import { fixture, withPool } from "../../single_controller/helpers.js";
 const NUMEL = SHAPES.reduce((a, s) => a + s.reduce((x, y) => x * y, 1), 0);
 const bits = (a: Float32Array) => Buffer.from(a.buffer, a.byteOffset, a.byteLength).toString("hex");
 
-async function train(world: number, specs: ZeroSpec[]): Promise<ZeroResult[][]> {
-  return withPool({ worldSize: world }, async (pool) => {
+async function train(world: number, specs: ZeroSpec[], directMaxBytes?: number): Promise<ZeroResult[][]> {
+  return withPool({ worldSize: world, ...(directMaxBytes !== undefined ? { directMaxBytes } : {}) }, async (pool) => {
     const wg = (await WorkerGroup.create(pool, new ClassWithInitArgs(fixture("zero_worker"), "ZeroWorker"))) as unknown as { train(s: ZeroSpec): Promise<ZeroResult[]> };
     const out: ZeroResult[][] = [];
     for (const s of specs) out.push(await wg.train(s));
@@ -65,6 +66,40 @@ for (const backend of ["cpu", "wasm"]) {
     assert.equal(bits(sharded.v), bits(whole.v), "the shards' second moments are the replicated optimizer's");
   });
 }
+
+/** A run's outputs on every rank (parameters, norms, skips, scalars, moments) as one digest. */
+function digest(res: ZeroResult[]): string {
+  const h = createHash("sha256");
+  for (const x of res) {
+    for (const a of [x.params, Float64Array.from(x.norms), Uint8Array.from(x.skipped.map(Number)), Float64Array.from(x.scalars), x.expAvg, x.expAvgSq]) {
+      h.update(Buffer.from(a.buffer, a.byteOffset, a.byteLength));
+    }
+  }
+  return h.digest("hex").slice(0, 24);
+}
+
+// Recorded from the build before the direct path (commit 2fd3e5e's collective and optimizer, this
+// fixture, cpu; wasm gave the same digests): steps 0-5, a NaN on rank 0 at step 2.
+const BEFORE_DIRECT: [world: number, shards: number, gradScale: number, digest: string][] = [
+  [2, 1, 1, "c2e09f49fcc3316270c4f944"],
+  [2, 2, 0.75, "f81138c5b2e3b847d92a0aa6"],
+  [3, 3, 0.75, "a832105fb4e906a206e38544"],
+  [4, 2, 0.75, "737608ff1717e7c5d95bbace"],
+];
+
+test("the optimizer step through the collective's direct path gives the chunked path's and the earlier build's bits", { timeout: 180_000 }, async () => {
+  for (const [world, shards, gradScale, want] of BEFORE_DIRECT) {
+    const spec = { backend: "cpu", shards, steps: [0, 1, 2, 3, 4, 5], nanStep: 2, gradScale };
+    const [direct] = await train(world, [spec]);
+    const [chunked] = await train(world, [spec], 0);
+    const what = `${world} ranks, ${shards} shard(s), gradScale ${gradScale}`;
+    // every step's gradient reduce went direct (and, sharded, each gather but the skipped step's)
+    assert.deepEqual(direct![0]!.collectiveOps, { direct: shards > 1 ? 11 : 6, chunked: 6 }, `${what}: direct ops`);
+    assert.deepEqual(chunked![0]!.collectiveOps, { direct: 0, chunked: shards > 1 ? 17 : 12 }, `${what}: with directMaxBytes 0 every op went through the scratch`);
+    assert.equal(digest(direct!), want, `${what}: direct path, the earlier build's bits`);
+    assert.equal(digest(chunked!), want, `${what}: chunked path, the earlier build's bits`);
+  }
+});
 
 test("sharded checkpoints: each shard saves its slice; a resume in another sharding or world size re-slices the moments", { timeout: 120_000 }, async () => {
   const dir = mkdtempSync(join(tmpdir(), "verl-zero-"));
