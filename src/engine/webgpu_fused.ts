@@ -267,11 +267,12 @@ const KERNELS: Record<string, Kernel> = {
 };
 
 let registered = false;
-// Off unless VERL_WEBGPU_FUSED=1 until the kernels have passed their test on the H200: they pass on
-// llvmpipe, but llvmpipe has been wrong about workgroup-barrier kernels before (docs/gpu.md).
-let enabled = process.env.VERL_WEBGPU_FUSED === "1";
+// On by default since their tests passed on an NVIDIA H100 (2026-12-05: values and gradients of the
+// norm, GLU, attention and RoPE kernels against the composites, same bits twice); VERL_WEBGPU_FUSED=0
+// starts with the composites (llvmpipe has been wrong about workgroup-barrier kernels before).
+let enabled = process.env.VERL_WEBGPU_FUSED !== "0";
 
-/** Turns the fused kernels off or on for this thread (the composites run when off; VERL_WEBGPU_FUSED=1 starts on). */
+/** Turns the fused kernels off or on for this thread (the composites run when off; VERL_WEBGPU_FUSED=0 starts off). */
 export function setFusedLayers(on: boolean): void { enabled = on; }
 
 /** Whether layers.ts should take the fused path for these float32 inputs: on the webgpu backend, when enabled. */

@@ -293,7 +293,7 @@ let registered = false;
 
 /**
  * Whether llama.ts should take the fused attention for these float32 inputs: on the webgpu backend
- * while the fused kernels are on (webgpu_fused.ts's switch: setFusedLayers, VERL_WEBGPU_FUSED=1).
+ * while the fused kernels are on (webgpu_fused.ts's switch: setFusedLayers; VERL_WEBGPU_FUSED=0 starts off).
  */
 export function fusedAttentionFor(...xs: tf.Tensor[]): boolean {
   return fusedLayersFor(...xs);

@@ -14,7 +14,7 @@ import { makeConfig } from "../../src/models/config.js";
 import { Rng } from "../../src/utils/rng.js";
 
 const skip = await webgpuOrReason();
-// the kernels are off by default until checked on the H200; this file tests them, so on
+// VERL_WEBGPU_FUSED=0 may have turned the kernels off; this file tests them, so on
 setFusedLayers(true);
 const gpu = { skip: skip || false };
 
