@@ -65,6 +65,19 @@ export function bucketElems(align: number | undefined, bytes = DEFAULT_BUCKET_BY
 export async function allReduceBuckets(collective: AllReducer, buf: Float32Array, parts: Promise<Float32Array>[], B: number, bounds?: readonly number[], prof?: PhaseProfile | null): Promise<void> {
   const name = bounds ? "reduceScatterBuckets" : "allReduceBuckets";
   if (bounds && !collective.reduceScatter) throw new Error(`${name}: the collective has no reduceScatter`);
+  await eachBucket(name, collective, buf, parts, B, prof, (sub, o) => {
+    if (bounds) collective.reduceScatter!(sub, bounds.map((b) => Math.min(sub.length, Math.max(0, b - o))));
+    else collective.allReduce(sub, "sum");
+    prof?.mark("collective");
+  });
+}
+
+/**
+ * The bucket walk both reduces share: B checked against the collective's alignment, then each
+ * bucket [o, o + B) of `buf` in order, its read-back part (if any) awaited and copied in first.
+ */
+async function eachBucket(name: string, collective: AllReducer, buf: Float32Array, parts: Promise<Float32Array>[], B: number, prof: PhaseProfile | null | undefined,
+  reduce: (sub: Float32Array, o: number) => void): Promise<void> {
   // one bucket over the whole buffer is one call whatever its size
   if (collective.bucketAlignElems !== undefined && B < buf.length && B % collective.bucketAlignElems !== 0) {
     throw new Error(`${name}: bucket of ${B} elements is not a multiple of the collective's ${collective.bucketAlignElems}`);
@@ -78,9 +91,7 @@ export async function allReduceBuckets(collective: AllReducer, buf: Float32Array
       buf.set(part, o);
       prof?.mark("copy_in");
     }
-    if (bounds) collective.reduceScatter!(buf.subarray(o, end), bounds.map((b) => Math.min(end - o, Math.max(0, b - o))));
-    else collective.allReduce(buf.subarray(o, end), "sum");
-    prof?.mark("collective");
+    reduce(buf.subarray(o, end), o);
     i++;
     o = end;
   } while (o < buf.length);
@@ -104,19 +115,9 @@ export interface GradientReduceSpec {
 export async function reduceGradient(collective: AllReducer, buf: Float32Array, parts: Promise<Float32Array>[], B: number, spec: GradientReduceSpec, prof?: PhaseProfile | null): Promise<number> {
   const W = spec.bounds.length - 1, rank = collective.rank ?? 0;
   if (spec.scatter && !collective.reduceScaled && !collective.reduceScatter) throw new Error("reduceGradient: the collective has no reduceScatter");
-  if (collective.bucketAlignElems !== undefined && B < buf.length && B % collective.bucketAlignElems !== 0) {
-    throw new Error(`reduceGradient: bucket of ${B} elements is not a multiple of the collective's ${collective.bucketAlignElems}`);
-  }
-  let i = 0, o = 0, acc = 0;
-  do {
-    const end = Math.min(buf.length, o + B);
-    if (i < parts.length) {
-      const part = await parts[i]!;
-      prof?.mark("read_back_wait");
-      buf.set(part, o);
-      prof?.mark("copy_in");
-    }
-    const sub = buf.subarray(o, end), bounds = spec.bounds.map((b) => Math.min(end - o, Math.max(0, b - o)));
+  let acc = 0;
+  await eachBucket("reduceGradient", collective, buf, parts, B, prof, (sub, o) => {
+    const bounds = spec.bounds.map((b) => Math.min(sub.length, Math.max(0, b - o)));
     const waited = collective.waitMs ?? 0;
     if (collective.reduceScaled) {
       acc = collective.reduceScaled(sub, bounds, { scatter: spec.scatter, scale: spec.scale, acc });
@@ -129,9 +130,7 @@ export async function reduceGradient(collective: AllReducer, buf: Float32Array, 
     }
     prof?.mark("reduce_scale_squares");
     prof?.move("reduce_scale_squares", "wait_for_peers", (collective.waitMs ?? 0) - waited);
-    i++;
-    o = end;
-  } while (o < buf.length);
+  });
   return acc;
 }
 
