@@ -6,7 +6,9 @@
 // optimizer owns one contiguous slice of that flat vector (a ZeRO-1 shard): its
 // moments cover the slice only and a step updates the slice, returning it for the
 // all-gather; the element-wise arithmetic is the same, so the slice's values are
-// the bits the whole-vector update gives them.
+// the bits the whole-vector update gives them. On WebGPU with the fused kernels on
+// (engine/webgpu_fused.ts's switch) the element-wise chain is one kernel of three
+// programs (engine/webgpu_fused_adamw.ts), in the same arithmetic order.
 import * as tf from "@tensorflow/tfjs";
 import { fusedLayersFor } from "../webgpu_fused.js";
 import { fusedAdamW } from "../webgpu_fused_adamw.js";
