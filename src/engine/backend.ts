@@ -74,12 +74,13 @@ export async function initBackend(requested: BackendName | string = "auto"): Pro
   if (!ok) throw new Error(`engine backend '${name}' failed to initialise`);
   await tf.ready();
   if (name === "webgpu") {
-    const { capFreeBufferPool, freePoolCapBytes, nvidiaGpuMemoryBytes } = await import("./webgpu_buffer_pool.js");
+    const { capFreeBufferPool, freePoolCapBytes, nvidiaGpuMemoryBytes, exactReadBack } = await import("./webgpu_buffer_pool.js");
     const env = process.env.VERL_WEBGPU_FREE_POOL_MB;
     // every rank thread of a host shares its one GPU (Dawn cannot pick among identical ones): a share each
     const ranks = Math.max(1, Math.floor(Number(process.env.LOCAL_WORLD_SIZE)) || 1), gpu = env ? undefined : nvidiaGpuMemoryBytes();
     const cap = freePoolCapBytes(env, gpu === undefined ? undefined : gpu / ranks);
     capFreeBufferPool((tf.backend() as unknown as { bufferManager: Parameters<typeof capFreeBufferPool>[0] }).bufferManager, cap);
+    exactReadBack(tf.backend() as unknown as Parameters<typeof exactReadBack>[0]); // size classes: read back a tensor's bytes only
     reportDeviceErrors((tf.backend() as unknown as { device?: DeviceWithErrors }).device);
     // tfjs submits its command encoder every N dispatches (15 by default); under Node the flag only
     // comes through tf.env (tfjs reads flags from a browser's URL), so VERL_WEBGPU_SUBMIT_BATCH sets it

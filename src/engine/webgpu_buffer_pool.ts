@@ -14,6 +14,34 @@
 // them once the submitted work that uses them is done, and tfjs returns a buffer to the pool only
 // after the commands recorded with it were submitted.
 
+// Size classes (VERL_WEBGPU_SIZE_CLASSES, on unless "0"). The free lists match an exact byte size,
+// so micro-batches of varying token totals (remove-padding, dynamic batch size) met a new size for
+// most activations every micro-batch and created a buffer for each (issue 23: createBuffer ~24% of
+// the host time of the 0.5B update on the H200). A storage buffer's size is rounded up to a class:
+// above SIZE_CLASS_MIN_BYTES (256) the next multiple of 1/8 of the power of two at or below it (waste
+// < 12.5% of the buffer), so nearby token totals share parked buffers. Audit of tfjs-backend-webgpu
+// 4.22 (dist/backend_webgpu.js, buffer_manager.js) for uses of a GPUBuffer's size, each safe as
+// handled here:
+// - BufferManager.releaseBuffer keys by buffer.size and numBytesUsed/-Allocated count it: the size
+//   handed to tfjs's acquireBuffer is the rounded one, so its keys and counts stay consistent.
+// - bind groups bind the whole buffer ({ buffer: resource }, no size); tfjs's shaders and ours
+//   (src/engine, src/rollout) never use arrayLength(): they index by the shapes in the uniforms,
+//   so the tail past a tensor's bytes is never read or written.
+// - uniform buffers (makeUniforms: size and writeBuffer of the exact uniform bytes) are UNIFORM
+//   usage: never rounded. Staging buffers (MAP_WRITE uploads, MAP_READ read-backs, the query
+//   set's resolve/read) have MAP_* usage: never rounded (a read-back's staging takes the size of
+//   the buffer it copies, which may be a class size: harmless).
+// - uploadToGPU: mappedAtCreation buffer or staging copy of `size` exact bytes into a buffer at
+//   least that large; the mapped range is written from offset 0 with the tensor's values only.
+// - getBufferData (read/data()) copies and maps buffer.size bytes and returns all of them, which
+//   would give a longer typed array: exactReadBack below cuts it to the bytes acquired (recorded
+//   per buffer). readSync (OffscreenCanvas, browsers only) uses buffer.size too: not reachable in
+//   Node, where it throws before reading.
+// - copyBuffer (createTensorFromGPUData without zeroCopy) and readToGPU (dataToGPU) copy
+//   srcBuffer.size into a buffer acquired with that size: the copy's real size is carried over by
+//   exactReadBack. createTensorFromGPUData checks buffer.size >= the tensor's bytes: still true.
+// Results are bit-identical (same kernels, same uniforms, same bytes read back).
+
 import { spawnSync } from "node:child_process";
 
 /** The parts of tfjs-backend-webgpu's BufferManager this relies on (checked at install). */
@@ -50,6 +78,36 @@ export interface FreePoolStats {
 }
 
 const installed = new WeakMap<object, FreePoolStats>();
+
+/** Up to this many bytes a storage buffer keeps its exact size (scalars and short vectors, whose sizes rarely vary; a per-token vector of 64+ fp32 tokens gets classes). */
+export const SIZE_CLASS_MIN_BYTES = 256;
+
+const GPU_MAP_READ = 0x1, GPU_MAP_WRITE = 0x2, GPU_UNIFORM = 0x40, GPU_STORAGE = 0x80;
+
+/** Whether size classes are on: VERL_WEBGPU_SIZE_CLASSES unset or "1" (on), "0" (off). */
+export function sizeClassesEnabled(env: string | undefined = process.env.VERL_WEBGPU_SIZE_CLASSES): boolean {
+  if (env === undefined || env === "" || env === "1") return true;
+  if (env === "0") return false;
+  throw new Error(`VERL_WEBGPU_SIZE_CLASSES must be 0 or 1, got '${env}'`);
+}
+
+/**
+ * The size class of `size` bytes: itself up to SIZE_CLASS_MIN_BYTES, else the next multiple of
+ * 1/8 of the largest power of two <= size (at most 12.5% more; a class size maps to itself).
+ */
+export function sizeClass(size: number): number {
+  if (size <= SIZE_CLASS_MIN_BYTES) return size;
+  const step = 2 ** Math.floor(Math.log2(size)) / 8;
+  return Math.ceil(size / step) * step;
+}
+
+/** Only storage buffers that are neither mapped nor uniform are rounded (see the audit above). */
+function roundable(usage: number): boolean {
+  return (usage & GPU_STORAGE) !== 0 && (usage & (GPU_MAP_READ | GPU_MAP_WRITE | GPU_UNIFORM)) === 0;
+}
+
+/** The bytes each rounded buffer was last acquired for (its tensor's bytes). */
+const acquiredBytes = new WeakMap<object, number>();
 
 /**
  * The cap in bytes: VERL_WEBGPU_FREE_POOL_MB (a number of MiB >= 0) when set, else
@@ -107,7 +165,7 @@ export function trimFreeBuffers(manager: BufferManagerLike, keepBytes = 0, parke
  * `capBytes` when a new buffer is created (trimmed to half the cap, oldest first). Idempotent per
  * manager; returns the live statistics.
  */
-export function capFreeBufferPool(manager: BufferManagerLike, capBytes = freePoolCapBytes()): FreePoolStats {
+export function capFreeBufferPool(manager: BufferManagerLike, capBytes = freePoolCapBytes(), sizeClasses = sizeClassesEnabled()): FreePoolStats {
   const have = installed.get(manager);
   if (have) return have;
   for (const k of ["freeBuffers", "numBytesAllocated", "numBytesUsed", "acquireBuffer", "releaseBuffer"] as const) {
@@ -121,7 +179,8 @@ export function capFreeBufferPool(manager: BufferManagerLike, capBytes = freePoo
     parkedAt.set(buffer, releases++);
     release(buffer, reuse);
   };
-  manager.acquireBuffer = (size, usage, mappedAtCreation = false, reuse = true) => {
+  manager.acquireBuffer = (want, usage, mappedAtCreation = false, reuse = true) => {
+    const size = sizeClasses && roundable(usage) ? sizeClass(want) : want;
     const free = manager.numBytesAllocated - manager.numBytesUsed;
     const fresh = !(reuse && (manager.freeBuffers.get(`${size}_${usage}`)?.length ?? 0) > 0);
     if (fresh) {
@@ -132,7 +191,10 @@ export function capFreeBufferPool(manager: BufferManagerLike, capBytes = freePoo
       stats.bytesDestroyed += trimFreeBuffers(manager, Math.floor(capBytes / 2), parkedAt);
       stats.trims++;
     }
-    return acquire(size, usage, mappedAtCreation, reuse);
+    const buffer = acquire(size, usage, mappedAtCreation, reuse);
+    if (size !== want) acquiredBytes.set(buffer as object, want);
+    else acquiredBytes.delete(buffer as object);
+    return buffer;
   };
   installed.set(manager, stats);
   return stats;
@@ -141,4 +203,43 @@ export function capFreeBufferPool(manager: BufferManagerLike, capBytes = freePoo
 /** The statistics of a manager the cap is installed on (undefined otherwise). */
 export function freePoolStats(manager: object): FreePoolStats | undefined {
   return installed.get(manager);
+}
+
+interface BackendLike {
+  getBufferData(buffer: GpuBufferLike): Promise<ArrayBuffer | null>;
+  copyBuffer(src: GpuBufferLike): GpuBufferLike;
+  readToGPU(dataId: object): { buffer: GpuBufferLike };
+  tensorMap: { get(dataId: object): { resource?: unknown } | undefined };
+}
+
+/** The bytes a buffer's tensor holds: what it was acquired for, or its whole size. */
+export function tensorBytes(buffer: GpuBufferLike): number {
+  return acquiredBytes.get(buffer) ?? buffer.size;
+}
+
+/**
+ * Makes the backend's read-backs and buffer copies see a rounded buffer's real bytes (the audit at
+ * the top): getBufferData returns only those bytes; copyBuffer and readToGPU carry them to the copy.
+ */
+export function exactReadBack(backend: BackendLike): void {
+  for (const k of ["getBufferData", "copyBuffer", "readToGPU", "tensorMap"] as const) {
+    if (!(k in backend)) throw new Error(`tfjs-backend-webgpu's backend has no '${k}': the size classes (src/engine/webgpu_buffer_pool.ts) need updating for this tfjs version`);
+  }
+  const getData = backend.getBufferData.bind(backend), copy = backend.copyBuffer.bind(backend), toGPU = backend.readToGPU.bind(backend);
+  backend.getBufferData = async (buffer) => {
+    const data = await getData(buffer);
+    const n = acquiredBytes.get(buffer);
+    return data !== null && n !== undefined && n < data.byteLength ? data.slice(0, n) : data;
+  };
+  backend.copyBuffer = (src) => {
+    const dst = copy(src);
+    if (acquiredBytes.has(src)) acquiredBytes.set(dst, acquiredBytes.get(src)!);
+    return dst;
+  };
+  backend.readToGPU = (dataId) => {
+    const src = backend.tensorMap.get(dataId)?.resource as GpuBufferLike | undefined;
+    const out = toGPU(dataId);
+    if (src && acquiredBytes.has(src)) acquiredBytes.set(out.buffer, acquiredBytes.get(src)!);
+    return out;
+  };
 }

@@ -16,6 +16,8 @@
 import { phaseProfile, type PhaseProfile } from "../utils/phase_profile.js";
 import * as tf from "@tensorflow/tfjs";
 import { AdamW, type AdamWState } from "../engine/optim/adamw.js";
+import { fusedLayersFor } from "../engine/webgpu_fused.js";
+import { fusedGradNorm } from "../engine/webgpu_fused_adamw.js";
 import { clipCoefficient, FlatGradAccumulator, normOfPartials, readTensorInto, scaleInPlace, shardBounds, sumSquares } from "../engine/optim/grad_utils.js";
 import { LrScheduler, type LrSchedulerState } from "../engine/optim/lr_scheduler.js";
 import type { TensorData } from "../protocol/tensor.js";
@@ -411,6 +413,7 @@ export class DataParallelOptimizer {
   /** The same step with the gradient left on the backend (one rank): the norm is the only read. */
   private async stepOnDevice(scalars: number[], gradScale: number): Promise<StepResult> {
     const taken = this.acc.takeTensor();
+    if (fusedLayersFor(taken)) return this.stepOnDeviceFused(taken, scalars, gradScale);
     const grad = gradScale === 1 ? taken : tf.tidy(() => taken.mul(gradScale) as tf.Tensor1D);
     if (grad !== taken) taken.dispose();
     try {
@@ -425,6 +428,26 @@ export class DataParallelOptimizer {
       return { gradNorm, skipped, scalars: Float64Array.from(scalars) };
     } finally {
       grad.dispose();
+    }
+  }
+
+  /**
+   * stepOnDevice with the fused WebGPU kernels: the norm of (grad gradScale) in two dispatches and
+   * the update with the scale and clip applied inside it, so no scaled or squared gradient copies.
+   */
+  private async stepOnDeviceFused(taken: tf.Tensor1D, scalars: number[], gradScale: number): Promise<StepResult> {
+    try {
+      const normT = fusedGradNorm(taken, gradScale);
+      const gradNorm = (await normT.data())[0]!;
+      normT.dispose();
+      const skipped = !Number.isFinite(gradNorm);
+      if (!skipped) {
+        const clip = this.gradClip !== null && this.gradClip > 0 ? this.gradClip / (gradNorm + 1e-6) : 1;
+        this.optimizer.stepFlat(taken, this.scheduler.lr, [gradScale, clip < 1 ? clip : 1]);
+      }
+      return { gradNorm, skipped, scalars: Float64Array.from(scalars) };
+    } finally {
+      taken.dispose();
     }
   }
 

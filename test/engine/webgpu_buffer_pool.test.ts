@@ -5,7 +5,7 @@
 // the bookkeeping tested here (tfjs-backend-webgpu installs on request; the test skips without it).
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { capFreeBufferPool, freePoolCapBytes, nvidiaGpuMemoryBytes, DEFAULT_FREE_POOL_MB, FREE_POOL_SHARE_OF_GPU } from "../../src/engine/webgpu_buffer_pool.js";
+import { capFreeBufferPool, freePoolCapBytes, nvidiaGpuMemoryBytes, DEFAULT_FREE_POOL_MB, FREE_POOL_SHARE_OF_GPU, sizeClass, sizeClassesEnabled, tensorBytes, SIZE_CLASS_MIN_BYTES } from "../../src/engine/webgpu_buffer_pool.js";
 
 interface Buf { size: number; usage: number; destroyed: boolean; destroy(): void }
 interface Manager {
@@ -72,7 +72,7 @@ test("a trim destroys the buffers parked longest: sizes every step reuses surviv
   const m = await tfjsBufferManager();
   if (typeof m === "string") return t.skip(m);
   const { manager, created } = m;
-  const stats = capFreeBufferPool(manager, 50_000);
+  const stats = capFreeBufferPool(manager, 50_000, false); // exact sizes: with size classes the ever-new sizes reuse each other and never reach the cap
   for (let step = 0; step < 100; step++) {
     // activations of a new size (the trim happens here, with last step's buffers parked), then the
     // step's weights-shaped buffers (the same sizes every step)
@@ -100,4 +100,44 @@ test("VERL_WEBGPU_FREE_POOL_MB: MiB >= 0, else an error naming the variable", ()
   assert.equal(freePoolCapBytes("0"), 0);
   assert.throws(() => freePoolCapBytes("lots"), /VERL_WEBGPU_FREE_POOL_MB must be a number of MiB >= 0, got 'lots'/);
   assert.throws(() => freePoolCapBytes("-1"), /VERL_WEBGPU_FREE_POOL_MB/);
+});
+
+test("size classes: at most 12.5% more, multiples of 4, a class maps to itself, exact below the threshold", () => {
+  assert.equal(sizeClass(SIZE_CLASS_MIN_BYTES), SIZE_CLASS_MIN_BYTES);
+  assert.equal(sizeClass(200), 200);
+  assert.equal(sizeClass(1000), 1024);
+  assert.equal(sizeClass(4100), 4608); // 4096 + 512
+  assert.equal(sizeClass(2 ** 20 + 4), 2 ** 20 + 2 ** 17);
+  for (let s = 4; s < 3e7; s = Math.ceil(s * 1.37 / 4) * 4) {
+    const c = sizeClass(s);
+    assert.ok(c >= s && c <= s * 1.125, `${s} -> ${c}`);
+    assert.equal(c % 4, 0);
+    assert.equal(sizeClass(c), c, `class ${c} is stable`);
+  }
+  assert.equal(sizeClassesEnabled(undefined), true);
+  assert.equal(sizeClassesEnabled("0"), false);
+  assert.throws(() => sizeClassesEnabled("yes"), /VERL_WEBGPU_SIZE_CLASSES/);
+});
+
+test("size classes: nearby storage sizes reuse one parked buffer; uniform and mapped buffers stay exact", async (t) => {
+  const m = await tfjsBufferManager();
+  if (typeof m === "string") return t.skip(m);
+  const { manager, created } = m;
+  const stats = capFreeBufferPool(manager, 1e9, true);
+  for (const size of [40_000, 40_400, 39_000, 40_960]) manager.releaseBuffer(manager.acquireBuffer(size, STORAGE));
+  assert.equal(stats.created, 1, "one buffer of the class 40960 serves all four");
+  assert.equal(created[0].size, 40_960);
+  const UNIFORM = 0x40 | 0x8, MAP_READ = 0x1 | 0x8;
+  assert.equal(manager.acquireBuffer(40_000, UNIFORM).size, 40_000);
+  assert.equal(manager.acquireBuffer(40_000, MAP_READ).size, 40_000);
+  const b = manager.acquireBuffer(40_004, STORAGE);
+  assert.equal(b.size, 40_960);
+  assert.equal(tensorBytes(b), 40_004, "the tensor's bytes are recorded");
+  assert.equal(manager.numBytesUsed, 40_000 * 2 + 40_960, "tfjs's counts use the rounded size");
+  manager.releaseBuffer(b);
+  const off = await tfjsBufferManager();
+  if (typeof off === "string") return;
+  const offStats = capFreeBufferPool(off.manager, 1e9, false);
+  for (const size of [40_000, 40_400]) off.manager.releaseBuffer(off.manager.acquireBuffer(size, STORAGE));
+  assert.equal(offStats.created, 2, "switched off: exact sizes as before");
 });

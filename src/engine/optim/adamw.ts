@@ -6,8 +6,12 @@
 // optimizer owns one contiguous slice of that flat vector (a ZeRO-1 shard): its
 // moments cover the slice only and a step updates the slice, returning it for the
 // all-gather; the element-wise arithmetic is the same, so the slice's values are
-// the bits the whole-vector update gives them.
+// the bits the whole-vector update gives them. On WebGPU with the fused kernels on
+// (engine/webgpu_fused.ts's switch) the element-wise chain is one kernel of three
+// programs (engine/webgpu_fused_adamw.ts), in the same arithmetic order.
 import * as tf from "@tensorflow/tfjs";
+import { fusedLayersFor } from "../webgpu_fused.js";
+import { fusedAdamW } from "../webgpu_fused_adamw.js";
 
 export interface AdamWOptions {
   lr: number;
@@ -104,12 +108,14 @@ export class AdamW {
 
   /**
    * One update from a flat gradient (variable order, already averaged and clipped).
-   * `lr` overrides the current learning rate for this and later steps.
+   * `lr` overrides the current learning rate for this and later steps. `gradMul` = [gradScale,
+   * clip]: the gradient used is (grad gradScale) clip (inside the fused kernel on WebGPU, as two
+   * element-wise ops elsewhere), so the caller need not make scaled copies.
    */
-  stepFlat(grad: Float32Array | tf.Tensor1D, lr: number = this.lr): void {
+  stepFlat(grad: Float32Array | tf.Tensor1D, lr: number = this.lr, gradMul?: [number, number]): void {
     if (this.sliceSize !== this.numel) throw new Error(`AdamW.stepFlat: this optimizer owns [${this.range[0]}, ${this.range[1]}) of ${this.numel} parameters; use stepSlice`);
     tf.tidy(() => {
-      const pNew = this.update(grad, lr);
+      const pNew = this.update(grad, lr, gradMul);
       const parts = tf.split(pNew, this.sizes);
       parts.forEach((part, i) => this.vars[i]!.assign(part.reshape(this.vars[i]!.shape)));
     });
@@ -120,9 +126,9 @@ export class AdamW {
    * the slice are assigned; the slice's new values are returned (the caller disposes them) for the
    * all-gather that brings the other ranks' slices.
    */
-  stepSlice(grad: Float32Array | tf.Tensor1D, lr: number = this.lr): tf.Tensor1D {
+  stepSlice(grad: Float32Array | tf.Tensor1D, lr: number = this.lr, gradMul?: [number, number]): tf.Tensor1D {
     return tf.tidy(() => {
-      const pNew = this.update(grad, lr);
+      const pNew = this.update(grad, lr, gradMul);
       for (const p of this.pieces) {
         const v = this.vars[p.index]!;
         if (p.whole) v.assign(pNew.slice(p.at, p.to - p.from).reshape(v.shape));
@@ -132,7 +138,7 @@ export class AdamW {
   }
 
   /** Moments updated, new parameter values of the slice returned (inside the caller's tidy). */
-  private update(grad: Float32Array | tf.Tensor1D, lr: number): tf.Tensor1D {
+  private update(grad: Float32Array | tf.Tensor1D, lr: number, gradMul?: [number, number]): tf.Tensor1D {
     const n = grad instanceof Float32Array ? grad.length : grad.size;
     if (n !== this.sliceSize) {
       const slice = this.sliceSize === this.numel ? "" : ` (its slice [${this.range[0]}, ${this.range[1]}) of ${this.numel})`;
@@ -147,11 +153,22 @@ export class AdamW {
     const stepSize = lr / bc1;
     const { beta1, beta2, eps } = this;
     const decay = 1 - lr * this.weightDecay;
-    const g = grad instanceof Float32Array ? tf.tensor1d(grad) : grad;
+    const g0 = grad instanceof Float32Array ? tf.tensor1d(grad) : grad;
     const p = tf.concat(this.pieces.map((pc) => {
       const flat = this.vars[pc.index]!.reshape([-1]);
       return pc.whole ? flat : flat.slice(pc.from, pc.to - pc.from);
     })) as tf.Tensor1D;
+    const [gradScale, clip] = gradMul ?? [1, 1];
+    if (fusedLayersFor(g0, p)) {
+      // three dispatches and three full-size buffers instead of about a dozen (webgpu_fused_adamw.ts)
+      const [m, v, pNew] = fusedAdamW(p, this.expAvg as tf.Tensor1D, this.expAvgSq as tf.Tensor1D, g0,
+        { beta1, beta2, eps, stepSize, sqrtBc2: Math.sqrt(bc2), decay, gradScale, clip });
+      this.expAvg.assign(m);
+      this.expAvgSq.assign(v);
+      return pNew;
+    }
+    const g1 = gradScale === 1 ? g0 : g0.mul(gradScale);
+    const g = clip === 1 ? g1 : g1.mul(clip);
     const m = this.expAvg.mul(beta1).add(g.mul(1 - beta1));
     const v = this.expAvgSq.mul(beta2).add(g.square().mul(1 - beta2));
     const denom = v.sqrt().div(Math.sqrt(bc2)).add(eps);

@@ -1,0 +1,130 @@
+// The fused WebGPU AdamW and gradient norm (engine/webgpu_fused_adamw.ts) against the composite
+// AdamW (engine/optim/adamw.ts) and norm on the same backend: parameters and moments over several
+// steps (weight decay, clip on and off, gradScale 2^-k), determinism, tensor counts, and the
+// dispatches and GPU buffers a step creates. Runs only where a WebGPU adapter exists (llvmpipe on
+// this CPU machine: docs/gpu.md, "Testing WebGPU code without a GPU"); skips with the reason elsewhere.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import * as tf from "@tensorflow/tfjs";
+import { dispatches, relErr, webgpuOrReason, withFused } from "./webgpu_adapter.js";
+import { setFusedLayers } from "../../src/engine/webgpu_fused.js";
+import { fusedGradNorm } from "../../src/engine/webgpu_fused_adamw.js";
+import { AdamW } from "../../src/engine/optim/adamw.js";
+import { loadConfig } from "../../src/config/index.js";
+import { Collective } from "../../src/single_controller/collective.js";
+import { ConfigView } from "../../src/workers/config_view.js";
+import { DataParallelOptimizer } from "../../src/workers/dp_optimizer.js";
+
+const skip = await webgpuOrReason();
+setFusedLayers(true);
+const gpu = { skip: skip || false };
+
+/** `count` variables of varied sizes (seeded), `total` values in all roughly. */
+function makeVars(count: number, total: number, seed: number, tag = ""): tf.Variable[] {
+  return Array.from({ length: count }, (_, i) => {
+    const n = Math.max(1, Math.round((total / count) * (0.25 + 1.5 * ((i * 37) % count) / count)));
+    return tf.tidy(() => tf.variable(tf.randomNormal([n], 0, 1, "float32", seed + i), true, `w${seed}${tag}_${i}`));
+  });
+}
+const flat = (vs: tf.Variable[]) => tf.tidy(() => tf.concat(vs.map((v) => v.reshape([-1]))));
+
+/**
+ * The GPU buffers inside fn: asked of tfjs's buffer manager (each output takes one, from its
+ * free pool when it has one of that size) and created on the device (the pool had none): counts and bytes.
+ */
+function buffers<T>(fn: () => T): { out: T; acquired: number; acquiredBytes: number; created: number; createdBytes: number } {
+  const be = tf.backend() as unknown as { device: { createBuffer: (d: { size: number }) => unknown }; bufferManager: { acquireBuffer: (size: number, ...a: unknown[]) => unknown } };
+  const dev = be.device, bm = be.bufferManager, create = dev.createBuffer, acquire = bm.acquireBuffer;
+  const r = { acquired: 0, acquiredBytes: 0, created: 0, createdBytes: 0 };
+  dev.createBuffer = function (this: unknown, d: { size: number }) { r.created++; r.createdBytes += d.size; return create.call(this, d); };
+  bm.acquireBuffer = function (this: unknown, size: number, ...a: unknown[]) { r.acquired++; r.acquiredBytes += size; return acquire.call(this, size, ...a); };
+  try { return { out: fn(), ...r }; } finally { dev.createBuffer = create; bm.acquireBuffer = acquire; }
+}
+
+test("fused AdamW: parameters and moments match the composite over steps (decay, clip on/off, gradScale 2^-k); same bits twice", gpu, async () => {
+  const sets = ["a", "b", "c"].map((tag) => makeVars(7, 20000, 1, tag));
+  const opts = sets.map((vs) => new AdamW(vs, { lr: 0.01, weightDecay: 0.1, betas: [0.9, 0.95], eps: 1e-8 }));
+  const n = opts[0]!.numel;
+  const muls: [number, number][] = [[1, 1], [2 ** -3, 1], [2 ** -7, 0.37], [1, 0.05], [2 ** -1, 1]];
+  muls.forEach(([gs, clip], k) => {
+    const g = tf.randomNormal([n], 0, 3, "float32", 100 + k) as tf.Tensor1D;
+    opts.forEach((o, i) => withFused(i < 2, () => o.stepFlat(g, 0.01 * (1 + k / 10), [gs, clip])));
+    g.dispose();
+  });
+  const [f, f2, r] = await Promise.all(opts.map((o) => o.stateDict()));
+  for (const key of ["expAvg", "expAvgSq"] as const) {
+    const e = await relErr(tf.tensor1d(f![key]), tf.tensor1d(r![key]));
+    console.error(`fused AdamW, 5 steps: ${key} relative error ${e.toExponential(2)}`);
+    assert.ok(e <= 1e-6, `${key}: relative error ${e.toExponential(2)}`);
+    assert.deepEqual(f2![key], f![key], `${key}: same bits twice`);
+  }
+  const [pf, pf2, pr] = sets.map(flat);
+  const e = await relErr(pf!, pr!);
+  console.error(`fused AdamW, 5 steps: params relative error ${e.toExponential(2)}`);
+  assert.ok(e <= 1e-6, `params: relative error ${e.toExponential(2)}`);
+  assert.deepEqual(await pf2!.data(), await pf!.data());
+  tf.dispose([pf!, pf2!, pr!, ...sets.flat()]);
+  opts.forEach((o) => o.dispose());
+});
+
+test("fused gradient norm: matches the composite, fixed order (same bits twice), odd sizes", gpu, async () => {
+  for (const n of [1, 255, 4097, 300001]) {
+    const g = tf.randomNormal([n], 0, 2, "float32", n) as tf.Tensor1D;
+    for (const gs of [1, 2 ** -5]) {
+      const a = fusedGradNorm(g, gs), b = fusedGradNorm(g, gs);
+      const ref = tf.tidy(() => g.mul(gs).square().sum().sqrt().reshape([1]));
+      const e = await relErr(a, ref);
+      assert.ok(e <= 1e-5, `n ${n} gradScale ${gs}: relative error ${e.toExponential(2)}`);
+      assert.deepEqual(await b.data(), await a.data());
+      tf.dispose([a, b, ref]);
+    }
+    g.dispose();
+  }
+});
+
+test("a 50-variable AdamW step: dispatches and buffers created, fused against composite; tensor count flat", gpu, async () => {
+  const vars = makeVars(50, 2_000_000, 3);
+  const opt = new AdamW(vars, { lr: 1e-3, weightDecay: 0.01 });
+  const g = tf.randomNormal([opt.numel], 0, 1, "float32", 9) as tf.Tensor1D;
+  const step = (fused: boolean) => withFused(fused, () => buffers(() => dispatches(() => opt.stepFlat(g, 1e-3, [2 ** -4, 0.5]))));
+  const cold = { f: step(true), r: step(false) }; // the first of each: pipelines compiled, the free pool primed
+  await opt.stateDict();
+  const before = tf.memory().numTensors;
+  const f = step(true), r = step(false);
+  assert.equal(tf.memory().numTensors, before, "no tensor left behind");
+  const mb = (b: number) => (b / 2 ** 20).toFixed(1);
+  const say = (x: typeof f, c: typeof f) => `${x.out.n} dispatches, ${x.acquired} buffers asked for (${mb(x.acquiredBytes)} MiB), ` +
+    `${x.created} created (${mb(x.createdBytes)} MiB; first step ${c.created}, ${mb(c.createdBytes)} MiB)`;
+  console.error(`AdamW step, 50 variables, ${opt.numel} values (${mb(4 * opt.numel)} MiB):\n  composite ${say(r, cold.r)}\n  fused     ${say(f, cold.f)}`);
+  assert.ok(f.out.n < r.out.n, `dispatches: fused ${f.out.n}, composite ${r.out.n}`);
+  assert.ok(f.acquiredBytes < r.acquiredBytes, `bytes of buffers asked for: fused ${f.acquiredBytes}, composite ${r.acquiredBytes}`);
+  tf.dispose([g, ...vars]);
+  opt.dispose();
+});
+
+test("the one-rank on-device step: fused norm and update agree with the composite (clip active, gradScale 2^-3)", gpu, async () => {
+  const cfg = loadConfig({ configName: "ppo_trainer", overrides: ["actor_rollout_ref.actor.optim.lr=0.1"] });
+  // not withFused: it turns the switch back on when the async function returns its promise
+  const run = async (fused: boolean) => { setFusedLayers(fused); try { return await runSteps(); } finally { setFusedLayers(true); } };
+  const runSteps = async () => {
+    const before = tf.memory().numTensors;
+    const w = tf.variable(tf.tensor1d([1, -2, 3, 0.5]), true), u = tf.variable(tf.tensor2d([[0.3, -0.1], [2, 1]]), true);
+    const opt = new DataParallelOptimizer([w, u], new ConfigView(cfg, "actor_rollout_ref.actor.optim"), 10, Collective.single(), 1.0, { onDevice: true });
+    const norms: number[] = [];
+    for (const scale of [3, 0.01, 2]) {
+      const g = tf.variableGrads(() => w.square().sum().add(u.mul(w.slice(0, 2).reshape([1, 2])).sum()).mul(tf.scalar(scale)) as tf.Scalar, [w, u]);
+      opt.accumulate(g.grads);
+      tf.dispose([g.value, ...Object.values(g.grads)]);
+      norms.push((await opt.step([], 2 ** -3)).gradNorm);
+    }
+    const out = [...(await w.data()), ...(await u.data())];
+    opt.dispose(); w.dispose(); u.dispose();
+    return { norms, out, tensors: tf.memory().numTensors - before };
+  };
+  await run(true); // first use: whatever tfjs keeps for good
+  const r = await run(false), f = await run(true);
+  r.norms.forEach((n, i) => assert.ok(Math.abs(n - f.norms[i]!) <= 1e-6 * n, `norm ${i}: ${n} vs ${f.norms[i]}`));
+  r.out.forEach((x, i) => assert.ok(Math.abs(x - f.out[i]!) <= 1e-6 * Math.max(1, Math.abs(x)), `weight ${i}: ${x} vs ${f.out[i]}`));
+  // (the two tensors w and u were made from stay registered, in both)
+  assert.equal(f.tensors, r.tensors, "tensors left behind: fused as many as composite");
+});
