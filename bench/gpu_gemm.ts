@@ -1,10 +1,11 @@
 // The tensor-core GEMM of issue 23 (src/engine/webgpu_gemm.ts) on the GPU, in one process:
-//   bash scripts/gpu-run.sh node dist/bench/gpu_gemm.js [--only adapter,validate,check,sweep,staged_old,direct,registry]
+//   bash scripts/gpu-run.sh node dist/bench/gpu_gemm.js [--only adapter,validate,check,sweep,staged_old,direct,registry,splitk]
 //     [--size 4096] [--reps 10] [--tiles BMxBNxBKxSGMxSGNxBUF,...] [--formats f32,packed]
 //     [--budget-s 140] [--toggles default,disable_robustness] [--candidates NAME,...] [--classes NT/large,...]
 // `sweep` runs every autotuner candidate (src/engine/gemm_autotune.ts, webgpu_kernels.ts) at
 // 4096^3 and the model's shapes, one JSON line each, then the autotuner's choice per class;
-// with --toggles it runs once per Dawn toggle set (a child process each, extra toggles joined by
+// `splitk` times the trainer's split-K products (LoRA's factor gradients) against the unsplit kernel.
+// With --toggles it runs once per Dawn toggle set (a child process each, extra toggles joined by
 // "+" appended to VERL_DAWN_FLAGS or the defaults), the budget split between them.
 // `validate` is meant for a run with Dawn's validation on (VERL_DAWN_FLAGS without
 // skip_validation): it reports every uncaptured device error and the error scope around one
@@ -13,7 +14,7 @@ import * as tf from "@tensorflow/tfjs";
 import { initBackend } from "../src/engine/backend.js";
 import { webGpuInfo, webGpuSummary } from "../src/engine/webgpu.js";
 import { DEFAULT_TILE, fitTile, gemmFlops, tileBytes, type GemmShape, type GemmTile } from "../src/engine/webgpu_gemm.js";
-import { directPadding, type DirectTile } from "../src/engine/webgpu_gemm.js";
+import { DEFAULT_DIRECT_TILE, directPadding, directSplits, type DirectTile } from "../src/engine/webgpu_gemm.js";
 import { directMatMul, gemmAutotuner, gemmShape, packOperand, paddedMatMul, setMatmulPrecision, tensorCoreMatMul, tensorCoreStats, tensorCoreSupport, TENSOR_CORE_CANDIDATES,
   stagedCandidate, webGpuTimer, type TensorCoreCandidate } from "../src/engine/webgpu_kernels.js";
 import { DEFAULT_DAWN_FLAGS } from "../src/engine/webgpu.js";
@@ -379,6 +380,48 @@ async function registry(a: Args): Promise<void> {
   }
 }
 
+/**
+ * Split-K (directSplits) at the 0.5B recipe's backward shapes (6,144 token rows): LoRA's factor
+ * products and full fine-tuning's small weight gradients, through tf.matMul with 16-bit products,
+ * split as the trainer splits them and with VERL_GEMM_SPLIT_K=0; ms each, the speed-up, and the
+ * split product's error against float32.
+ */
+async function splitK(a: Args): Promise<void> { // a.reps: repetitions timed
+  const cases: [string, number, number, number, boolean, boolean][] = [
+    ["lora_dA_qkv", 96, 896, 6144, true, false], ["lora_dB_qkv", 1152, 96, 6144, true, false],
+    ["lora_dA_down", 32, 4864, 6144, true, false], ["lora_dB_gate_up", 9728, 64, 6144, true, false],
+    ["lora_h_down", 6144, 32, 4864, false, true], ["lora_dH_gate_up", 6144, 64, 9728, false, false],
+    ["full_dW_qkv", 1152, 896, 6144, true, false], ["full_dW_o", 896, 896, 6144, true, false], ["full_dW_down", 896, 4864, 6144, true, false],
+  ];
+  const env = (v: string | undefined) => { if (v === undefined) delete process.env.VERL_GEMM_SPLIT_K; else process.env.VERL_GEMM_SPLIT_K = v; };
+  const before = process.env.VERL_GEMM_SPLIT_K;
+  for (const [name, m, n, k, ta, tb] of cases) {
+    await part(`splitk_${name}`, async () => {
+      const x = tf.randomNormal(ta ? [k, m] : [m, k], 0, 1, "float32", seed++) as tf.Tensor2D;
+      const y = tf.randomNormal(tb ? [n, k] : [k, n], 0, 1, "float32", seed++) as tf.Tensor2D;
+      const ref = reference(x, y, ta, tb);
+      setMatmulPrecision("f16", { direct: DEFAULT_DIRECT_TILE }); // the trainer's default kernel
+      try {
+        env(before);
+        const s: GemmShape = { batch: 1, m, n, k, transposeA: ta, transposeB: tb, batchA: 1, batchB: 1 };
+        const splits = directSplits(s, { ...DEFAULT_DIRECT_TILE, splitK: true });
+        const splitMs = await timeIt(() => tf.matMul(x, y, ta, tb), a.reps);
+        const out = tf.matMul(x, y, ta, tb), e = await relErr(out, ref);
+        env("0");
+        const plainMs = await timeIt(() => tf.matMul(x, y, ta, tb), a.reps);
+        const flop = 2 * m * n * k;
+        emit("splitk", { name, m, n, k, transposeA: ta, transposeB: tb, splits },
+          { split_ms: splitMs, split_tflops: flop / splitMs / 1e9, unsplit_ms: plainMs, unsplit_tflops: flop / plainMs / 1e9, speedup: plainMs / splitMs, ...e });
+        tf.dispose(out);
+      } finally {
+        env(before);
+        setMatmulPrecision("f32");
+        tf.dispose([x, y, ref]);
+      }
+    });
+  }
+}
+
 /** --toggles: the sweep once per toggle set, each in a child process (Dawn's toggles are fixed per process). */
 function sweepPerToggles(a: Args, argv: string[]): void {
   const sets = a.toggles!, base = process.env.VERL_DAWN_FLAGS ?? DEFAULT_DAWN_FLAGS;
@@ -415,6 +458,7 @@ async function main(): Promise<void> {
   if (a.only.has("sweep")) await part("sweep", () => sweep(a));
   if (a.only.has("direct")) await part("sweep_direct", () => sweepDirect(a));
   if (a.only.has("registry")) await part("registry", () => registry(a));
+  if (a.only.has("splitk")) await part("splitk", () => splitK(a));
   emit("done", {}, { numTensors: tf.memory().numTensors });
 }
 

@@ -456,7 +456,7 @@ export class PackPadProgram implements GpuProgram {
  * shader (one pipeline per shape) instead of uniforms, so the driver sees constant strides that
  * are multiples of 16 (the issue's fast probe had its sizes baked in).
  */
-export interface DirectTile { sgM: number; sgN: number; tm: number; tn: number; unroll: 1 | 2 | 4; prefetch?: boolean; baked?: boolean }
+export interface DirectTile { sgM: number; sgN: number; tm: number; tn: number; unroll: 1 | 2 | 4; prefetch?: boolean; baked?: boolean; splitK?: boolean }
 /**
  * The kernel a product runs before its class is tuned: 2 x 2 subgroups of 4 x 4 fragments (128 x 128
  * a workgroup), register prefetch, strides baked in; the best of the H200 sweep of 2026-12-04
@@ -465,9 +465,46 @@ export interface DirectTile { sgM: number; sgN: number; tm: number; tn: number; 
  */
 export const DEFAULT_DIRECT_TILE: DirectTile = { sgM: 2, sgN: 2, tm: 4, tn: 4, unroll: 1, prefetch: true, baked: true };
 
-/** Padded extents of a product for a direct tile. */
+/**
+ * Workgroups a split-K product aims for: about two per streaming multiprocessor on the H100 and
+ * H200 (132 each; WebGPU does not say how many an adapter has).
+ */
+export const SPLIT_K_WORKGROUPS = 256;
+/** The least K a split covers (32 steps of 16): shorter splits spend more on the partial sums than they save. */
+export const SPLIT_K_MIN_CHUNK = 512;
+
+/** VERL_GEMM_SPLIT_K: `0` turns split-K off, a number caps the splits (default: SPLIT_K_WORKGROUPS decides). */
+function splitKCap(): number {
+  const v = process.env.VERL_GEMM_SPLIT_K;
+  if (v === undefined || v === "") return 64;
+  const n = Number(v);
+  if (!Number.isInteger(n) || n < 0) throw new Error(`VERL_GEMM_SPLIT_K=${v}: expected 0 (off) or the most splits a product may take`);
+  return Math.max(1, n);
+}
+
+/**
+ * How many parts a direct product's K is cut into (1: not split). A product with few output tiles
+ * and a long K, such as a weight gradient g^T x over 6,144 tokens into a LoRA factor of 32 rows,
+ * would keep a handful of workgroups busy for the whole K while the rest of the GPU idles; split,
+ * each part sums its own K range into a [splits, mP, nP] scratch, and a second pass adds the parts
+ * (in a fixed order, so the result is the same bits every time).
+ */
+export function directSplits(s: GemmShape, t: DirectTile): number {
+  if (!t.splitK) return 1;
+  const cap = splitKCap();
+  const tiles = Math.ceil(s.m / (16 * t.tm * t.sgM)) * Math.ceil(s.n / (16 * t.tn * t.sgN)) * s.batch;
+  if (cap <= 1 || tiles * 2 > SPLIT_K_WORKGROUPS) return 1;
+  const want = Math.min(Math.ceil(SPLIT_K_WORKGROUPS / tiles), Math.floor(s.k / SPLIT_K_MIN_CHUNK), cap);
+  if (want < 2) return 1;
+  // no split of padding alone: the parts are re-counted from the chunk they round to
+  return Math.ceil(s.k / roundUp(Math.ceil(s.k / want), 16 * t.unroll));
+}
+
+/** Padded extents of a product for a direct tile (with split-K, kP is the splits' equal chunks). */
 export function directPadding(s: GemmShape, t: DirectTile): { mP: number; nP: number; kP: number } {
-  return { mP: roundUp(s.m, 16 * t.tm * t.sgM), nP: roundUp(s.n, 16 * t.tn * t.sgN), kP: roundUp(s.k, 16 * t.unroll) };
+  const splits = directSplits(s, t), step = 16 * t.unroll;
+  const kP = splits > 1 ? roundUp(Math.ceil(s.k / splits), step) * splits : roundUp(s.k, step);
+  return { mP: roundUp(s.m, 16 * t.tm * t.sgM), nP: roundUp(s.n, 16 * t.tn * t.sgN), kP };
 }
 
 const FRAG_L = "subgroup_matrix_left<f16, 16, 16>", FRAG_R = "subgroup_matrix_right<f16, 16, 16>", FRAG_C = "subgroup_matrix_result<f32, 16, 16>";
@@ -482,12 +519,15 @@ export interface PaddedGemmKernel {
   program(s: GemmShape): GpuProgram & { uniformValues(): UniformValue[] };
   /** workgroup memory the program needs (bytes; 0 for none) */
   workgroupBytes(s: GemmShape): number;
+  /** K splits: the program's output is then [batch * splits, mP, nP] partial sums (absent: 1) */
+  splits?(s: GemmShape): number;
 }
 
 export const directKernel = (t: DirectTile): PaddedGemmKernel => ({
   padding: (s) => directPadding(s, t),
   program: (s) => new DirectGemmProgram(s, t),
   workgroupBytes: () => 16,
+  splits: (s) => directSplits(s, t),
 });
 
 /** Uniform values of a padded product: extents and per-batch operand strides (0: broadcast). */
@@ -504,6 +544,64 @@ function extentLines(): string {
         let kP = u32(uniforms.kP);
         let aOff = wid.z * u32(uniforms.strideA);
         let bOff = wid.z * u32(uniforms.strideB);`;
+}
+
+/** extentLines for a split-K product: workgroup z is batch * splits + part; the part's K range [k0, kEnd). */
+function splitLines(splits: number): string {
+  return `
+        let mP = u32(uniforms.mP);
+        let nP = u32(uniforms.nP);
+        let kP = u32(uniforms.kP);
+        let part = wid.z % ${splits}u;
+        let aOff = (wid.z / ${splits}u) * u32(uniforms.strideA);
+        let bOff = (wid.z / ${splits}u) * u32(uniforms.strideB);
+        let chunk = kP / ${splits}u;
+        let k0 = part * chunk;
+        let kEnd = k0 + chunk;`;
+}
+
+/**
+ * The split-K parts [batch * splits, mP, nP] summed, part 0 first, into the product's [batch, m, n]
+ * (the padding's rows and columns dropped in the same pass).
+ */
+export class SplitKSumProgram implements GpuProgram {
+  variableNames = ["parts"];
+  outputShape: number[];
+  shaderKey: string;
+  dispatchLayout = { x: [0] };
+  dispatch: [number, number, number];
+  workgroupSize: [number, number, number] = [256, 1, 1];
+  uniforms = "m : i32, n : i32, mP : i32, nP : i32, total : i32,";
+  constructor(private readonly batch: number, private readonly splits: number, private readonly m: number, private readonly n: number,
+    private readonly mP: number, private readonly nP: number) {
+    this.outputShape = [batch, m, n];
+    const groups = Math.ceil((batch * m * n) / 256);
+    this.dispatch = [Math.min(groups, 32768), Math.ceil(groups / 32768), 1];
+    this.shaderKey = `verlSplitKSum_${splits}`;
+  }
+  uniformValues(): UniformValue[] {
+    return [this.m, this.n, this.mP, this.nP, this.batch * this.m * this.n].map((v) => ({ type: "int32" as const, data: [v] }));
+  }
+  getUserCode(): string {
+    return `
+      fn main(index : i32) {
+        if (index < uniforms.total) {
+          let perB = uniforms.m * uniforms.n;
+          let b = index / perB;
+          let rem = index - b * perB;
+          let row = rem / uniforms.n;
+          let col = rem - row * uniforms.n;
+          let plane = uniforms.mP * uniforms.nP;
+          var at = b * ${this.splits} * plane + row * uniforms.nP + col;
+          var acc = parts[at];
+          for (var p = 1; p < ${this.splits}; p++) {
+            at = at + plane;
+            acc = acc + parts[at];
+          }
+          result[index] = acc;
+        }
+      }`;
+  }
 }
 
 /** Row strides of the padded operands and result in storage: A's, B's, C's. */
@@ -542,10 +640,10 @@ abstract class PaddedGemmProgram implements GpuProgram {
   dispatch: [number, number, number];
   workgroupSize: [number, number, number];
   uniforms = "mP : i32, nP : i32, kP : i32, strideA : i32, strideB : i32,";
-  constructor(protected readonly s: GemmShape, t: { sgM: number; sgN: number; tm: number; tn: number }, readonly pad: { mP: number; nP: number; kP: number }) {
-    this.outputShape = [s.batch, pad.mP, pad.nP];
+  constructor(protected readonly s: GemmShape, t: { sgM: number; sgN: number; tm: number; tn: number }, readonly pad: { mP: number; nP: number; kP: number }, readonly splits = 1) {
+    this.outputShape = [s.batch * splits, pad.mP, pad.nP];
     this.workgroupSize = [32 * t.sgM * t.sgN, 1, 1];
-    this.dispatch = [pad.nP / (16 * t.tn * t.sgN), pad.mP / (16 * t.tm * t.sgM), s.batch];
+    this.dispatch = [pad.nP / (16 * t.tn * t.sgN), pad.mP / (16 * t.tm * t.sgM), s.batch * splits];
   }
   uniformValues(): UniformValue[] { return paddedUniforms(this.s, this.pad); }
   abstract getUserCode(): string;
@@ -559,8 +657,8 @@ export class DirectGemmProgram extends PaddedGemmProgram {
   shaderKey: string;
   constructor(s: GemmShape, private readonly t: DirectTile) {
     if (![1, 2, 4].includes(t.unroll)) throw new Error(`DirectGemmProgram: unroll ${t.unroll} is not 1, 2 or 4`);
-    super(s, t, directPadding(s, t));
-    this.shaderKey = `verlDirectGemm_${t.sgM}x${t.sgN}_${t.tm}x${t.tn}_u${t.unroll}${t.prefetch ? "p" : ""}_${keyShape(s, this.pad, !!t.baked)}`;
+    super(s, t, directPadding(s, t), directSplits(s, t));
+    this.shaderKey = `verlDirectGemm_${t.sgM}x${t.sgN}_${t.tm}x${t.tn}_u${t.unroll}${t.prefetch ? "p" : ""}${this.splits > 1 ? `_s${this.splits}` : ""}_${keyShape(s, this.pad, !!t.baked)}`;
   }
   getUserCode(): string {
     const { s, t } = this;
@@ -587,23 +685,25 @@ export class DirectGemmProgram extends PaddedGemmProgram {
       for (let u = 0; u < t.unroll; u++) for (let i = 0; i < t.tm; i++) for (let j = 0; j < t.tn; j++) out.push(`c${i}_${j} = subgroupMatrixMultiplyAccumulate(${p}a${u}_${i}, ${p}b${u}_${j}, c${i}_${j});`);
       return out;
     };
-    const step = 16 * t.unroll;
+    const step = 16 * t.unroll, split = this.splits > 1;
+    // split-K: workgroup z is (batch, part); the part sums K in [k0, kEnd)
+    const k0 = split ? "k0" : "0u", kEnd = split ? "kEnd" : "kP";
     let loop: string;
     if (!t.prefetch) {
-      loop = `for (var k = 0u; k < kP; k = k + ${step}u) {
+      loop = `for (var k = ${k0}; k < ${kEnd}; k = k + ${step}u) {
           ${[...loads("k", "", "let"), ...macs("")].join("\n          ")}
         }`;
     } else {
       // registers hold the current step; the next step's loads are issued before its products
       // (the last iteration reloads its own step: kn is clamped, never out of bounds)
-      const cur = loads("0u", "", "var"), copy: string[] = [];
+      const cur = loads(k0, "", "var"), copy: string[] = [];
       for (let u = 0; u < t.unroll; u++) {
         for (let i = 0; i < t.tm; i++) copy.push(`a${u}_${i} = na${u}_${i};`);
         for (let j = 0; j < t.tn; j++) copy.push(`b${u}_${j} = nb${u}_${j};`);
       }
       loop = `${cur.join("\n        ")}
-        for (var k = 0u; k < kP; k = k + ${step}u) {
-          let kn = min(k + ${step}u, kP - ${step}u);
+        for (var k = ${k0}; k < ${kEnd}; k = k + ${step}u) {
+          let kn = min(k + ${step}u, ${kEnd} - ${step}u);
           ${[...loads("kn", "n", "let"), ...macs(""), ...copy].join("\n          ")}
         }`;
     }
@@ -617,7 +717,7 @@ export class DirectGemmProgram extends PaddedGemmProgram {
         let tid = localIndex;
         if (tid == 0u) { wgShared = workgroupId; }
         let wid = workgroupUniformLoad(&wgShared);
-        let sg = tid / 32u;${extentLines()}${strideLines(s, this.pad, !!t.baked)}
+        let sg = tid / 32u;${split ? splitLines(this.splits) : extentLines()}${strideLines(s, this.pad, !!t.baked)}
         let row0 = wid.y * ${16 * t.tm * t.sgM}u + (sg / ${t.sgN}u) * ${16 * t.tm}u;
         let col0 = wid.x * ${16 * t.tn * t.sgN}u + (sg % ${t.sgN}u) * ${16 * t.tn}u;
         let cOff = wid.z * mP * nP;

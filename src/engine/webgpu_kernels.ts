@@ -7,7 +7,7 @@
 // kernel, which stays the reference and the fallback.
 import * as tf from "@tensorflow/tfjs";
 import {
-  DEFAULT_DIRECT_TILE, DEFAULT_TILE, GemmProgram, PackF16Program, PackPadProgram, directKernel, directPadding, fitTile, operandFormat, stagedKernel,
+  DEFAULT_DIRECT_TILE, DEFAULT_TILE, GemmProgram, PackF16Program, PackPadProgram, SplitKSumProgram, directKernel, directPadding, fitTile, operandFormat, stagedKernel,
   type DirectTile, type GemmShape, type GemmTile, type PaddedGemmKernel, type Rounding, type StagedTile,
 } from "./webgpu_gemm.js";
 import type { GpuProgram, UniformValue } from "../rollout/webgpu_programs.js";
@@ -252,12 +252,17 @@ export function paddedMatMul(backend: Backend, a: TensorInfo, b: TensorInfo, s: 
       : { info: packOperand(backend, b, s, kernel, "b", rounding), owned: true };
     pb = got.info; ownB = got.owned;
   }
-  const prog = kernel.program(s);
+  const prog = kernel.program(s), splits = kernel.splits?.(s) ?? 1;
   const full = backend.runWebGPUProgram(prog, [pa, pb], "float32", prog.uniformValues());
   if (!opts.aPacked) backend.disposeData(pa.dataId);
   if (ownB) backend.disposeData(pb.dataId);
   let out = full;
-  if (mP !== s.m || nP !== s.n) {
+  if (splits > 1) {
+    // the parts' sum, cut to [batch, m, n] in the same pass
+    const sum = new SplitKSumProgram(s.batch, splits, s.m, s.n, mP, nP);
+    out = backend.runWebGPUProgram(sum, [full], "float32", sum.uniformValues());
+    backend.disposeData(full.dataId);
+  } else if (mP !== s.m || nP !== s.n) {
     out = tfKernel("Slice")({ inputs: { x: full }, backend, attrs: { begin: [0, 0, 0], size: [s.batch, s.m, s.n] } });
     backend.disposeData(full.dataId);
   }
@@ -451,9 +456,25 @@ export async function tuneTensorCores(classes: Iterable<string> = pendingClasses
  */
 function kernelFor(s: GemmShape): PaddedGemmKernel | null {
   const cls = productClass(s), choice = tuner?.chosen(cls);
-  if (choice) return choice.candidate ? (choice.candidate as TensorCoreCandidate).kernel : null;
+  if (choice) {
+    const c = choice.candidate as TensorCoreCandidate | null;
+    if (!c) return null;
+    return c.params.kind === "direct" ? splitKernel(c.params as unknown as DirectTile) : c.kernel;
+  }
   if (autotuneOn()) pendingClasses.add(cls);
-  return directKernel(state.direct);
+  return splitKernel(state.direct);
+}
+
+/**
+ * A direct tile's kernel for the trainer's products, with split-K where a product has few output
+ * tiles and a long K (directSplits). Only here: the decoder's packed weights (PackedMatrix) and the
+ * tuner's timings keep their unsplit padding.
+ */
+const splitKernels = new Map<DirectTile, PaddedGemmKernel>();
+function splitKernel(t: DirectTile): PaddedGemmKernel {
+  let k = splitKernels.get(t);
+  if (!k) splitKernels.set(t, (k = directKernel({ ...t, splitK: true })));
+  return k;
 }
 
 function batchMatMul(args: KernelArgs): TensorInfo {

@@ -163,25 +163,24 @@ function batchPlan(blocks: LoraBlock[]): BatchPlan | undefined {
 
 /**
  * The batched form's constants for a block layout: `mask` [sum(out), slots * r] holds `scale` where
- * block j's rows meet its slot's columns (zero elsewhere), `gather` [slots * r, r] stacks identities.
+ * block j's rows meet its slot's columns (zero elsewhere).
  * Kept across calls (made once per layout and backend): uploading them every pass would cost what
  * the batching saves.
  */
-const layoutCache = new Map<string, { mask: tf.Tensor2D; gather: tf.Tensor2D }>();
+const layoutCache = new Map<string, { mask: tf.Tensor2D }>();
 
 function layoutConstants(sizes: number[], slotOf: number[], rank: number, scale: number) {
   const u = Math.max(...slotOf) + 1, key = `${tf.getBackend()}|${sizes}|${slotOf}|${rank}|${scale}`;
   const hit = layoutCache.get(key);
-  if (hit && !hit.mask.isDisposed && !hit.gather.isDisposed) return hit;
+  if (hit && !hit.mask.isDisposed) return hit;
   const rows = sizes.reduce((a, b) => a + b, 0), cols = u * rank;
-  const mask = new Float32Array(rows * cols), gather = new Float32Array(cols * rank);
+  const mask = new Float32Array(rows * cols);
   let row = 0;
   sizes.forEach((n, j) => {
     for (let o = row; o < row + n; o++) mask.fill(scale, o * cols + slotOf[j]! * rank, o * cols + (slotOf[j]! + 1) * rank);
     row += n;
   });
-  for (let c = 0; c < cols; c++) gather[c * rank + (c % rank)] = 1;
-  const made = { mask: tf.keep(tf.tensor2d(mask, [rows, cols])), gather: tf.keep(tf.tensor2d(gather, [cols, rank])) };
+  const made = { mask: tf.keep(tf.tensor2d(mask, [rows, cols])) };
   layoutCache.set(key, made);
   return made;
 }
@@ -193,10 +192,10 @@ function layoutConstants(sizes: number[], slotOf: number[], rank: number, scale:
  * bound by the host's cost per dispatch):
  *   H = xd [A_1; ...; A_u]^T                    [N, u r]   (one product; u slots of distinct A)
  *   l = H Bd^T (masked by dropOut)              [N, out]   Bd = [B_1 .. B_k] placed block-diagonally, times s
- *   dH = gl Bd, dA = dH^T xd (split by slot), dB = ((gl^T H) * mask) E (split by block)
+ *   dH = gl Bd, dA = dH^T xd (split by slot), dB = sum over slots of (gl^T H) * mask (split by block)
  * Bd is B broadcast over the slots times a constant mask that carries the scale, so s costs no
  * multiply of its own.
- * dB takes one product with the off-diagonal blocks discarded rather than a batched product: the
+ * dB takes one product with the off-diagonal blocks masked out rather than a batched product: the
  * blocks' output sizes differ (q against k/v), which a batched product would have to pad and
  * re-slice, and the discarded part is small (u r columns against the base product's `in`).
  * With pre-dropout and several slots each slot's input is masked differently, so the A products run
@@ -239,7 +238,10 @@ function batchedLoraLinear(x: tf.Tensor2D, blocks: LoraBlock[], scale: number, p
         const g = dy as tf.Tensor2D, gl = dout ? (tf.mul(g, dout) as tf.Tensor2D) : g;
         const dh = tf.matMul(gl, bd) as tf.Tensor2D; // [N, u r]
         const gh = matmulTN(gl, h); // [out, u r]: block j's rows against every slot's columns
-        const dbCat = layout ? tf.matMul(tf.mul(gh, layout.mask) as tf.Tensor2D, layout.gather) : tf.mul(gh, scale);
+        // each row keeps its own slot's r columns (the mask, times s), summed over the u slots: one
+        // term is non-zero, so the sum is exact (a product with stacked identities would round it to
+        // 16 bits under 16-bit products, and pack and pad two operands for it)
+        const dbCat = layout ? tf.sum(tf.mul(gh, layout.mask).reshape([-1, u, r]), 1) : tf.mul(gh, scale);
         const dbs = k === 1 ? [dbCat] : tf.split(dbCat, sizes, 0);
         let dxa: tf.Tensor, das: tf.Tensor[];
         if (stacked) {

@@ -85,3 +85,21 @@ test("a broken shader is caught by the same check", { skip }, async () => {
   assert.equal(o.thrown, undefined);
   assert.match(o.deviceError ?? "", /subgroupMatrixMultiplyAccumulateX/);
 });
+
+test("split-K products compile: the split kernel in four layouts and the parts' sum", { skip }, async () => {
+  const { directCandidate } = await import("../../src/engine/webgpu_kernels.js");
+  const { DEFAULT_DIRECT_TILE, directSplits } = await import("../../src/engine/webgpu_gemm.js");
+  const t = { ...DEFAULT_DIRECT_TILE, splitK: true }, c = directCandidate(t);
+  for (const [ta, tb] of [[false, false], [false, true], [true, false], [true, true]] as const) {
+    const s = { batch: 2, m: 40, n: 72, k: 1100, transposeA: ta, transposeB: tb, batchA: 2, batchB: 1 };
+    assert.equal(directSplits(s, t), 2);
+    const a = tf.randomNormal(ta ? [2, s.k, s.m] : [2, s.m, s.k]), b = tf.randomNormal(tb ? [1, s.n, s.k] : [1, s.k, s.n]);
+    const cap = webGpuErrorCapture();
+    cap.begin();
+    const out = c.matMul(a, b, s);
+    assert.deepEqual(out.shape, [2, 40, 72]);
+    const err = await cap.end();
+    tf.dispose([a, b, out]);
+    assert.equal(err, null, `split-K ${ta ? "T" : "N"}${tb ? "T" : "N"}`);
+  }
+});

@@ -7,7 +7,7 @@
 // written, and the product exact. The checker's own teeth are checked on broken variants.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { DEFAULT_DIRECT_TILE, DEFAULT_TILE, directKernel, stagedKernel, type GemmShape, type GemmTile, type StagedTile } from "../../src/engine/webgpu_gemm.js";
+import { DEFAULT_DIRECT_TILE, DEFAULT_TILE, directKernel, directSplits, stagedKernel, type DirectTile, type GemmShape, type GemmTile, type StagedTile } from "../../src/engine/webgpu_gemm.js";
 import { TENSOR_CORE_TILES } from "../../src/engine/webgpu_kernels.js";
 import { runFirstStaged, runKernel, type KernelRun } from "./wgsl_gemm_sim.js";
 
@@ -52,6 +52,43 @@ test("direct kernels: every sweep tile in two layouts, the default in all four: 
     assertClean(runKernel(directKernel(t), checkProblem(ta, tb)), `direct ${JSON.stringify(t)} ${lay(ta, tb)}`);
   }
   assert.deepEqual(TENSOR_CORE_TILES.direct[10], DEFAULT_DIRECT_TILE);
+});
+
+test("split-K direct kernels: parts in bounds, every part written, the summed parts exact", () => {
+  const small: DirectTile = { sgM: 1, sgN: 1, tm: 1, tn: 1, unroll: 2, prefetch: true, splitK: true };
+  const cases: [DirectTile, GemmShape][] = [
+    // the default tile: one output tile, K in two parts
+    [{ ...DEFAULT_DIRECT_TILE, splitK: true }, { batch: 1, m: 40, n: 72, k: 1100, transposeA: true, transposeB: false, batchA: 1, batchB: 1 }],
+    // three parts, the last one partly K padding; a batch of 2 against a broadcast right operand
+    [small, { batch: 2, m: 40, n: 72, k: 1600, transposeA: false, transposeB: true, batchA: 2, batchB: 1 }],
+    [{ ...small, prefetch: false, unroll: 1 }, { batch: 1, m: 24, n: 20, k: 1060, transposeA: true, transposeB: true, batchA: 1, batchB: 1 }],
+  ];
+  for (const [t, s] of cases) {
+    const r = runKernel(directKernel(t), s), what = `split-K ${JSON.stringify(t)} ${JSON.stringify(s)}`;
+    assert.ok(r.splits >= 2, `${what}: split (${r.splits})`);
+    assertClean(r, what);
+  }
+  // the split's choice: many tiles or a short K keep one part; VERL_GEMM_SPLIT_K=0 turns it off
+  const t: DirectTile = { ...DEFAULT_DIRECT_TILE, splitK: true };
+  const lora: GemmShape = { batch: 1, m: 96, n: 896, k: 6144, transposeA: true, transposeB: false, batchA: 1, batchB: 1 };
+  assert.equal(directSplits(lora, t), 12); // 7 tiles -> ~256 workgroups, at least 512 of K a part
+  assert.equal(directSplits(lora, DEFAULT_DIRECT_TILE), 1);
+  assert.equal(directSplits({ ...lora, m: 4096, n: 4096 }, t), 1);
+  assert.equal(directSplits({ ...lora, k: 900 }, t), 1);
+  const before = process.env.VERL_GEMM_SPLIT_K;
+  try {
+    process.env.VERL_GEMM_SPLIT_K = "0";
+    assert.equal(directSplits(lora, t), 1);
+    process.env.VERL_GEMM_SPLIT_K = "4";
+    assert.equal(directSplits(lora, t), 4);
+    process.env.VERL_GEMM_SPLIT_K = "x";
+    assert.throws(() => directSplits(lora, t), /VERL_GEMM_SPLIT_K=x/);
+  } finally {
+    if (before === undefined) delete process.env.VERL_GEMM_SPLIT_K; else process.env.VERL_GEMM_SPLIT_K = before;
+  }
+  // the checker sees a part that sums the whole K (every part adds it: the sum is off)
+  const s2 = cases[0]![1], r = runKernel(directKernel(cases[0]![0]), s2, (c) => c.replace("let k0 = part * chunk;", "let k0 = 0u * chunk;"));
+  assert.ok(r.mismatches.length > 0, "a wrong K range is caught");
 });
 
 test("the first staged kernel (GemmProgram): double-buffered and edge tiles in bounds, race-free, exact", () => {

@@ -575,7 +575,7 @@ function padded(x: Float64Array, batch: number, rows: number, cols: number, rows
   return out;
 }
 
-export interface KernelRun extends SimReport { mismatches: string[]; unwritten: number; code: string }
+export interface KernelRun extends SimReport { mismatches: string[]; unwritten: number; code: string; splits: number }
 
 /**
  * Runs `kernel` on the product `s` in the simulator (operands packed and padded as paddedMatMul
@@ -591,8 +591,8 @@ export function runKernel(kernel: PaddedGemmKernel, s: GemmShape, edit: (code: s
   const aStored = s.transposeA ? transpose(A, s.batchA, s.m, s.k) : A, bStored = s.transposeB ? transpose(B, s.batchB, s.k, s.n) : B;
   const a = s.transposeA ? padded(aStored, s.batchA, s.k, s.m, kP, mP) : padded(aStored, s.batchA, s.m, s.k, mP, kP);
   const b = s.transposeB ? padded(bStored, s.batchB, s.n, s.k, nP, kP) : padded(bStored, s.batchB, s.k, s.n, kP, nP);
-  const outLen = prog.outputShape.reduce((x, y) => x * y, 1);
-  if (outLen !== s.batch * mP * nP) throw new Error(`output shape ${prog.outputShape} is not [batch, mP, nP]`);
+  const outLen = prog.outputShape.reduce((x, y) => x * y, 1), splits = kernel.splits?.(s) ?? 1;
+  if (outLen !== s.batch * splits * mP * nP) throw new Error(`output shape ${prog.outputShape} is not [batch * splits, mP, nP]`);
   const result = new Float64Array(outLen).fill(NaN);
   const names = [...prog.uniforms!.matchAll(/(\w+)\s*:\s*i32/g)].map((m) => m[1]!);
   const vals = prog.uniformValues();
@@ -600,7 +600,18 @@ export function runKernel(kernel: PaddedGemmKernel, s: GemmShape, edit: (code: s
   names.forEach((n, i) => { uniforms[n] = vals[i]!.data[0] as number; });
   const f16 = /verl-f16-bindings: a,b\n/.test(code);
   const rep = simulate(code, { dispatch: prog.dispatch, lanes: prog.workgroupSize[0] * prog.workgroupSize[1] * prog.workgroupSize[2], uniforms, a: { view: f16 ? "f16" : "words8", data: a }, b: { view: f16 ? "f16" : "words8", data: b }, result: { view: "f32", data: result } });
-  return { ...rep, ...compare(result, A, B, s, mP, nP), code };
+  return { ...rep, ...compare(splits > 1 ? sumParts(result, s.batch, splits, mP * nP) : result, A, B, s, mP, nP), code, splits };
+}
+
+/** Split-K parts [batch * splits, plane] summed in order (SplitKSumProgram's sum); NaN where any part is unwritten. */
+function sumParts(parts: Float64Array, batch: number, splits: number, plane: number): Float64Array {
+  const out = new Float64Array(batch * plane);
+  for (let b = 0; b < batch; b++) for (let e = 0; e < plane; e++) {
+    let acc = 0;
+    for (let p = 0; p < splits; p++) acc += parts[(b * splits + p) * plane + e]!;
+    out[b * plane + e] = acc;
+  }
+  return out;
 }
 
 function transpose(x: Float64Array, batch: number, rows: number, cols: number): Float64Array {
@@ -624,7 +635,7 @@ export function runFirstStaged(tile: GemmTile, s: GemmShape, packed: boolean): K
   const names = [...prog.uniforms.matchAll(/(\w+)\s*:\s*i32/g)].map((m) => m[1]!), vals = prog.uniformValues(), uniforms: Record<string, number> = {};
   names.forEach((n, i) => { uniforms[n] = vals[i]!.data[0] as number; });
   const rep = simulate(code, { dispatch: prog.dispatch, lanes: prog.workgroupSize[0], uniforms, a: { view: view(fa), data: a }, b: { view: view(fb), data: b }, result: { view: "f32", data: result } });
-  return { ...rep, ...compare(result, A, B, s, s.m, s.n), code };
+  return { ...rep, ...compare(result, A, B, s, s.m, s.n), code, splits: 1 };
 }
 
 /** The result [batch, mP, nP] against the exact product in its [m, n] corner (zero elsewhere). */

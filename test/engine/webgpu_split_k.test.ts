@@ -1,0 +1,53 @@
+// Split-K for the trainer's 16-bit products (issue 23, LoRA at full speed): a product with few output
+// tiles and a long K, as LoRA's factor gradients over 6,144 tokens, is cut into K parts summed by a
+// second pass. The kernel's WGSL is checked exactly by the simulator (webgpu_gemm_sim.test.ts); here,
+// where an adapter has the tensor cores, the products through tfjs's matMul override: close to float32,
+// the same as without the split up to f16 rounding, the same bits twice, and two dispatches more.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import * as tf from "@tensorflow/tfjs";
+import { dispatches, relErr, webgpuOrReason } from "./webgpu_adapter.js";
+import { setMatmulPrecision, tensorCoreSupport } from "../../src/engine/webgpu_kernels.js";
+import { DEFAULT_DIRECT_TILE, directSplits, type GemmShape } from "../../src/engine/webgpu_gemm.js";
+
+/** LoRA's shapes at the 0.5B widths, over fewer tokens: dA = dH^T x, dB = g^T H, and a full dW of the attention block. */
+const SHAPES: { what: string; a: [number, number]; b: [number, number]; ta: boolean; tb: boolean }[] = [
+  { what: "dA [96, 896] over 2,048 tokens", a: [2048, 96], b: [2048, 896], ta: true, tb: false },
+  { what: "dB [1152, 96] over 2,048 tokens", a: [2048, 1152], b: [2048, 96], ta: true, tb: false },
+  { what: "dW [1152, 896] over 3,000 tokens", a: [3000, 1152], b: [3000, 896], ta: true, tb: false },
+  { what: "x A^T, K 4,864", a: [200, 4864], b: [32, 4864], ta: false, tb: true },
+];
+
+function withSplit<T>(v: string | undefined, fn: () => T): T {
+  const before = process.env.VERL_GEMM_SPLIT_K;
+  if (v === undefined) delete process.env.VERL_GEMM_SPLIT_K; else process.env.VERL_GEMM_SPLIT_K = v;
+  try { return fn(); } finally { if (before === undefined) delete process.env.VERL_GEMM_SPLIT_K; else process.env.VERL_GEMM_SPLIT_K = before; }
+}
+
+test("split-K products on the tensor cores: close to float32, equal to the unsplit product within f16 rounding, deterministic", async (t) => {
+  const why = await webgpuOrReason();
+  if (why) return t.skip(why);
+  if (!tensorCoreSupport.available) return t.skip(`no tensor cores on this adapter (${tensorCoreSupport.reason})`);
+  for (const sh of SHAPES) {
+    const a = tf.randomNormal(sh.a, 0, 1, "float32", 1) as tf.Tensor2D, b = tf.randomNormal(sh.b, 0, 1, "float32", 2) as tf.Tensor2D;
+    const [m, k] = sh.ta ? [sh.a[1], sh.a[0]] : sh.a, n = sh.tb ? sh.b[0] : sh.b[1];
+    const s: GemmShape = { batch: 1, m, n, k, transposeA: sh.ta, transposeB: sh.tb, batchA: 1, batchB: 1 };
+    const splits = directSplits(s, { ...DEFAULT_DIRECT_TILE, splitK: true });
+    assert.ok(splits >= 2, `${sh.what}: split (${splits})`);
+    const ref = tf.matMul(a, b, sh.ta, sh.tb);
+    setMatmulPrecision("f16");
+    try {
+      const split1 = dispatches(() => tf.matMul(a, b, sh.ta, sh.tb)), split2 = tf.matMul(a, b, sh.ta, sh.tb);
+      const plain = withSplit("0", () => dispatches(() => tf.matMul(a, b, sh.ta, sh.tb)));
+      assert.ok(await relErr(split1.out, ref) < 2e-3, `${sh.what}: split-K against float32 ${await relErr(split1.out, ref)}`);
+      assert.ok(await relErr(split1.out, plain.out) < 1e-3, `${sh.what}: split against unsplit`);
+      assert.deepEqual(await split1.out.data(), await split2.data(), `${sh.what}: the same bits twice`);
+      // the parts' sum replaces the slice of the padding (or adds a pass where nothing was padded)
+      assert.ok(split1.n <= plain.n + 1, `${sh.what}: ${split1.n} dispatches split, ${plain.n} unsplit`);
+      tf.dispose([split1.out, split2, plain.out]);
+    } finally {
+      setMatmulPrecision("f32");
+      tf.dispose([a, b, ref]);
+    }
+  }
+});
