@@ -4,8 +4,8 @@
 # "Bundling it"); carry [".gpu", ".gl"]. Parts (PARTS, default all), writing under $OUT:
 #   tests    test/engine/webgpu_split_k.test.ts (split-K products on the tensor cores)
 #   splitk   bench/gpu_gemm.ts --only splitk: the 0.5B backward's thin products, split and unsplit
-#   lora     recipes/qwen05b_shape_grpo, LoRA rank 32, 16-bit products: split-K on, then VERL_GEMM_SPLIT_K=0
-#   full     the same recipe, full fine-tuning: split-K on, then off
+#   lora     recipes/qwen05b_shape_grpo, LoRA rank 32, 16-bit products, split-K on and off (VERL_GEMM_SPLIT_K=0)
+#   full     the same recipe, full fine-tuning, split-K on and off (RUNS orders them)
 #   update   bench/gpu_decode.ts's actor update at 64 x 96 tokens (the issue's table), split-K on, then off
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -26,10 +26,11 @@ grpo() { # name split
   VERL_GEMM_SPLIT_K="$split" OUT="$OUT/$name$split" STEPS="${STEPS:-3}" GRPO_PARTS="$name" PARTS=grpo FULL_S="${GRPO_S:-110}" LORA_S="${GRPO_S:-110}" \
     bash bench/gpu_round3_session.sh 2>&1 | grep -vE "^NVIDIA|^$"
 }
-for name in lora full; do
+# RUNS: which recipe runs, in order, as NAME:SPLIT (SPLIT empty: split-K on; 0: off)
+for run in ${RUNS:-lora: full: lora:0 full:0}; do
+  name=${run%%:*} split=${run#*:}
   [[ $PARTS == *,$name,* ]] || continue
-  echo "## $name, split-K on"; grpo "$name" ""
-  echo "## $name, VERL_GEMM_SPLIT_K=0"; grpo "$name" 0
+  echo "## $name, VERL_GEMM_SPLIT_K='$split'"; grpo "$name" "$split"
 done
 if [[ $PARTS == *,update,* ]]; then
   for split in "" 0; do
