@@ -14,7 +14,7 @@ import * as tf from "@tensorflow/tfjs";
 import { initBackend } from "../src/engine/backend.js";
 import { webGpuInfo, webGpuSummary } from "../src/engine/webgpu.js";
 import { DEFAULT_TILE, fitTile, gemmFlops, tileBytes, type GemmShape, type GemmTile } from "../src/engine/webgpu_gemm.js";
-import { DEFAULT_DIRECT_TILE, directPadding, directSplits, type DirectTile } from "../src/engine/webgpu_gemm.js";
+import { DEFAULT_DIRECT_TILE, directPadding, directSplits, setSplitKCap, type DirectTile } from "../src/engine/webgpu_gemm.js";
 import { directMatMul, gemmAutotuner, gemmShape, packOperand, paddedMatMul, setMatmulPrecision, tensorCoreMatMul, tensorCoreStats, tensorCoreSupport, TENSOR_CORE_CANDIDATES,
   stagedCandidate, webGpuTimer, type TensorCoreCandidate } from "../src/engine/webgpu_kernels.js";
 import { DEFAULT_DAWN_FLAGS } from "../src/engine/webgpu.js";
@@ -383,7 +383,7 @@ async function registry(a: Args): Promise<void> {
 /**
  * Split-K (directSplits) at the 0.5B recipe's backward shapes (6,144 token rows): LoRA's factor
  * products and full fine-tuning's small weight gradients, through tf.matMul with 16-bit products,
- * split as the trainer splits them and with VERL_GEMM_SPLIT_K=0; ms each, the speed-up, and the
+ * split as the trainer splits them and unsplit (setSplitKCap(1)); ms each, the speed-up, and the
  * split product's error against float32.
  */
 async function splitK(a: Args): Promise<void> { // a.reps: repetitions timed
@@ -393,8 +393,7 @@ async function splitK(a: Args): Promise<void> { // a.reps: repetitions timed
     ["lora_h_down", 6144, 32, 4864, false, true], ["lora_dH_gate_up", 6144, 64, 9728, false, false],
     ["full_dW_qkv", 1152, 896, 6144, true, false], ["full_dW_o", 896, 896, 6144, true, false], ["full_dW_down", 896, 4864, 6144, true, false],
   ];
-  const env = (v: string | undefined) => { if (v === undefined) delete process.env.VERL_GEMM_SPLIT_K; else process.env.VERL_GEMM_SPLIT_K = v; };
-  const before = process.env.VERL_GEMM_SPLIT_K;
+  const before = setSplitKCap(undefined);
   for (const [name, m, n, k, ta, tb] of cases) {
     await part(`splitk_${name}`, async () => {
       const x = tf.randomNormal(ta ? [k, m] : [m, k], 0, 1, "float32", seed++) as tf.Tensor2D;
@@ -402,19 +401,19 @@ async function splitK(a: Args): Promise<void> { // a.reps: repetitions timed
       const ref = reference(x, y, ta, tb);
       setMatmulPrecision("f16", { direct: DEFAULT_DIRECT_TILE }); // the trainer's default kernel
       try {
-        env(before);
+        setSplitKCap(before);
         const s: GemmShape = { batch: 1, m, n, k, transposeA: ta, transposeB: tb, batchA: 1, batchB: 1 };
         const splits = directSplits(s, { ...DEFAULT_DIRECT_TILE, splitK: true });
         const splitMs = await timeIt(() => tf.matMul(x, y, ta, tb), a.reps);
         const out = tf.matMul(x, y, ta, tb), e = await relErr(out, ref);
-        env("0");
+        setSplitKCap(1);
         const plainMs = await timeIt(() => tf.matMul(x, y, ta, tb), a.reps);
         const flop = 2 * m * n * k;
         emit("splitk", { name, m, n, k, transposeA: ta, transposeB: tb, splits },
           { split_ms: splitMs, split_tflops: flop / splitMs / 1e9, unsplit_ms: plainMs, unsplit_tflops: flop / plainMs / 1e9, speedup: plainMs / splitMs, ...e });
         tf.dispose(out);
       } finally {
-        env(before);
+        setSplitKCap(before);
         setMatmulPrecision("f32");
         tf.dispose([x, y, ref]);
       }

@@ -473,13 +473,25 @@ export const SPLIT_K_WORKGROUPS = 256;
 /** The least K a split covers (32 steps of 16): shorter splits spend more on the partial sums than they save. */
 export const SPLIT_K_MIN_CHUNK = 512;
 
-/** VERL_GEMM_SPLIT_K: `0` turns split-K off, a number caps the splits (default: SPLIT_K_WORKGROUPS decides). */
-function splitKCap(): number {
-  const v = process.env.VERL_GEMM_SPLIT_K;
+/** VERL_GEMM_SPLIT_K's value as a cap on the parts: `0` turns split-K off (1 part), a number caps them (unset: 64). */
+export function parseSplitKCap(v: string | undefined): number {
   if (v === undefined || v === "") return 64;
   const n = Number(v);
   if (!Number.isInteger(n) || n < 0) throw new Error(`VERL_GEMM_SPLIT_K=${v}: expected 0 (off) or the most splits a product may take`);
   return Math.max(1, n);
+}
+
+// read once (directSplits runs several times a product, on every training step), not per call
+let splitKCapValue: number | undefined;
+function splitKCap(): number {
+  return (splitKCapValue ??= parseSplitKCap(process.env.VERL_GEMM_SPLIT_K));
+}
+
+/** Sets the cap on split-K parts (1: off; undefined: VERL_GEMM_SPLIT_K again); returns the previous one. Benchmarks and tests compare split and unsplit with it. */
+export function setSplitKCap(cap: number | undefined): number {
+  const prev = splitKCap();
+  splitKCapValue = cap === undefined ? undefined : Math.max(1, cap);
+  return prev;
 }
 
 /**

@@ -7,7 +7,7 @@
 // written, and the product exact. The checker's own teeth are checked on broken variants.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { DEFAULT_DIRECT_TILE, DEFAULT_TILE, directKernel, directSplits, stagedKernel, type DirectTile, type GemmShape, type GemmTile, type StagedTile } from "../../src/engine/webgpu_gemm.js";
+import { DEFAULT_DIRECT_TILE, DEFAULT_TILE, directKernel, directSplits, parseSplitKCap, setSplitKCap, stagedKernel, type DirectTile, type GemmShape, type GemmTile, type StagedTile } from "../../src/engine/webgpu_gemm.js";
 import { TENSOR_CORE_TILES } from "../../src/engine/webgpu_kernels.js";
 import { runFirstStaged, runKernel, type KernelRun } from "./wgsl_gemm_sim.js";
 
@@ -75,17 +75,17 @@ test("split-K direct kernels: parts in bounds, every part written, the summed pa
   assert.equal(directSplits(lora, DEFAULT_DIRECT_TILE), 1);
   assert.equal(directSplits({ ...lora, m: 4096, n: 4096 }, t), 1);
   assert.equal(directSplits({ ...lora, k: 900 }, t), 1);
-  const before = process.env.VERL_GEMM_SPLIT_K;
+  const before = setSplitKCap(1);
   try {
-    process.env.VERL_GEMM_SPLIT_K = "0";
     assert.equal(directSplits(lora, t), 1);
-    process.env.VERL_GEMM_SPLIT_K = "4";
+    setSplitKCap(4);
     assert.equal(directSplits(lora, t), 4);
-    process.env.VERL_GEMM_SPLIT_K = "x";
-    assert.throws(() => directSplits(lora, t), /VERL_GEMM_SPLIT_K=x/);
   } finally {
-    if (before === undefined) delete process.env.VERL_GEMM_SPLIT_K; else process.env.VERL_GEMM_SPLIT_K = before;
+    setSplitKCap(before);
   }
+  assert.equal(parseSplitKCap("0"), 1);
+  assert.equal(parseSplitKCap(undefined), 64);
+  assert.throws(() => parseSplitKCap("x"), /VERL_GEMM_SPLIT_K=x/);
   // the checker sees a part that sums the whole K (every part adds it: the sum is off)
   const s2 = cases[0]![1], r = runKernel(directKernel(cases[0]![0]), s2, (c) => c.replace("let k0 = part * chunk;", "let k0 = 0u * chunk;"));
   assert.ok(r.mismatches.length > 0, "a wrong K range is caught");

@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import * as tf from "@tensorflow/tfjs";
 import { dispatches, relErr, webgpuOrReason } from "./webgpu_adapter.js";
 import { setMatmulPrecision, tensorCoreSupport } from "../../src/engine/webgpu_kernels.js";
-import { DEFAULT_DIRECT_TILE, directSplits, type GemmShape } from "../../src/engine/webgpu_gemm.js";
+import { DEFAULT_DIRECT_TILE, directSplits, setSplitKCap, type GemmShape } from "../../src/engine/webgpu_gemm.js";
 
 /** LoRA's shapes at the 0.5B widths, over fewer tokens: dA = dH^T x, dB = g^T H, and a full dW of the attention block. */
 const SHAPES: { what: string; a: [number, number]; b: [number, number]; ta: boolean; tb: boolean }[] = [
@@ -18,10 +18,9 @@ const SHAPES: { what: string; a: [number, number]; b: [number, number]; ta: bool
   { what: "x A^T, K 4,864", a: [200, 4864], b: [32, 4864], ta: false, tb: true },
 ];
 
-function withSplit<T>(v: string | undefined, fn: () => T): T {
-  const before = process.env.VERL_GEMM_SPLIT_K;
-  if (v === undefined) delete process.env.VERL_GEMM_SPLIT_K; else process.env.VERL_GEMM_SPLIT_K = v;
-  try { return fn(); } finally { if (before === undefined) delete process.env.VERL_GEMM_SPLIT_K; else process.env.VERL_GEMM_SPLIT_K = before; }
+function withSplit<T>(cap: number, fn: () => T): T {
+  const before = setSplitKCap(cap);
+  try { return fn(); } finally { setSplitKCap(before); }
 }
 
 test("split-K products on the tensor cores: close to float32, equal to the unsplit product within f16 rounding, deterministic", async (t) => {
@@ -38,7 +37,7 @@ test("split-K products on the tensor cores: close to float32, equal to the unspl
     setMatmulPrecision("f16");
     try {
       const split1 = dispatches(() => tf.matMul(a, b, sh.ta, sh.tb)), split2 = tf.matMul(a, b, sh.ta, sh.tb);
-      const plain = withSplit("0", () => dispatches(() => tf.matMul(a, b, sh.ta, sh.tb)));
+      const plain = withSplit(1, () => dispatches(() => tf.matMul(a, b, sh.ta, sh.tb)));
       assert.ok(await relErr(split1.out, ref) < 2e-3, `${sh.what}: split-K against float32 ${await relErr(split1.out, ref)}`);
       assert.ok(await relErr(split1.out, plain.out) < 1e-3, `${sh.what}: split against unsplit`);
       assert.deepEqual(await split1.out.data(), await split2.data(), `${sh.what}: the same bits twice`);
