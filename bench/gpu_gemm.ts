@@ -14,7 +14,7 @@ import * as tf from "@tensorflow/tfjs";
 import { initBackend } from "../src/engine/backend.js";
 import { webGpuInfo, webGpuSummary } from "../src/engine/webgpu.js";
 import { DEFAULT_TILE, fitTile, gemmFlops, tileBytes, type GemmShape, type GemmTile } from "../src/engine/webgpu_gemm.js";
-import { DEFAULT_DIRECT_TILE, directPadding, directSplits, setSplitKCap, type DirectTile } from "../src/engine/webgpu_gemm.js";
+import { DEFAULT_DIRECT_TILE, THIN_DIRECT_TILE, directPadding, directSplits, isThinProduct, setSplitKCap, setSplitKTargets, SPLIT_K_MIN_CHUNK, SPLIT_K_WORKGROUPS, type DirectTile, type SplitKTargets } from "../src/engine/webgpu_gemm.js";
 import { directMatMul, gemmAutotuner, gemmShape, packOperand, paddedMatMul, setMatmulPrecision, tensorCoreMatMul, tensorCoreStats, tensorCoreSupport, TENSOR_CORE_CANDIDATES,
   stagedCandidate, webGpuTimer, type TensorCoreCandidate } from "../src/engine/webgpu_kernels.js";
 import { DEFAULT_DAWN_FLAGS } from "../src/engine/webgpu.js";
@@ -24,6 +24,10 @@ import { spawnSync } from "node:child_process";
 interface Args {
   only: Set<string>; size: number; reps: number; tiles: GemmTile[]; formats: string[]; direct: DirectTile[]; kernel: "direct" | "staged";
   budgetS: number; toggles: string[] | null; candidates: string[] | null; classes: string[]; shapes: SweepShape[];
+  /** --splitk-targets WORKGROUPSxMINCHUNK,...: split-K's targets the splitk part sweeps (default: the engine's) */
+  splitTargets: SplitKTargets[];
+  /** --splitk-tiles trainer|SGMxSGNxTMxTNxUNROLL,...: direct tiles the splitk part times (prefetch and baked strides on; "trainer", the default: the trainer's choice per product) */
+  splitTiles: DirectTile[];
 }
 /** name, m, n, k, transposeA, transposeB */
 type SweepShape = [string, number, number, number, boolean, boolean];
@@ -52,7 +56,8 @@ const SWEEP = ["128x128x32x2x4x2", "128x128x16x2x4x2", "128x128x32x4x2x2", "128x
 
 function parseArgs(argv: string[]): Args {
   const a: Args = { only: new Set(["adapter", "check", "sweep", "registry"]), size: 4096, reps: 10, tiles: SWEEP.map(parseTile), formats: ["packed", "f32"], direct: DIRECT.map(parseDirect), kernel: "direct",
-    budgetS: 140, toggles: null, candidates: null, classes: ["NN/large", "NT/large", "TN/large", "NT/small"], shapes: SWEEP_SHAPES };
+    budgetS: 140, toggles: null, candidates: null, classes: ["NN/large", "NT/large", "TN/large", "NT/small"], shapes: SWEEP_SHAPES,
+    splitTargets: [{ workgroups: SPLIT_K_WORKGROUPS, minChunk: SPLIT_K_MIN_CHUNK }], splitTiles: [DEFAULT_DIRECT_TILE] };
   for (let i = 0; i < argv.length; i += 2) {
     const k = argv[i], v = argv[i + 1];
     if (v === undefined) throw new Error(`bench/gpu_gemm: '${k}' needs a value`);
@@ -68,6 +73,11 @@ function parseArgs(argv: string[]): Args {
     else if (k === "--candidates") a.candidates = v.split(",");
     else if (k === "--classes") a.classes = v.split(",");
     else if (k === "--shapes") a.shapes = v.split(",").map(parseShape);
+    else if (k === "--splitk-targets") a.splitTargets = v.split(",").map((t) => {
+      const [workgroups, minChunk] = t.split("x").map(Number);
+      return { workgroups: workgroups!, minChunk: minChunk! };
+    });
+    else if (k === "--splitk-tiles") a.splitTiles = v.split(",").map((t) => (t === "trainer" ? DEFAULT_DIRECT_TILE : { ...parseDirect(t), prefetch: true, baked: true }));
     else throw new Error(`bench/gpu_gemm: unknown argument '${k}'`);
   }
   return a;
@@ -393,32 +403,47 @@ async function splitK(a: Args): Promise<void> { // a.reps: repetitions timed
     ["lora_h_down", 6144, 32, 4864, false, true], ["lora_dH_gate_up", 6144, 64, 9728, false, false],
     ["full_dW_qkv", 1152, 896, 6144, true, false], ["full_dW_o", 896, 896, 6144, true, false], ["full_dW_down", 896, 4864, 6144, true, false],
   ];
-  const before = setSplitKCap(undefined);
+  const before = setSplitKCap(undefined), targets0 = setSplitKTargets(a.splitTargets[0]!);
+  // DEFAULT_DIRECT_TILE itself stands for the trainer's choice (the thin tile for thin products); a --splitk-tiles tile is kept
+  const tileName = (t: DirectTile, s: GemmShape) => {
+    const e = effective(t, s), name = `${e.sgM}x${e.sgN}x${e.tm}x${e.tn}x${e.unroll}`;
+    return t === DEFAULT_DIRECT_TILE ? `trainer:${name}` : name;
+  };
+  const effective = (t: DirectTile, s: GemmShape) => (t === DEFAULT_DIRECT_TILE && isThinProduct(s) ? THIN_DIRECT_TILE : t);
   for (const [name, m, n, k, ta, tb] of cases) {
     await part(`splitk_${name}`, async () => {
       const x = tf.randomNormal(ta ? [k, m] : [m, k], 0, 1, "float32", seed++) as tf.Tensor2D;
       const y = tf.randomNormal(tb ? [n, k] : [k, n], 0, 1, "float32", seed++) as tf.Tensor2D;
-      const ref = reference(x, y, ta, tb);
-      setMatmulPrecision("f16", { direct: DEFAULT_DIRECT_TILE }); // the trainer's default kernel
+      const ref = reference(x, y, ta, tb), flop = 2 * m * n * k;
+      const s: GemmShape = { batch: 1, m, n, k, transposeA: ta, transposeB: tb, batchA: 1, batchB: 1 };
       try {
-        setSplitKCap(before);
-        const s: GemmShape = { batch: 1, m, n, k, transposeA: ta, transposeB: tb, batchA: 1, batchB: 1 };
-        const splits = directSplits(s, { ...DEFAULT_DIRECT_TILE, splitK: true });
-        const splitMs = await timeIt(() => tf.matMul(x, y, ta, tb), a.reps);
-        const out = tf.matMul(x, y, ta, tb), e = await relErr(out, ref);
-        setSplitKCap(1);
-        const plainMs = await timeIt(() => tf.matMul(x, y, ta, tb), a.reps);
-        const flop = 2 * m * n * k;
-        emit("splitk", { name, m, n, k, transposeA: ta, transposeB: tb, splits },
-          { split_ms: splitMs, split_tflops: flop / splitMs / 1e9, unsplit_ms: plainMs, unsplit_tflops: flop / plainMs / 1e9, speedup: plainMs / splitMs, ...e });
-        tf.dispose(out);
+        // tfjs's own float32 product on the same operands: what the 16-bit path has to beat
+        const f32Ms = await timeIt(() => tf.matMul(x, y, ta, tb), a.reps);
+        emit("splitk_f32", { name, m, n, k, transposeA: ta, transposeB: tb }, { f32_ms: f32Ms, f32_tflops: flop / f32Ms / 1e9 });
+        for (const tile of a.splitTiles) {
+          setMatmulPrecision("f16", { direct: tile });
+          setSplitKCap(1);
+          const plainMs = await timeIt(() => tf.matMul(x, y, ta, tb), a.reps);
+          for (const target of a.splitTargets) {
+            setSplitKTargets(target);
+            setSplitKCap(before);
+            const splits = directSplits(s, { ...effective(tile, s), splitK: true });
+            const splitMs = splits > 1 ? await timeIt(() => tf.matMul(x, y, ta, tb), a.reps) : plainMs;
+            const out = tf.matMul(x, y, ta, tb), e = await relErr(out, ref);
+            emit("splitk", { name, m, n, k, transposeA: ta, transposeB: tb, tile: tileName(tile, s), workgroups: target.workgroups, min_chunk: target.minChunk, splits },
+              { split_ms: splitMs, split_tflops: flop / splitMs / 1e9, unsplit_ms: plainMs, unsplit_tflops: flop / plainMs / 1e9, speedup: plainMs / splitMs, ...e });
+            tf.dispose(out);
+          }
+        }
       } finally {
         setSplitKCap(before);
+        setSplitKTargets(targets0);
         setMatmulPrecision("f32");
         tf.dispose([x, y, ref]);
       }
     });
   }
+  setSplitKTargets(targets0);
 }
 
 /** --toggles: the sweep once per toggle set, each in a child process (Dawn's toggles are fixed per process). */

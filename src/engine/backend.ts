@@ -82,6 +82,8 @@ export async function initBackend(requested: BackendName | string = "auto"): Pro
     capFreeBufferPool((tf.backend() as unknown as { bufferManager: Parameters<typeof capFreeBufferPool>[0] }).bufferManager, cap);
     exactReadBack(tf.backend() as unknown as Parameters<typeof exactReadBack>[0]); // size classes: read back a tensor's bytes only
     reportDeviceErrors((tf.backend() as unknown as { device?: DeviceWithErrors }).device);
+    // tfjs's atomic split-K float32 product is wrong on NVIDIA (docs/gpu.md): the guarded BatchMatMul avoids it
+    (await import("./webgpu_kernels.js")).guardFloat32MatMul();
     // tfjs submits its command encoder every N dispatches (15 by default); under Node the flag only
     // comes through tf.env (tfjs reads flags from a browser's URL), so VERL_WEBGPU_SUBMIT_BATCH sets it
     const batch = process.env.VERL_WEBGPU_SUBMIT_BATCH;

@@ -466,10 +466,21 @@ export interface DirectTile { sgM: number; sgN: number; tm: number; tn: number; 
 export const DEFAULT_DIRECT_TILE: DirectTile = { sgM: 2, sgN: 2, tm: 4, tn: 4, unroll: 1, prefetch: true, baked: true };
 
 /**
- * Workgroups a split-K product aims for: about two per streaming multiprocessor on the H100 and
- * H200 (132 each; WebGPU does not say how many an adapter has).
+ * The tile of products with a thin side (min(m, n) <= THIN_SIDE: LoRA's factors and their
+ * gradients): 2 x 1 subgroups of 4 x 4 fragments, 128 x 64 a workgroup, so a side of 32 or 64 pads
+ * to 64, not 128. On an H100 it took LoRA's six backward products at the 0.5B shape 15-45% less
+ * time than the 128 x 128 tile, split or not (docs/gpu.md, "Split-K for thin products").
  */
-export const SPLIT_K_WORKGROUPS = 256;
+export const THIN_DIRECT_TILE: DirectTile = { sgM: 2, sgN: 1, tm: 4, tn: 4, unroll: 1, prefetch: true, baked: true };
+export const THIN_SIDE = 96;
+export const isThinProduct = (s: GemmShape): boolean => Math.min(s.m, s.n) <= THIN_SIDE;
+
+/**
+ * Workgroups a split-K product aims for: about four per streaming multiprocessor on the H100 and
+ * H200 (132 each; WebGPU does not say how many an adapter has). The H100 sweep of 256, 512 and
+ * 1,024 found 512 best or within 10% for LoRA's products and full fine-tuning's thin weight gradients.
+ */
+export const SPLIT_K_WORKGROUPS = 512;
 /** The least K a split covers (32 steps of 16): shorter splits spend more on the partial sums than they save. */
 export const SPLIT_K_MIN_CHUNK = 512;
 
@@ -487,6 +498,20 @@ function splitKCap(): number {
   return (splitKCapValue ??= parseSplitKCap(process.env.VERL_GEMM_SPLIT_K));
 }
 
+/** What split-K aims for: workgroups a product (SPLIT_K_WORKGROUPS) and the least K a part covers (SPLIT_K_MIN_CHUNK). */
+export interface SplitKTargets { workgroups: number; minChunk: number }
+let splitKTargets: SplitKTargets = { workgroups: SPLIT_K_WORKGROUPS, minChunk: SPLIT_K_MIN_CHUNK };
+
+/** Sets split-K's targets (the benchmark sweeps them); returns the previous ones. */
+export function setSplitKTargets(t: SplitKTargets): SplitKTargets {
+  if (!(Number.isInteger(t.workgroups) && t.workgroups >= 2 && Number.isInteger(t.minChunk) && t.minChunk >= 16 && t.minChunk % 16 === 0)) {
+    throw new Error(`split-K targets: workgroups ${t.workgroups} must be an integer >= 2 and minChunk ${t.minChunk} a multiple of 16`);
+  }
+  const prev = splitKTargets;
+  splitKTargets = { ...t };
+  return prev;
+}
+
 /** Sets the cap on split-K parts (1: off; undefined: VERL_GEMM_SPLIT_K again); returns the previous one. Benchmarks and tests compare split and unsplit with it. */
 export function setSplitKCap(cap: number | undefined): number {
   const prev = splitKCap();
@@ -502,21 +527,30 @@ export function setSplitKCap(cap: number | undefined): number {
  * (in a fixed order, so the result is the same bits every time).
  */
 export function directSplits(s: GemmShape, t: DirectTile): number {
-  if (!t.splitK) return 1;
-  const cap = splitKCap();
-  const tiles = Math.ceil(s.m / (16 * t.tm * t.sgM)) * Math.ceil(s.n / (16 * t.tn * t.sgN)) * s.batch;
-  if (cap <= 1 || tiles * 2 > SPLIT_K_WORKGROUPS) return 1;
-  const want = Math.min(Math.ceil(SPLIT_K_WORKGROUPS / tiles), Math.floor(s.k / SPLIT_K_MIN_CHUNK), cap);
-  if (want < 2) return 1;
-  // no split of padding alone: the parts are re-counted from the chunk they round to
-  return Math.ceil(s.k / roundUp(Math.ceil(s.k / want), 16 * t.unroll));
+  return splitPlan(s, t).splits;
 }
 
-/** Padded extents of a product for a direct tile (with split-K, kP is the splits' equal chunks). */
+/** directSplits with the K each part covers: whole K steps, the last part what is left of kP (every part at least one step). */
+export function splitPlan(s: GemmShape, t: DirectTile): { splits: number; chunk: number } {
+  const step = 16 * t.unroll, kP = roundUp(s.k, step), none = { splits: 1, chunk: kP };
+  if (!t.splitK) return none;
+  const cap = splitKCap(), { workgroups, minChunk } = splitKTargets;
+  const tiles = Math.ceil(s.m / (16 * t.tm * t.sgM)) * Math.ceil(s.n / (16 * t.tn * t.sgN)) * s.batch;
+  if (cap <= 1 || tiles * 2 > workgroups) return none;
+  const want = Math.min(Math.ceil(workgroups / tiles), Math.floor(s.k / minChunk), cap);
+  if (want < 2) return none;
+  // no part of padding alone: the parts are re-counted from the chunk they round to
+  const chunk = roundUp(Math.ceil(kP / want), step), splits = Math.ceil(kP / chunk);
+  return splits < 2 ? none : { splits, chunk };
+}
+
+/**
+ * Padded extents of a product for a direct tile. Split or not, K pads to whole K steps only, so an
+ * operand packs the same for both (and the part count, which follows the token count, changes no
+ * stride baked into the kernel).
+ */
 export function directPadding(s: GemmShape, t: DirectTile): { mP: number; nP: number; kP: number } {
-  const splits = directSplits(s, t), step = 16 * t.unroll;
-  const kP = splits > 1 ? roundUp(Math.ceil(s.k / splits), step) * splits : roundUp(s.k, step);
-  return { mP: roundUp(s.m, 16 * t.tm * t.sgM), nP: roundUp(s.n, 16 * t.tn * t.sgN), kP };
+  return { mP: roundUp(s.m, 16 * t.tm * t.sgM), nP: roundUp(s.n, 16 * t.tn * t.sgN), kP: roundUp(s.k, 16 * t.unroll) };
 }
 
 const FRAG_L = "subgroup_matrix_left<f16, 16, 16>", FRAG_R = "subgroup_matrix_right<f16, 16, 16>", FRAG_C = "subgroup_matrix_result<f32, 16, 16>";
@@ -558,18 +592,23 @@ function extentLines(): string {
         let bOff = wid.z * u32(uniforms.strideB);`;
 }
 
-/** extentLines for a split-K product: workgroup z is batch * splits + part; the part's K range [k0, kEnd). */
-function splitLines(splits: number): string {
+/**
+ * extentLines for a split-K product: workgroup z is batch * splits + part; the part's K range [k0,
+ * kEnd). The part count is a uniform, not a constant: it follows K (the token count of a weight
+ * gradient, which changes with every micro-batch), and a constant would compile a pipeline for each.
+ */
+function splitLines(): string {
   return `
         let mP = u32(uniforms.mP);
         let nP = u32(uniforms.nP);
         let kP = u32(uniforms.kP);
-        let part = wid.z % ${splits}u;
-        let aOff = (wid.z / ${splits}u) * u32(uniforms.strideA);
-        let bOff = (wid.z / ${splits}u) * u32(uniforms.strideB);
-        let chunk = kP / ${splits}u;
+        let splits = u32(uniforms.splits);
+        let part = wid.z % splits;
+        let aOff = (wid.z / splits) * u32(uniforms.strideA);
+        let bOff = (wid.z / splits) * u32(uniforms.strideB);
+        let chunk = u32(uniforms.chunk);
         let k0 = part * chunk;
-        let kEnd = k0 + chunk;`;
+        let kEnd = min(k0 + chunk, kP);`;
 }
 
 /**
@@ -579,20 +618,20 @@ function splitLines(splits: number): string {
 export class SplitKSumProgram implements GpuProgram {
   variableNames = ["parts"];
   outputShape: number[];
-  shaderKey: string;
   dispatchLayout = { x: [0] };
   dispatch: [number, number, number];
   workgroupSize: [number, number, number] = [256, 1, 1];
-  uniforms = "m : i32, n : i32, mP : i32, nP : i32, total : i32,";
+  uniforms = "m : i32, n : i32, mP : i32, nP : i32, total : i32, splits : i32,";
+  // one pipeline for every part count (a uniform, as in the split product)
+  shaderKey = "verlSplitKSum";
   constructor(private readonly batch: number, private readonly splits: number, private readonly m: number, private readonly n: number,
     private readonly mP: number, private readonly nP: number) {
     this.outputShape = [batch, m, n];
     const groups = Math.ceil((batch * m * n) / 256);
     this.dispatch = [Math.min(groups, 32768), Math.ceil(groups / 32768), 1];
-    this.shaderKey = `verlSplitKSum_${splits}`;
   }
   uniformValues(): UniformValue[] {
-    return [this.m, this.n, this.mP, this.nP, this.batch * this.m * this.n].map((v) => ({ type: "int32" as const, data: [v] }));
+    return [this.m, this.n, this.mP, this.nP, this.batch * this.m * this.n, this.splits].map((v) => ({ type: "int32" as const, data: [v] }));
   }
   getUserCode(): string {
     return `
@@ -604,9 +643,9 @@ export class SplitKSumProgram implements GpuProgram {
           let row = rem / uniforms.n;
           let col = rem - row * uniforms.n;
           let plane = uniforms.mP * uniforms.nP;
-          var at = b * ${this.splits} * plane + row * uniforms.nP + col;
+          var at = b * uniforms.splits * plane + row * uniforms.nP + col;
           var acc = parts[at];
-          for (var p = 1; p < ${this.splits}; p++) {
+          for (var p = 1; p < uniforms.splits; p++) {
             at = at + plane;
             acc = acc + parts[at];
           }
@@ -652,12 +691,20 @@ abstract class PaddedGemmProgram implements GpuProgram {
   dispatch: [number, number, number];
   workgroupSize: [number, number, number];
   uniforms = "mP : i32, nP : i32, kP : i32, strideA : i32, strideB : i32,";
-  constructor(protected readonly s: GemmShape, t: { sgM: number; sgN: number; tm: number; tn: number }, readonly pad: { mP: number; nP: number; kP: number }, readonly splits = 1) {
+  constructor(protected readonly s: GemmShape, t: { sgM: number; sgN: number; tm: number; tn: number }, readonly pad: { mP: number; nP: number; kP: number },
+    readonly split: { splits: number; chunk: number } = { splits: 1, chunk: pad.kP }) {
+    const splits = split.splits;
     this.outputShape = [s.batch * splits, pad.mP, pad.nP];
     this.workgroupSize = [32 * t.sgM * t.sgN, 1, 1];
     this.dispatch = [pad.nP / (16 * t.tn * t.sgN), pad.mP / (16 * t.tm * t.sgM), s.batch * splits];
+    if (splits > 1) this.uniforms += " splits : i32, chunk : i32,";
   }
-  uniformValues(): UniformValue[] { return paddedUniforms(this.s, this.pad); }
+  uniformValues(): UniformValue[] {
+    const u = paddedUniforms(this.s, this.pad);
+    return this.splits === 1 ? u : [...u, { type: "int32", data: [this.splits] }, { type: "int32", data: [this.split.chunk] }];
+  }
+  /** K parts summed by SplitKSumProgram (1: not split). */
+  get splits(): number { return this.split.splits; }
   abstract getUserCode(): string;
 }
 
@@ -669,8 +716,8 @@ export class DirectGemmProgram extends PaddedGemmProgram {
   shaderKey: string;
   constructor(s: GemmShape, private readonly t: DirectTile) {
     if (![1, 2, 4].includes(t.unroll)) throw new Error(`DirectGemmProgram: unroll ${t.unroll} is not 1, 2 or 4`);
-    super(s, t, directPadding(s, t), directSplits(s, t));
-    this.shaderKey = `verlDirectGemm_${t.sgM}x${t.sgN}_${t.tm}x${t.tn}_u${t.unroll}${t.prefetch ? "p" : ""}${this.splits > 1 ? `_s${this.splits}` : ""}_${keyShape(s, this.pad, !!t.baked)}`;
+    super(s, t, directPadding(s, t), splitPlan(s, t));
+    this.shaderKey = `verlDirectGemm_${t.sgM}x${t.sgN}_${t.tm}x${t.tn}_u${t.unroll}${t.prefetch ? "p" : ""}${this.splits > 1 ? "_split" : ""}_${keyShape(s, this.pad, !!t.baked)}`;
   }
   getUserCode(): string {
     const { s, t } = this;
@@ -729,7 +776,7 @@ export class DirectGemmProgram extends PaddedGemmProgram {
         let tid = localIndex;
         if (tid == 0u) { wgShared = workgroupId; }
         let wid = workgroupUniformLoad(&wgShared);
-        let sg = tid / 32u;${split ? splitLines(this.splits) : extentLines()}${strideLines(s, this.pad, !!t.baked)}
+        let sg = tid / 32u;${split ? splitLines() : extentLines()}${strideLines(s, this.pad, !!t.baked)}
         let row0 = wid.y * ${16 * t.tm * t.sgM}u + (sg / ${t.sgN}u) * ${16 * t.tm}u;
         let col0 = wid.x * ${16 * t.tn * t.sgN}u + (sg % ${t.sgN}u) * ${16 * t.tn}u;
         let cOff = wid.z * mP * nP;

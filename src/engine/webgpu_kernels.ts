@@ -7,7 +7,7 @@
 // kernel, which stays the reference and the fallback.
 import * as tf from "@tensorflow/tfjs";
 import {
-  DEFAULT_DIRECT_TILE, DEFAULT_TILE, GemmProgram, PackF16Program, PackPadProgram, SplitKSumProgram, directKernel, directPadding, fitTile, operandFormat, stagedKernel,
+  DEFAULT_DIRECT_TILE, DEFAULT_TILE, THIN_DIRECT_TILE, isThinProduct, GemmProgram, PackF16Program, PackPadProgram, SplitKSumProgram, directKernel, directPadding, fitTile, operandFormat, stagedKernel,
   type DirectTile, type GemmShape, type GemmTile, type PaddedGemmKernel, type Rounding, type StagedTile,
 } from "./webgpu_gemm.js";
 import type { GpuProgram, UniformValue } from "../rollout/webgpu_programs.js";
@@ -64,6 +64,59 @@ export function setMatmulPrecision(p: MatmulPrecision, opts: { tile?: GemmTile; 
   if (tf.getBackend() !== "webgpu" || !tensorCoreSupport.available) { state.precision = "f32"; return false; }
   install();
   return true;
+}
+
+/**
+ * Whether tfjs's WebGPU BatchMatMul would take its atomic split-K program (MatMulSplitKProgram) for
+ * this float32 product: few 32 x 32 output tiles, more than 128 outputs, one batch and K >= 2000
+ * (the rule of tfjs-backend-webgpu's batchMatMulImpl, with the backend's threshold).
+ */
+export function tfjsTakesAtomicSplitK(aShape: number[], bShape: number[], ta: boolean, tb: boolean, threshold: number): boolean {
+  const ar = aShape.length, br = bShape.length;
+  const outerA = ta ? aShape[ar - 1]! : aShape[ar - 2]!, outerB = tb ? bShape[br - 2]! : bShape[br - 1]!;
+  const innerB = tb ? bShape[br - 1]! : bShape[br - 2]!;
+  const batch = Math.max(prod(aShape.slice(0, -2)), prod(bShape.slice(0, -2)));
+  const tiles = batch * Math.ceil(outerA / 32) * Math.ceil(outerB / 32);
+  const few = tiles <= threshold || (outerA <= 8 && tiles <= threshold * 2);
+  return few && batch * outerA * outerB > 128 && batch === 1 && innerB >= 2000;
+}
+
+/** tfjs's program types (webgpu_util's MatMulProgramType): the tiled one for few output tiles. */
+const MATMUL_SMALL_OUTPUT_SIZE_PROGRAM = 2;
+
+/**
+ * tfjs's own BatchMatMul on WebGPU, kept off its atomic split-K program. With a transposed right
+ * operand that program returns wrong products: x [200, 4864] times W^T, W [32, 4864], came back
+ * with a relative error of 1.2 on an H100 and 1.4 on llvmpipe (the same product untransposed is
+ * right), the shape of a LoRA factor or a value head on a short micro-batch. Its float atomics also
+ * make the sum's order, and so its bits, vary from run to run. Such products take tfjs's tiled
+ * small-output program instead (exact order, same bits every time).
+ */
+function guardedTfjsMatMul(tfjs: KernelFunc): KernelFunc {
+  return (args) => {
+    const { a, b } = args.inputs, backend = args.backend as Backend & { thresholdToIncreaseWorkgroups?: number };
+    const flag = tf.env().getNumber("WEBGPU_THRESHOLD_TO_INCREASE_WORKGROUPS_FOR_MATMUL");
+    const threshold = flag > 0 ? flag : backend.thresholdToIncreaseWorkgroups ?? 8;
+    if (tf.env().getNumber("WEBGPU_MATMUL_PROGRAM_TYPE") >= 0 || !tfjsTakesAtomicSplitK(a.shape, b.shape, !!args.attrs.transposeA, !!args.attrs.transposeB, threshold)) return tfjs(args);
+    tf.env().set("WEBGPU_MATMUL_PROGRAM_TYPE", MATMUL_SMALL_OUTPUT_SIZE_PROGRAM);
+    try { return tfjs(args); } finally { tf.env().set("WEBGPU_MATMUL_PROGRAM_TYPE", -1); }
+  };
+}
+
+let guardInstalled = false;
+/** Registers the guarded float32 BatchMatMul on the webgpu backend (once; initBackend calls it). */
+export function guardFloat32MatMul(): void {
+  if (guardInstalled) return;
+  const k = tf.getKernel("BatchMatMul", "webgpu");
+  if (!k) throw new Error("float32 matmul guard: tfjs's WebGPU backend has no BatchMatMul kernel to wrap");
+  if (state.installed) {
+    // the tensor-core override is registered: guard what it falls back to
+    state.original = guardedTfjsMatMul(state.original!);
+  } else {
+    tf.unregisterKernel("BatchMatMul", "webgpu");
+    tf.registerKernel({ kernelName: "BatchMatMul", backendName: "webgpu", kernelFunc: guardedTfjsMatMul(k.kernelFunc as unknown as KernelFunc) as unknown as tf.KernelFunc });
+  }
+  guardInstalled = true;
 }
 
 function install(): void {
@@ -462,13 +515,14 @@ function kernelFor(s: GemmShape): PaddedGemmKernel | null {
     return c.params.kind === "direct" ? splitKernel(c.params as unknown as DirectTile) : c.kernel;
   }
   if (autotuneOn()) pendingClasses.add(cls);
-  return splitKernel(state.direct);
+  // the default tile gives way to the thin one for thin products; a tile the caller set is kept
+  return splitKernel(state.direct === DEFAULT_DIRECT_TILE && isThinProduct(s) ? THIN_DIRECT_TILE : state.direct);
 }
 
 /**
  * A direct tile's kernel for the trainer's products, with split-K where a product has few output
  * tiles and a long K (directSplits). Only here: the decoder's packed weights (PackedMatrix) and the
- * tuner's timings keep their unsplit padding.
+ * tuner's timings run unsplit.
  */
 const splitKernels = new Map<DirectTile, PaddedGemmKernel>();
 function splitKernel(t: DirectTile): PaddedGemmKernel {

@@ -7,7 +7,7 @@
 // written, and the product exact. The checker's own teeth are checked on broken variants.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { DEFAULT_DIRECT_TILE, DEFAULT_TILE, directKernel, directSplits, parseSplitKCap, setSplitKCap, stagedKernel, type DirectTile, type GemmShape, type GemmTile, type StagedTile } from "../../src/engine/webgpu_gemm.js";
+import { DEFAULT_DIRECT_TILE, DEFAULT_TILE, THIN_DIRECT_TILE, DirectGemmProgram, SplitKSumProgram, directKernel, directPadding, directSplits, parseSplitKCap, setSplitKCap, stagedKernel, type DirectTile, type GemmShape, type GemmTile, type StagedTile } from "../../src/engine/webgpu_gemm.js";
 import { TENSOR_CORE_TILES } from "../../src/engine/webgpu_kernels.js";
 import { runFirstStaged, runKernel, type KernelRun } from "./wgsl_gemm_sim.js";
 
@@ -52,6 +52,8 @@ test("direct kernels: every sweep tile in two layouts, the default in all four: 
     assertClean(runKernel(directKernel(t), checkProblem(ta, tb)), `direct ${JSON.stringify(t)} ${lay(ta, tb)}`);
   }
   assert.deepEqual(TENSOR_CORE_TILES.direct[10], DEFAULT_DIRECT_TILE);
+  // the thin products' tile (128 x 64), which the trainer takes for LoRA's factors: all four layouts
+  for (const [ta, tb] of LAYOUTS) assertClean(runKernel(directKernel(THIN_DIRECT_TILE), checkProblem(ta, tb)), `thin ${lay(ta, tb)}`);
 });
 
 test("split-K direct kernels: parts in bounds, every part written, the summed parts exact", () => {
@@ -62,6 +64,8 @@ test("split-K direct kernels: parts in bounds, every part written, the summed pa
     // three parts, the last one partly K padding; a batch of 2 against a broadcast right operand
     [small, { batch: 2, m: 40, n: 72, k: 1600, transposeA: false, transposeB: true, batchA: 2, batchB: 1 }],
     [{ ...small, prefetch: false, unroll: 1 }, { batch: 1, m: 24, n: 20, k: 1060, transposeA: true, transposeB: true, batchA: 1, batchB: 1 }],
+    // the thin tile as LoRA's x A^T takes it: a short last part
+    [{ ...THIN_DIRECT_TILE, splitK: true }, { batch: 1, m: 200, n: 32, k: 1100, transposeA: false, transposeB: true, batchA: 1, batchB: 1 }],
   ];
   for (const [t, s] of cases) {
     const r = runKernel(directKernel(t), s), what = `split-K ${JSON.stringify(t)} ${JSON.stringify(s)}`;
@@ -83,6 +87,13 @@ test("split-K direct kernels: parts in bounds, every part written, the summed pa
   } finally {
     setSplitKCap(before);
   }
+  // the part count follows K (a weight gradient's token count, new every micro-batch): it is a
+  // uniform, and K pads as unsplit, so one pipeline serves every count and operands pack alike
+  const keyOf = (k: number) => new DirectGemmProgram({ ...lora, k }, t);
+  assert.ok(keyOf(6144).splits !== keyOf(2000).splits && keyOf(2000).splits >= 2);
+  assert.equal(keyOf(6144).shaderKey, keyOf(2000).shaderKey);
+  assert.equal(new SplitKSumProgram(1, 3, 8, 8, 128, 128).shaderKey, new SplitKSumProgram(1, 12, 8, 8, 128, 128).shaderKey);
+  for (const k of [1100, 2000, 4864, 6144]) assert.deepEqual(directPadding({ ...lora, k }, t), directPadding({ ...lora, k }, DEFAULT_DIRECT_TILE));
   assert.equal(parseSplitKCap("0"), 1);
   assert.equal(parseSplitKCap(undefined), 64);
   assert.throws(() => parseSplitKCap("x"), /VERL_GEMM_SPLIT_K=x/);
