@@ -10,7 +10,8 @@
 #   update   bench/gpu_decode.ts's actor update at 64 x 96 tokens (the issue's table), split-K on, then off (UPDATE_SPLIT="on off")
 #   torch    bench/pytorch_gpu_table.py --only update: PyTorch's update at the same shape on the same GPU
 # SPLITK_ARGS adds arguments to the splitk part (e.g. --splitk-targets 256x512,1024x256); PROF=1 runs
-# the recipe under Node's --cpu-prof (every thread) and prints bench/profile_summary.ts of each run.
+# the recipe under Node's --cpu-prof (every thread) and prints bench/profile_summary.ts of each run;
+# VERL_LOG_PIPELINES=1 logs each pipeline compiled (bench/pipeline_summary.py RUN.log groups them).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/splitk_session}"

@@ -82,6 +82,7 @@ export async function initBackend(requested: BackendName | string = "auto"): Pro
     capFreeBufferPool((tf.backend() as unknown as { bufferManager: Parameters<typeof capFreeBufferPool>[0] }).bufferManager, cap);
     exactReadBack(tf.backend() as unknown as Parameters<typeof exactReadBack>[0]); // size classes: read back a tensor's bytes only
     reportDeviceErrors((tf.backend() as unknown as { device?: DeviceWithErrors }).device);
+    if (process.env.VERL_LOG_PIPELINES === "1") logPipelines(tf.backend() as unknown as Parameters<typeof logPipelines>[0]);
     // tfjs's atomic split-K float32 product is wrong on NVIDIA (docs/gpu.md): the guarded BatchMatMul avoids it
     (await import("./webgpu_kernels.js")).guardFloat32MatMul();
     // tfjs submits its command encoder every N dispatches (15 by default); under Node the flag only
@@ -99,6 +100,29 @@ export async function initBackend(requested: BackendName | string = "auto"): Pro
   }
   initialised = name;
   return name;
+}
+
+/**
+ * VERL_LOG_PIPELINES=1: one stderr line per compute pipeline tfjs compiles (its shader key, with the
+ * milliseconds since start), to find what a run keeps compiling (compiles block the host thread).
+ */
+function logPipelines(backend: { pipelineCache: Record<string, unknown>; device: { createComputePipeline: (d: unknown) => unknown } }): void {
+  const t0 = performance.now(), device = backend.device, create = device.createComputePipeline.bind(device);
+  let n = 0, lastMs = 0;
+  // tfjs compiles synchronously (createComputePipeline), then stores the pipeline under its key
+  device.createComputePipeline = (d: unknown) => {
+    const c0 = performance.now();
+    try { return create(d); } finally { lastMs = performance.now() - c0; }
+  };
+  backend.pipelineCache = new Proxy(backend.pipelineCache, {
+    set(target, key, value) {
+      if (typeof key === "string" && !(key in target)) {
+        process.stderr.write(`[verl-ts] pipeline ${++n} at ${((performance.now() - t0) / 1e3).toFixed(1)} s (${lastMs.toFixed(0)} ms): ${key.slice(0, 300)}\n`);
+      }
+      target[key as string] = value;
+      return true;
+    },
+  });
 }
 
 interface DeviceWithErrors { onuncapturederror?: ((ev: { error?: { message?: string; constructor?: { name?: string } } }) => void) | null }

@@ -13,6 +13,7 @@ import {
 import type { GpuProgram, UniformValue } from "../rollout/webgpu_programs.js";
 import { GemmAutotuner, productClass, type ErrorCapture, type GemmCandidate, type GemmChoice, type GemmTimer } from "./gemm_autotune.js";
 import { logger } from "../utils/logger.js";
+import { isWeightLike } from "./weight_like.js";
 
 export type MatmulPrecision = "f32" | "f16" | "bf16";
 
@@ -193,7 +194,8 @@ function tfKernel(name: string): (a: object) => TensorInfo {
 /**
  * Packed f16 copies of weights, kept across the products of an optimizer step: the forward
  * product and the backward product with a weight pack it once each (two layouts) instead of once
- * a product. Only data that belongs to a tf.Variable is kept (activations change every product);
+ * a product. Only data that belongs to a tf.Variable, or is marked weight-like (engine/weight_like.ts),
+ * is kept (activations change every product);
  * an optimizer update assigns a variable new data, so the next product packs again, and the old
  * copies are freed when the old data is released (the backend's disposeData is wrapped for that).
  * Nothing in verl-ts writes a variable's buffer in place (assign replaces the data).
@@ -236,8 +238,9 @@ export class PackedWeightCache {
   }
 }
 
-/** Whether the data belongs to a tf.Variable (the engine's registry: a few hundred entries, read per product). */
+/** Whether the data belongs to a tf.Variable (the engine's registry: a few hundred entries, read per product) or is marked weight-like. */
 function isVariableData(id: object): boolean {
+  if (isWeightLike(id)) return true;
   const vars = tf.engine().state.registeredVariables;
   for (const name in vars) if (vars[name]!.dataId === id) return true;
   return false;

@@ -2,6 +2,7 @@
 // (a trained magnitude per output row), and dropout on the adapter branch.
 import * as tf from "@tensorflow/tfjs";
 import { onWasm } from "../engine/matmul.js";
+import { markWeightLike } from "../engine/weight_like.js";
 
 type GradArgs = (tf.Tensor | tf.GradSaveFunc)[];
 
@@ -201,6 +202,35 @@ function layoutConstants(sizes: number[], slotOf: number[], rank: number, scale:
  * With pre-dropout and several slots each slot's input is masked differently, so the A products run
  * as one batched product over a [u, N, in] stack.
  */
+/**
+ * A fused call's adapter operands, aCat (the A's stacked: [u, r, in] for stacked pre-dropout, else
+ * [u r, in]) and Bd ([out, u r]), kept per call site while its A and B variables hold the same data:
+ * they change only at an optimizer step, and a step runs the call many times (old log-probs, every
+ * micro-batch's forward and backward), each of which would otherwise concatenate, mask and, under
+ * 16-bit products, pack them again (about 7 dispatches a call). Keyed by the first B variable; calls
+ * on copies of the variables (recomputed layers) build their own.
+ */
+interface AdapterOperands { ids: object[]; scale: number; aCat: tf.Tensor; bd: tf.Tensor2D }
+/** Per call site (its first B variable): the operands in each A layout (stacked for pre-dropout training passes, flat otherwise). */
+const adapterOperandCache = new WeakMap<tf.Tensor, { stacked?: AdapterOperands; flat?: AdapterOperands }>();
+
+function adapterOperands(as: tf.Tensor2D[], bs: tf.Tensor2D[], stacked: boolean, scale: number, build: () => { aCat: tf.Tensor; bd: tf.Tensor2D }): { aCat: tf.Tensor; bd: tf.Tensor2D } {
+  const vars = [...as, ...bs];
+  if (!vars.every((v) => v instanceof tf.Variable)) return build();
+  let site = adapterOperandCache.get(bs[0]!);
+  if (!site) adapterOperandCache.set(bs[0]!, (site = {}));
+  const which = stacked ? "stacked" : "flat", ids = vars.map((v) => v.dataId), hit = site[which];
+  if (hit && hit.scale === scale && !hit.aCat.isDisposed && !hit.bd.isDisposed && hit.ids.length === ids.length && hit.ids.every((id, i) => id === ids[i])) return hit;
+  // a saved clone of the old ones (the backward pass of a call before the step) keeps its own
+  // reference; a lone A is the variable itself (no concatenation), never disposed here
+  if (hit) tf.dispose([hit.aCat, hit.bd].filter((t) => !(t instanceof tf.Variable)));
+  const made = build(), entry = { ids, scale, aCat: tf.keep(made.aCat), bd: tf.keep(made.bd) };
+  markWeightLike(entry.aCat);
+  markWeightLike(entry.bd);
+  site[which] = entry;
+  return entry;
+}
+
 function batchedLoraLinear(x: tf.Tensor2D, blocks: LoraBlock[], scale: number, plan: BatchPlan): tf.Tensor2D {
   const { slotBlock, slotOf, rank: r, stacked } = plan;
   const u = slotBlock.length, k = blocks.length, N = x.shape[0];
@@ -215,15 +245,19 @@ function batchedLoraLinear(x: tf.Tensor2D, blocks: LoraBlock[], scale: number, p
     const value = tf.tidy(() => {
       const din = inMasks && (stacked ? tf.stack(inMasks) : inMasks[0]!);
       const dout = outMasks && cat(outMasks, 1);
-      const aCat = stacked ? tf.stack(as) : cat(as, 0); // [u, r, in] or [u r, in]
+      const { aCat, bd } = adapterOperands(as, bs, stacked, scale, () => {
+        const bCat = cat(bs, 0);
+        // [out, 1, r] against the mask as [out, u, r]: the broadcast places B in every slot, the mask keeps its own
+        return {
+          aCat: stacked ? tf.stack(as) : cat(as, 0), // [u, r, in] or [u r, in]
+          bd: (layout ? tf.mul(bCat.reshape([-1, 1, r]), layout.mask.reshape([-1, u, r])).reshape([-1, u * r]) : tf.mul(bCat, scale)) as tf.Tensor2D,
+        };
+      });
       let h: tf.Tensor2D;
       if (stacked) {
         const h3 = tf.matMul(tf.mul(xs, din!) as tf.Tensor3D, aCat as tf.Tensor3D, false, true); // [u, N, r]
         h = tf.transpose(h3, [1, 0, 2]).reshape([N, u * r]) as tf.Tensor2D;
       } else h = matmulT(din ? (tf.mul(xs, din) as tf.Tensor2D) : xs, aCat as tf.Tensor2D);
-      const bCat = cat(bs, 0);
-      // [out, 1, r] against the mask as [out, u, r]: the broadcast places B in every slot, the mask keeps its own
-      const bd = (layout ? tf.mul(bCat.reshape([-1, 1, r]), layout.mask.reshape([-1, u, r])).reshape([-1, u * r]) : tf.mul(bCat, scale)) as tf.Tensor2D;
       const l = matmulT(h, bd);
       // the saved tensors are x, the small H, A and Bd, the masks, and the frozen weights themselves (no [N, out] copy)
       save([xs, h, aCat, bd, ...(din ? [din] : []), ...(dout ? [dout] : []), ...ws]);

@@ -163,3 +163,28 @@ test("LlamaModel under LoRA (tied A, pre-dropout, all-linear): the auto path's l
     m.dispose();
   }
 });
+
+test("LlamaModel under LoRA: the adapter operands are made once per weight version (a changed B is seen), the live tensor count stays flat", async () => {
+  await initBackend("wasm");
+  const config = makeConfig({ vocabSize: 40, dim: 16, hiddenDim: 24, nLayers: 2, nHeads: 4, nKvHeads: 2, tieWordEmbeddings: false, maxSeqLen: 32 });
+  const m = initModel(config, new Rng(1));
+  m.lora = LoraAdapter.init(config, { rank: 3, alpha: 6, targetModules: "all-linear" }, new Rng(2));
+  const ids = tf.tensor2d([[1, 5, 9, 13, 2, 7], [3, 3, 8, 21, 30, 4]], [2, 6], "int32");
+  const setB = (seed: number) => { let s = seed; for (const mod of m.lora!.modules.values()) tf.tidy(() => mod.b.assign(tf.randomNormal(mod.b.shape, 0, 0.3, "float32", s++))); };
+  const logits = (path: LoraPath) => {
+    const prev = setLoraPath(path);
+    try { return tf.tidy(() => m.forward(ids).dataSync()); } finally { setLoraPath(prev); }
+  };
+  const kernels = async () => (await tf.profile(() => { tf.tidy(() => { m.forward(ids).dataSync(); }); })).kernels.length;
+  setB(3);
+  const first = await kernels(), again = await kernels();
+  assert.ok(again < first, `a second pass on the same weights reuses the operands (${again} kernels against ${first})`);
+  const live = tf.memory().numTensors;
+  for (const seed of [10, 20]) {
+    setB(seed); // an optimizer step: new data for every B
+    assert.ok(relDiff(logits("auto"), logits("blocks")) < 1e-5, `after B changed (seed ${seed}): the batched form sees the new B`);
+  }
+  assert.equal(tf.memory().numTensors, live, "the operands are replaced, not accumulated");
+  ids.dispose();
+  m.dispose();
+});
