@@ -468,8 +468,10 @@ export const DEFAULT_DIRECT_TILE: DirectTile = { sgM: 2, sgN: 2, tm: 4, tn: 4, u
 /**
  * The tile of products with a thin side (min(m, n) <= THIN_SIDE: LoRA's factors and their
  * gradients): 2 x 1 subgroups of 4 x 4 fragments, 128 x 64 a workgroup, so a side of 32 or 64 pads
- * to 64, not 128. On an H100 it took LoRA's six backward products at the 0.5B shape 15-45% less
- * time than the 128 x 128 tile, split or not (docs/gpu.md, "Split-K for thin products").
+ * to 64, not 128. On an H100, at the 0.5B shape, three of LoRA's backward products of 1-5 ms (dB
+ * and dH of gate/up, x A^T of down) took 24-46% less time with it than with the 128 x 128 tile, split
+ * or not, and dA of down about the same; the two under 0.4 ms are bound by their dispatches' host
+ * time either way (docs/gpu.md, "Split-K for thin products").
  */
 export const THIN_DIRECT_TILE: DirectTile = { sgM: 2, sgN: 1, tm: 4, tn: 4, unroll: 1, prefetch: true, baked: true };
 export const THIN_SIDE = 96;
