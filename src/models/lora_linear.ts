@@ -187,22 +187,6 @@ function layoutConstants(sizes: number[], slotOf: number[], rank: number, scale:
 }
 
 /**
- * loraLinear for the common case: every block adapted, one rank, no DoRA, dropout on all blocks or
- * none. The adapter work of the whole call is a fixed number of products, whatever the block count
- * (the per-block form dispatches about 3 kernels a block forward and 8 backward, and the update is
- * bound by the host's cost per dispatch):
- *   H = xd [A_1; ...; A_u]^T                    [N, u r]   (one product; u slots of distinct A)
- *   l = H Bd^T (masked by dropOut)              [N, out]   Bd = [B_1 .. B_k] placed block-diagonally, times s
- *   dH = gl Bd, dA = dH^T xd (split by slot), dB = sum over slots of (gl^T H) * mask (split by block)
- * Bd is B broadcast over the slots times a constant mask that carries the scale, so s costs no
- * multiply of its own.
- * dB takes one product with the off-diagonal blocks masked out rather than a batched product: the
- * blocks' output sizes differ (q against k/v), which a batched product would have to pad and
- * re-slice, and the discarded part is small (u r columns against the base product's `in`).
- * With pre-dropout and several slots each slot's input is masked differently, so the A products run
- * as one batched product over a [u, N, in] stack.
- */
-/**
  * A fused call's adapter operands, aCat (the A's stacked: [u, r, in] for stacked pre-dropout, else
  * [u r, in]) and Bd ([out, u r]), kept per call site while its A and B variables hold the same data:
  * they change only at an optimizer step, and a step runs the call many times (old log-probs, every
@@ -231,6 +215,22 @@ function adapterOperands(as: tf.Tensor2D[], bs: tf.Tensor2D[], stacked: boolean,
   return entry;
 }
 
+/**
+ * loraLinear for the common case: every block adapted, one rank, no DoRA, dropout on all blocks or
+ * none. The adapter work of the whole call is a fixed number of products, whatever the block count
+ * (the per-block form dispatches about 3 kernels a block forward and 8 backward, and the update is
+ * bound by the host's cost per dispatch):
+ *   H = xd [A_1; ...; A_u]^T                    [N, u r]   (one product; u slots of distinct A)
+ *   l = H Bd^T (masked by dropOut)              [N, out]   Bd = [B_1 .. B_k] placed block-diagonally, times s
+ *   dH = gl Bd, dA = dH^T xd (split by slot), dB = sum over slots of (gl^T H) * mask (split by block)
+ * Bd is B broadcast over the slots times a constant mask that carries the scale, so s costs no
+ * multiply of its own.
+ * dB takes one product with the off-diagonal blocks masked out rather than a batched product: the
+ * blocks' output sizes differ (q against k/v), which a batched product would have to pad and
+ * re-slice, and the discarded part is small (u r columns against the base product's `in`).
+ * With pre-dropout and several slots each slot's input is masked differently, so the A products run
+ * as one batched product over a [u, N, in] stack.
+ */
 function batchedLoraLinear(x: tf.Tensor2D, blocks: LoraBlock[], scale: number, plan: BatchPlan): tf.Tensor2D {
   const { slotBlock, slotOf, rank: r, stacked } = plan;
   const u = slotBlock.length, k = blocks.length, N = x.shape[0];
