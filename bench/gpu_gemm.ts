@@ -403,6 +403,7 @@ async function splitK(a: Args): Promise<void> { // a.reps: repetitions timed
     ["lora_h_down", 6144, 32, 4864, false, true], ["lora_dH_gate_up", 6144, 64, 9728, false, false],
     ["full_dW_qkv", 1152, 896, 6144, true, false], ["full_dW_o", 896, 896, 6144, true, false], ["full_dW_down", 896, 4864, 6144, true, false],
   ];
+  // each case restores the cap and targets it found; each timing sets its own target
   const before = setSplitKCap(undefined), targets0 = setSplitKTargets(a.splitTargets[0]!);
   // DEFAULT_DIRECT_TILE itself stands for the trainer's choice (the thin tile for thin products); a --splitk-tiles tile is kept
   const tileName = (t: DirectTile, s: GemmShape) => {
@@ -443,7 +444,6 @@ async function splitK(a: Args): Promise<void> { // a.reps: repetitions timed
       }
     });
   }
-  setSplitKTargets(targets0);
 }
 
 /** --toggles: the sweep once per toggle set, each in a child process (Dawn's toggles are fixed per process). */

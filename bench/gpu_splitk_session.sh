@@ -11,7 +11,7 @@
 #   torch    bench/pytorch_gpu_table.py --only update: PyTorch's update at the same shape on the same GPU
 # SPLITK_ARGS adds arguments to the splitk part (e.g. --splitk-targets 256x512,1024x256); PROF=1 runs
 # the recipe under Node's --cpu-prof (every thread) and prints bench/profile_summary.ts of each run;
-# VERL_LOG_PIPELINES=1 logs each pipeline compiled (bench/pipeline_summary.py RUN.log groups them).
+# VERL_LOG_PIPELINES=1 logs each pipeline compiled (dist/bench/pipeline_summary.js RUN.log groups them).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/splitk_session}"

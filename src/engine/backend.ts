@@ -103,8 +103,9 @@ export async function initBackend(requested: BackendName | string = "auto"): Pro
 }
 
 /**
- * VERL_LOG_PIPELINES=1: one stderr line per compute pipeline tfjs compiles (its shader key, with the
- * milliseconds since start), to find what a run keeps compiling (compiles block the host thread).
+ * VERL_LOG_PIPELINES=1: one stderr line per compute pipeline tfjs compiles (seconds since start, the
+ * milliseconds createComputePipeline took, the shader key), to find what a run keeps compiling
+ * (compiles block the host thread); bench/pipeline_summary.ts groups the lines.
  */
 function logPipelines(backend: { pipelineCache: Record<string, unknown>; device: { createComputePipeline: (d: unknown) => unknown } }): void {
   const t0 = performance.now(), device = backend.device, create = device.createComputePipeline.bind(device);

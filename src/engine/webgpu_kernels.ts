@@ -219,7 +219,7 @@ export class PackedWeightCache {
 
   /** x's packed copy in this layout: kept (owned false: the caller must not free it) when x is a variable's data. */
   get(x: TensorInfo, layout: string, pack: () => TensorInfo): { info: TensorInfo; owned: boolean } {
-    if (!isVariableData(x.dataId)) { this.packs++; return { info: pack(), owned: true }; }
+    if (!keepsPackedCopies(x.dataId)) { this.packs++; return { info: pack(), owned: true }; }
     let m = this.byData.get(x.dataId);
     if (!m) this.byData.set(x.dataId, (m = new Map()));
     let info = m.get(layout);
@@ -238,8 +238,8 @@ export class PackedWeightCache {
   }
 }
 
-/** Whether the data belongs to a tf.Variable (the engine's registry: a few hundred entries, read per product) or is marked weight-like. */
-function isVariableData(id: object): boolean {
+/** Whether packed copies of this data are kept: it belongs to a tf.Variable (the engine's registry: a few hundred entries, read per product) or is marked weight-like. */
+function keepsPackedCopies(id: object): boolean {
   if (isWeightLike(id)) return true;
   const vars = tf.engine().state.registeredVariables;
   for (const name in vars) if (vars[name]!.dataId === id) return true;

@@ -40,3 +40,35 @@ export function dispatches<T>(fn: () => T): { out: T; n: number } {
   be.runWebGPUProgram = function (this: unknown, ...a: unknown[]) { n++; return orig.apply(this, a); };
   try { return { out: fn(), n }; } finally { be.runWebGPUProgram = orig; }
 }
+
+/**
+ * op(a) op(b) on the host in float64, every `step`-th output row: the reference for products on the
+ * GPU, tfjs's own float32 one included (it has been wrong: webgpu_f32_matmul_guard.test.ts).
+ */
+export async function hostRows(a: tf.Tensor2D, b: tf.Tensor2D, ta: boolean, tb: boolean, step: number): Promise<{ rows: number[]; ref: Float64Array; n: number }> {
+  const x = await a.data(), y = await b.data();
+  const [m, k] = ta ? [a.shape[1], a.shape[0]] : a.shape, n = tb ? b.shape[0] : b.shape[1];
+  const rows: number[] = [];
+  for (let i = 0; i < m; i += step) rows.push(i);
+  const ref = new Float64Array(rows.length * n);
+  rows.forEach((i, r) => {
+    for (let j = 0; j < n; j++) {
+      let acc = 0;
+      for (let p = 0; p < k; p++) acc += x[ta ? p * m + i : i * k + p]! * y[tb ? j * k + p : p * n + j]!;
+      ref[r * n + j] = acc;
+    }
+  });
+  return { rows, ref, n };
+}
+
+/** max |out - ref| over max |ref| on the reference's rows. */
+export async function relToHost(out: tf.Tensor, h: { rows: number[]; ref: Float64Array; n: number }): Promise<number> {
+  const o = await out.data();
+  let d = 0, mx = 0;
+  h.rows.forEach((i, r) => {
+    for (let j = 0; j < h.n; j++) {
+      d = Math.max(d, Math.abs(o[i * h.n + j]! - h.ref[r * h.n + j]!)); mx = Math.max(mx, Math.abs(h.ref[r * h.n + j]!));
+    }
+  });
+  return d / Math.max(mx, 1e-30);
+}

@@ -7,7 +7,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import * as tf from "@tensorflow/tfjs";
-import { dispatches, relErr, webgpuOrReason } from "./webgpu_adapter.js";
+import { dispatches, hostRows, relErr, relToHost, webgpuOrReason } from "./webgpu_adapter.js";
 import { setMatmulPrecision, tensorCoreSupport } from "../../src/engine/webgpu_kernels.js";
 import { DEFAULT_DIRECT_TILE, THIN_DIRECT_TILE, directSplits, isThinProduct, setSplitKCap, type GemmShape } from "../../src/engine/webgpu_gemm.js";
 
@@ -19,44 +19,12 @@ const SHAPES: { what: string; a: [number, number]; b: [number, number]; ta: bool
   { what: "x A^T, K 4,864", a: [200, 4864], b: [32, 4864], ta: false, tb: true },
 ];
 
-/**
- * The product on the host in float64, every `step`-th output row (the reference: tfjs's own float32
- * product on WebGPU picks its atomic split-K program for these shapes, which is itself under test).
- */
-async function hostRows(a: tf.Tensor2D, b: tf.Tensor2D, ta: boolean, tb: boolean, step: number): Promise<{ rows: number[]; ref: Float64Array; n: number }> {
-  const x = await a.data(), y = await b.data();
-  const [m, k] = ta ? [a.shape[1], a.shape[0]] : a.shape, n = tb ? b.shape[0] : b.shape[1];
-  const rows: number[] = [];
-  for (let i = 0; i < m; i += step) rows.push(i);
-  const ref = new Float64Array(rows.length * n);
-  rows.forEach((i, r) => {
-    for (let j = 0; j < n; j++) {
-      let acc = 0;
-      for (let p = 0; p < k; p++) acc += x[ta ? p * m + i : i * k + p]! * y[tb ? j * k + p : p * n + j]!;
-      ref[r * n + j] = acc;
-    }
-  });
-  return { rows, ref, n };
-}
-
-/** max |out - ref| over max |ref| on the reference's rows. */
-async function relToHost(out: tf.Tensor, h: { rows: number[]; ref: Float64Array; n: number }): Promise<number> {
-  const o = await out.data();
-  let d = 0, mx = 0;
-  h.rows.forEach((i, r) => {
-    for (let j = 0; j < h.n; j++) {
-      d = Math.max(d, Math.abs(o[i * h.n + j]! - h.ref[r * h.n + j]!)); mx = Math.max(mx, Math.abs(h.ref[r * h.n + j]!));
-    }
-  });
-  return d / Math.max(mx, 1e-30);
-}
-
 function withSplit<T>(cap: number, fn: () => T): T {
   const before = setSplitKCap(cap);
   try { return fn(); } finally { setSplitKCap(before); }
 }
 
-test("split-K products on the tensor cores: close to float32, equal to the unsplit product within f16 rounding, deterministic", async (t) => {
+test("split-K products on the tensor cores: close to the host's float64 product, equal to the unsplit product within f16 rounding, deterministic", async (t) => {
   const why = await webgpuOrReason();
   if (why) return t.skip(why);
   if (!tensorCoreSupport.available) return t.skip(`no tensor cores on this adapter (${tensorCoreSupport.reason})`);
