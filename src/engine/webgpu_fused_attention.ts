@@ -4,15 +4,17 @@
 // these kernels read q and k straight from the rotated token-major [B*T, H+K, hd] tensor and v from
 // [B*T, K, hd], and write the output as [B*T, H*hd], so no transpose runs either way:
 //   forward   1 dispatch  (online softmax; no [T, T] tensor is ever made)
-//   backward  3 dispatches: the rows' max, sum and D = rowsum(dO * O); dV; dQ with dK (one
-//             dispatch, two kinds of thread), each recomputing the probabilities from the stats.
+//   backward  4 dispatches: the rows' max, sum and D = rowsum(dO * O); dQ and each query head's
+//             share of dK and dV (one dispatch, three kinds of thread); the shares summed per kv
+//             head (two small passes). Head sizes not a multiple of 4 take the scalar kernels: 3
+//             dispatches (stats; dV; dQ with dK). Each recomputes the probabilities from the stats.
 // Query t of sequence b sees keys keyStart[b]..t (left padding, then real tokens; the contract of
 // fused_attention.ts); queries before keyStart get zeros and no gradient. One thread a query row
-// (or key row), summing over its keys (queries) in a fixed order: no atomics, no workgroup memory
-// and no barriers (llvmpipe has lost private values live across barriers: docs/gpu.md), and the
-// same inputs give the same bits. Neighbouring threads share a kv head and step through the same
-// rows together (query threads over keys s0 up, key threads over queries T-1 down), so a load is
-// one row for the whole warp. Float32 throughout.
+// (or key row, or (key row, query head) pair), summing over its keys (queries) in a fixed order: no
+// atomics, no workgroup memory and no barriers (llvmpipe has lost private values live across
+// barriers: docs/gpu.md), and the same inputs give the same bits. Neighbouring threads share a kv
+// head and step through the same rows together (query threads over keys s0 up, key threads over
+// queries T-1 down), so a load is one row for the whole warp. Float32 throughout.
 import * as tf from "@tensorflow/tfjs";
 import { FusedProgram, fusedLayersFor, int, registerWebGPUKernels, run, type Kernel } from "./webgpu_fused.js";
 
@@ -80,17 +82,32 @@ function keyRow(K: number, i: string): string {
  * are the same bits.
  */
 function keyPass(hd: number, grow: string, each: string): string {
+  return onlineSoftmax(`var q : array<f32, ${hd}>;
+        for (var d = 0; d < ${hd}; d = d + 1) { q[d] = qk[qr + d]; }`, "qAt", "kAt",
+  `var x = 0.0;
+          for (var d = 0; d < ${hd}; d = d + 1) { x = x + q[d] * qk[kr + d]; }
+          x = x * uniforms.scale;`, grow, each);
+}
+
+/**
+ * keyPass with the row held in vec4 registers (hd / 4 of them, unrolled): q . k as vec4 dot
+ * products summed in order, the form AttentionGrads4 recomputes.
+ */
+function keyPass4(h4: number, grow: string, each: string): string {
+  return onlineSoftmax(unroll(h4, (i) => `let q${i} = qk[qr + ${i}];`), "qAt4", "kAt4",
+    `let x = (${unroll(h4, (i) => `dot(q${i}, qk[kr + ${i}])`, " + ")}) * uniforms.scale;`, grow, each);
+}
+
+/** The loop both share: q loaded at qr, for each key s0..t its row kr, the scaled score x, then the running max and sum. */
+function onlineSoftmax(loadQ: string, qAt: string, kAt: string, score: string, grow: string, each: string): string {
   return `
-        let qr = qAt(n, h);
-        var q : array<f32, ${hd}>;
-        for (var d = 0; d < ${hd}; d = d + 1) { q[d] = qk[qr + d]; }
+        let qr = ${qAt}(n, h);
+        ${loadQ}
         var m = -3.0e38;
         var l = 0.0;
         for (var s = s0; s <= t; s = s + 1) {
-          let kr = kAt(b * uniforms.T + s, kh);
-          var x = 0.0;
-          for (var d = 0; d < ${hd}; d = d + 1) { x = x + q[d] * qk[kr + d]; }
-          x = x * uniforms.scale;
+          let kr = ${kAt}(b * uniforms.T + s, kh);
+          ${score}
           if (x > m) {
             let c = exp(m - x);
             l = l * c;
@@ -115,12 +132,36 @@ abstract class AttentionProgram extends FusedProgram {
   }
 }
 
-/** Forward: o(n, h) = sum_s softmax(q k^T scale) v over keys s0..t, one thread a query row, online softmax. */
+/**
+ * Forward: o(n, h) = sum_s softmax(q k^T scale) v over keys s0..t, one thread a query row, online
+ * softmax. `vec4`: the row in vec4 registers (head size a multiple of 4), else scalar arrays.
+ */
 class AttentionForward extends AttentionProgram {
   variableNames = ["qk", "v", "ks"];
-  constructor(N: number, d: Dims) { super([N, d.H * d.hd], "Fwd", d, N * d.H); }
+  variableComponents?: number[];
+  outputComponent?: number;
+  constructor(N: number, d: Dims, private readonly vec4 = false) {
+    super([N, d.H * d.hd], vec4 ? "Fwd4" : "Fwd", d, N * d.H);
+    if (vec4) { this.variableComponents = [4, 4, 1]; this.outputComponent = 4; }
+  }
   getUserCode(): string {
-    const { K, hd } = this.d;
+    const { K, hd } = this.d, h4 = hd / 4;
+    if (this.vec4) {
+      return `${layout4(this.d)}
+      fn main(index : i32) {
+        if (index >= uniforms.nRows) { return; }${queryRow(this.G, K, "index")}
+        let o = oAt4(n, h);
+        if (t < s0) {
+          ${unroll(h4, (i) => `result[o + ${i}] = vec4<f32>(0.0);`)}
+          return;
+        }
+        ${unroll(h4, (i) => `var a${i} = vec4<f32>(0.0);`)}${keyPass4(h4,
+          unroll(h4, (i) => `a${i} = a${i} * c;`, "\n            "),
+          `let vr = vAt4(b * uniforms.T + s, kh);
+          ${unroll(h4, (i) => `a${i} = a${i} + p * v[vr + ${i}];`)}`)}
+        ${unroll(h4, (i) => `result[o + ${i}] = a${i} / l;`)}
+      }`;
+    }
     return `${layout(this.d)}
       fn main(index : i32) {
         if (index >= uniforms.nRows) { return; }${queryRow(this.G, K, "index")}
@@ -144,10 +185,26 @@ class AttentionForward extends AttentionProgram {
  */
 class AttentionStats extends AttentionProgram {
   variableNames = ["qk", "ks", "o", "dy"];
-  constructor(N: number, d: Dims) { super([N, d.H, 3], "Stats", d, N * d.H); }
+  variableComponents?: number[];
+  /**
+   * vec4: the max and sum from keyPass4 (the forward's Fwd4 bits) and D formed as AttentionGrads4
+   * forms dO . v (vec4 dot products summed in order), so that where o is v itself (a query seeing
+   * one key) dO . v - D is exactly 0, as the composite's gradient is.
+   */
+  constructor(N: number, d: Dims, private readonly vec4 = false) {
+    super([N, d.H, 3], vec4 ? "Stats4" : "Stats", d, N * d.H);
+    if (vec4) this.variableComponents = [4, 1, 4, 4];
+  }
   getUserCode(): string {
-    const { H, K, hd } = this.d;
-    return `${layout(this.d)}
+    const { H, K, hd } = this.d, h4 = hd / 4;
+    const pass = this.vec4 ? keyPass4(h4, "", "") : keyPass(hd, "", "");
+    const D = this.vec4
+      ? `let orow = oAt4(n, h);
+        let D = ${unroll(h4, (i) => `dot(dy[orow + ${i}], o[orow + ${i}])`, " + ")};`
+      : `let orow = oAt(n, h);
+        var D = 0.0;
+        for (var d = 0; d < ${hd}; d = d + 1) { D = D + dy[orow + d] * o[orow + d]; }`;
+    return `${this.vec4 ? layout4(this.d) : layout(this.d)}
       fn main(index : i32) {
         if (index >= uniforms.nRows) { return; }${queryRow(this.G, K, "index")}
         let r = (n * ${H} + h) * 3;
@@ -157,10 +214,8 @@ class AttentionStats extends AttentionProgram {
           result[r + 2] = 0.0;
           return;
         }
-${keyPass(hd, "", "")}
-        let orow = oAt(n, h);
-        var D = 0.0;
-        for (var d = 0; d < ${hd}; d = d + 1) { D = D + dy[orow + d] * o[orow + d]; }
+${pass}
+        ${D}
         result[r] = m;
         result[r + 1] = l;
         result[r + 2] = D;
@@ -266,23 +321,175 @@ class AttentionGradQK extends AttentionProgram {
   }
 }
 
-type Attrs = { T: number; scale: number; H: number; K: number };
+// ---- the backward pass held in registers (head size a multiple of 4) ---------------------------
+//
+// Measured on an H100 at the 0.5B shape (64 rows x 96 tokens, 14 query / 2 kv heads, hd 64) the
+// scalar kernels above took 69 of a forward + backward pass's 413 ms of kernel time in dV and dQ/dK:
+// a key row's thread walks every query of its group (N x K threads: 12,288, three warps an SM), and
+// its row arrays (acc[hd], k[hd], indexed in loops) live in local memory. Here each thread owns one
+// (row, query head) pair for all three gradients (dQ of a query row; the head's share of dK and dV of
+// a key row), 3 N H threads in one dispatch; rows are vec4 registers in straight-line code (the
+// generator unrolls over hd / 4), and the heads' shares of dK and dV are summed per kv head by two
+// small gather passes (fixed order: the same bits every time). Four dispatches a backward pass
+// instead of three.
+
+/** `n` unrolled lines (or terms joined by `sep`) of f(i), i < n. */
+const unroll = (n: number, f: (i: number) => string, sep = "\n          "): string => Array.from({ length: n }, (_, i) => f(i)).join(sep);
+
+/** Row starts in vec4 units: qk [N, H+K, hd], v [N, K, hd], o/dO [N, H, hd]. */
+function layout4({ H, K, hd }: Dims): string {
+  const h4 = hd / 4, QKW = (H + K) * h4, VW = K * h4, OW = H * h4;
+  return `
+      fn qAt4(n : i32, h : i32) -> i32 { return n * ${QKW} + h * ${h4}; }
+      fn kAt4(n : i32, kh : i32) -> i32 { return n * ${QKW} + ${H * h4} + kh * ${h4}; }
+      fn vAt4(n : i32, kh : i32) -> i32 { return n * ${VW} + kh * ${h4}; }
+      fn oAt4(n : i32, h : i32) -> i32 { return n * ${OW} + h * ${h4}; }`;
+}
+
+/**
+ * dQ, and each query head's share of dK and dV, as [N, H, 3, hd]: threads [0, NH) are query rows
+ * (dq = scale sum_s dS k_s over keys s0..t), [NH, 2NH) and [2NH, 3NH) are (key row, query head)
+ * pairs (dk_h = scale sum_t dS q_t and dv_h = sum_t p dO_t over the queries t >= s that see key s,
+ * from T-1 down); dS = p (dO . v - D), p recomputed from the row stats. Rows before keyStart: zeros.
+ */
+class AttentionGrads4 extends AttentionProgram {
+  variableNames = ["qk", "v", "ks", "st", "dy"];
+  variableComponents = [4, 4, 1, 1, 4];
+  outputComponent = 4;
+  constructor(N: number, d: Dims) {
+    super([N, d.H, 3, d.hd], "Grads4", d, 3 * N * d.H);
+  }
+  getUserCode(): string {
+    const { H, K, hd } = this.d, G = this.G, h4 = hd / 4;
+    const dotWith = (a: string, row: string, arr: string) => unroll(h4, (i) => `dot(${a}${i}, ${arr}[${row} + ${i}])`, " + ");
+    const zero = (p: string) => unroll(h4, (i) => `var ${p}${i} = vec4<f32>(0.0);`);
+    const write = (p: string, at: string, mul = "") => unroll(h4, (i) => `result[${at} + ${i}] = ${p}${i}${mul};`);
+    /** The queries t >= s that see key s, T-1 down: their rows qr (q), g (dO), r (stats) and the score x = k . q, then `body`. */
+    const queries = (body: string) => `
+            for (var t = uniforms.T - 1; t >= s; t = t - 1) {
+              let nq = b * uniforms.T + t;
+              let qr = qAt4(nq, h);
+              let g = oAt4(nq, h);
+              let r = nq * ${H} + h;
+              let x = ${dotWith("k", "qr", "qk")};
+              ${body}
+            }`;
+    return `${layout4(this.d)}
+      fn gradQ(index : i32) {${queryRow(G, K, "index")}
+        let w0 = (n * ${H} + h) * ${3 * h4};
+        ${zero("a")}
+        if (t >= s0) {
+          let qr = qAt4(n, h);
+          let orow = oAt4(n, h);
+          ${unroll(h4, (i) => `let q${i} = qk[qr + ${i}]; let g${i} = dy[orow + ${i}];`)}
+          let r = n * ${H} + h;
+          let D = st[r * 3 + 2];
+          for (var s = s0; s <= t; s = s + 1) {
+            let kr = kAt4(b * uniforms.T + s, kh);
+            let vr = vAt4(b * uniforms.T + s, kh);
+            let x = ${dotWith("q", "kr", "qk")};
+            let dp = ${dotWith("g", "vr", "v")};
+            let ds = ${prob("x", "r")} * (dp - D);
+            ${unroll(h4, (i) => `a${i} = a${i} + ds * qk[kr + ${i}];`)}
+          }
+        }
+        ${write("a", "w0", " * uniforms.scale")}
+      }
+      fn gradKV(index : i32, part : i32) {
+        let j = index % ${G};
+        let s = (index / ${G}) % uniforms.T;
+        let bk = index / ${G} / uniforms.T;
+        let kh = bk % ${K};
+        let b = bk / ${K};
+        let h = kh * ${G} + j;
+        let n = b * uniforms.T + s;
+        let s0 = ks[b];
+        let w0 = (n * ${H} + h) * ${3 * h4} + part * ${h4};
+        ${zero("a")}
+        if (s >= s0) {
+          let kr = kAt4(n, kh);
+          let vr = vAt4(n, kh);
+          ${unroll(h4, (i) => `let k${i} = qk[kr + ${i}];`)}
+          if (part == 1) {
+            ${unroll(h4, (i) => `let v${i} = v[vr + ${i}];`, "\n            ")}${queries(`let dp = ${dotWith("v", "g", "dy")};
+              let ds = ${prob("x", "r")} * (dp - st[r * 3 + 2]);
+              ${unroll(h4, (i) => `a${i} = a${i} + ds * qk[qr + ${i}];`, "\n              ")}`)}
+            ${unroll(h4, (i) => `a${i} = a${i} * uniforms.scale;`, "\n            ")}
+          } else {${queries(`let pr = ${prob("x", "r")};
+              ${unroll(h4, (i) => `a${i} = a${i} + pr * dy[g + ${i}];`, "\n              ")}`)}
+          }
+        }
+        ${write("a", "w0")}
+      }
+      fn main(index : i32) {
+        let rows = uniforms.nRows;
+        if (index < rows) { gradQ(index); }
+        else if (index < 2 * rows) { gradKV(index - rows, 1); }
+        else if (index < 3 * rows) { gradKV(index - 2 * rows, 2); }
+      }`;
+  }
+}
+
+/**
+ * From AttentionGrads4's [N, H, 3, hd]: `qk` gives d(qk) [N, H+K, hd] (dq copied, dk summed over each
+ * kv head's query heads in order), `v` gives dV [N, K, hd] (the dv shares summed alike). One thread a vec4.
+ */
+class AttentionGather4 extends FusedProgram {
+  variableNames = ["part"];
+  variableComponents = [4];
+  outputComponent = 4;
+  uniforms = "total : i32,";
+  constructor(N: number, private readonly d: Dims, private readonly which: "qk" | "v") {
+    const slots = which === "qk" ? d.H + d.K : d.K;
+    super([N, slots, d.hd], `verlFusedAttentionGather4_${which}_${d.H}_${d.K}_${d.hd}`, WG, Math.ceil((N * slots * d.hd) / 4 / WG));
+  }
+  getUserCode(): string {
+    const { H, K, hd } = this.d, G = H / K, h4 = hd / 4, slots = this.which === "qk" ? H + K : K;
+    const sum = (part: number, kh: string) => unroll(G, (j) => `part[((n * ${H} + ${kh} * ${G} + ${j}) * 3 + ${part}) * ${h4} + i]`, " + ");
+    const body = this.which === "qk"
+      ? `if (c < ${H}) { result[index] = part[((n * ${H} + c) * 3) * ${h4} + i]; }
+          else { let kh = c - ${H}; result[index] = ${sum(1, "kh")}; }`
+      : `result[index] = ${sum(2, "c")};`;
+    return `
+      fn main(index : i32) {
+        if (index >= uniforms.total) { return; }
+        let i = index % ${h4};
+        let c = (index / ${h4}) % ${slots};
+        let n = index / ${h4} / ${slots};
+        ${body}
+      }`;
+  }
+}
+
+/** vec4: the register-held kernels (Fwd4, Stats4, Grads4), chosen once per call so forward and backward agree. */
+type Attrs = { T: number; scale: number; H: number; K: number; vec4: boolean };
 const dimsOf = (qk: { shape: number[] }, a: Attrs): Dims => ({ H: a.H, K: a.K, hd: qk.shape[2]! });
 const uniformsOf = (a: Attrs, rows: number) => [int(a.T), int(rows), { type: "float32" as const, data: [a.scale] }];
 
 const KERNELS: Record<string, Kernel> = {
   VerlAttention: ({ inputs: { qk, v, ks }, backend, attrs }) => {
     const a = attrs as Attrs, d = dimsOf(qk!, a), N = qk!.shape[0]!;
-    return backend.runWebGPUProgram(new AttentionForward(N, d), [qk!, v!, ks!], "float32", uniformsOf(a, N * d.H));
+    return backend.runWebGPUProgram(new AttentionForward(N, d, a.vec4), [qk!, v!, ks!], "float32", uniformsOf(a, N * d.H));
   },
   VerlAttentionStats: ({ inputs: { qk, ks, o, dy }, backend, attrs }) => {
     const a = attrs as Attrs, d = dimsOf(qk!, a), N = qk!.shape[0]!;
-    return backend.runWebGPUProgram(new AttentionStats(N, d), [qk!, ks!, o!, dy!], "float32", uniformsOf(a, N * d.H));
+    return backend.runWebGPUProgram(new AttentionStats(N, d, a.vec4), [qk!, ks!, o!, dy!], "float32", uniformsOf(a, N * d.H));
   },
   VerlAttentionGradV: ({ inputs: { qk, ks, st, dy }, backend, attrs }) => {
     const a = attrs as Attrs, d = dimsOf(qk!, a), N = qk!.shape[0]!;
     return backend.runWebGPUProgram(new AttentionGradV(N, d), [qk!, ks!, st!, dy!], "float32", uniformsOf(a, N * d.K));
   },
+  VerlAttentionGrads4: (({ inputs: { qk, v, ks, st, dy }, backend, attrs }: Parameters<Kernel>[0]) => {
+    const a = attrs as Attrs, d = dimsOf(qk!, a), N = qk!.shape[0]!;
+    const part = backend.runWebGPUProgram(new AttentionGrads4(N, d), [qk!, v!, ks!, st!, dy!], "float32", uniformsOf(a, N * d.H));
+    const gather = (which: "qk" | "v") => {
+      const g = new AttentionGather4(N, d, which);
+      return backend.runWebGPUProgram(g, [part], "float32", [int(N * (which === "qk" ? d.H + d.K : d.K) * d.hd / 4)]);
+    };
+    const dqk = gather("qk"), dv = gather("v");
+    backend.disposeData(part.dataId);
+    return [dqk, dv];
+  }) as unknown as Kernel,
   VerlAttentionGradQK: ({ inputs: { qk, v, ks, st, dy }, backend, attrs }) => {
     const a = attrs as Attrs, d = dimsOf(qk!, a), N = qk!.shape[0]!;
     return backend.runWebGPUProgram(new AttentionGradQK(N, d), [qk!, v!, ks!, st!, dy!], "float32", uniformsOf(a, N * (d.H + d.K)));
@@ -290,6 +497,17 @@ const KERNELS: Record<string, Kernel> = {
 };
 
 let registered = false;
+/**
+ * The register-held kernels (Fwd4, Stats4, Grads4) where the head size is a multiple of 4, else the
+ * scalar ones; setAttentionRegisters(false) (or VERL_WEBGPU_ATTENTION=scalar) keeps the scalar
+ * kernels everywhere (tests and the bench compare the two). Returns the previous setting.
+ */
+let useRegisters = process.env.VERL_WEBGPU_ATTENTION !== "scalar";
+export function setAttentionRegisters(on: boolean): boolean {
+  const before = useRegisters;
+  useRegisters = on;
+  return before;
+}
 
 /**
  * Whether llama.ts should take the fused attention for these float32 inputs: on the webgpu backend
@@ -316,7 +534,7 @@ export function fusedCausalAttention(qk: tf.Tensor3D, v: tf.Tensor3D, keyStart: 
     registerWebGPUKernels(KERNELS);
     registered = true;
   }
-  const attrs: Attrs = { T, scale: s.scale, H, K };
+  const attrs: Attrs = { T, scale: s.scale, H, K, vec4: hd % 4 === 0 && useRegisters };
   const starts = () => tf.tensor1d(keyStart, "int32"); // uploaded, not a dispatch
   const attend = tf.customGrad((...args: GradArgs) => {
     const [q0, v0, save] = args as [tf.Tensor3D, tf.Tensor3D, tf.GradSaveFunc];
@@ -330,8 +548,13 @@ export function fusedCausalAttention(qk: tf.Tensor3D, v: tf.Tensor3D, keyStart: 
         const [qs, vs, o] = saved as [tf.Tensor, tf.Tensor, tf.Tensor];
         const ks2 = starts(), g = dy as tf.Tensor;
         const st = run("VerlAttentionStats", { qk: qs, ks: ks2, o, dy: g }, attrs);
-        const dv = run("VerlAttentionGradV", { qk: qs, ks: ks2, st, dy: g }, attrs);
-        const dqk = run("VerlAttentionGradQK", { qk: qs, v: vs, ks: ks2, st, dy: g }, attrs);
+        let dqk: tf.Tensor, dv: tf.Tensor;
+        if (attrs.vec4) {
+          [dqk, dv] = tf.engine().runKernel("VerlAttentionGrads4", { qk: qs, v: vs, ks: ks2, st, dy: g }, attrs as unknown as tf.NamedAttrMap) as unknown as [tf.Tensor, tf.Tensor];
+        } else {
+          dv = run("VerlAttentionGradV", { qk: qs, ks: ks2, st, dy: g }, attrs);
+          dqk = run("VerlAttentionGradQK", { qk: qs, v: vs, ks: ks2, st, dy: g }, attrs);
+        }
         tf.dispose([ks2, st]);
         return [dqk, dv];
       },

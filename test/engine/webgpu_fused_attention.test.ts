@@ -11,7 +11,7 @@ import * as tf from "@tensorflow/tfjs";
 import { dispatches, relErr, webgpuOrReason, withFused } from "./webgpu_adapter.js";
 import { tokenAttention } from "../../src/models/attention.js";
 import { setFusedLayers } from "../../src/engine/webgpu_fused.js";
-import { fusedAttentionFor, fusedCausalAttention, type CausalAttentionShape } from "../../src/engine/webgpu_fused_attention.js";
+import { fusedAttentionFor, fusedCausalAttention, setAttentionRegisters, type CausalAttentionShape } from "../../src/engine/webgpu_fused_attention.js";
 import { initModel } from "../../src/models/init.js";
 import { makeConfig } from "../../src/models/config.js";
 import { Rng } from "../../src/utils/rng.js";
@@ -72,17 +72,25 @@ test("off the webgpu backend the composite runs (no fused attention is asked for
   assert.equal(fusedAttentionFor(tf.zeros([2, 3, 4])), false);
 });
 
-test("fused attention: values and gradients of qk and v match the composite", gpu, async () => {
+test("fused attention: values and gradients of qk and v match the composite (register-held and scalar kernels)", gpu, async () => {
   for (const [name, c] of CASES) {
     const { qk, v, dy } = inputs(c, c.batch * 10 + c.seqLen), real = realTokens(c);
     assert.ok(fusedAttentionFor(qk, v));
     const f = [fused(qk, v, c), ...tf.grads((a: tf.Tensor, b: tf.Tensor) => fused(a as tf.Tensor3D, b as tf.Tensor3D, c))([qk, v], dy)];
     const r = [composite(qk, v, c, real), ...tf.grads((a: tf.Tensor, b: tf.Tensor) => composite(a as tf.Tensor3D, b as tf.Tensor3D, c, real))([qk, v], dy)];
+    // the scalar kernels (row arrays; a key row a thread backward), which head sizes not a multiple of 4 take
+    const before = setAttentionRegisters(false);
+    const scalarValue = fused(qk, v, c);
+    const scalar = tf.grads((a: tf.Tensor, b: tf.Tensor) => fused(a as tf.Tensor3D, b as tf.Tensor3D, c))([qk, v], dy);
+    setAttentionRegisters(before);
     const labels = ["value", "grad qk", "grad v"];
     for (let i = 0; i < 3; i++) {
       const e = await relErr(f[i]!, r[i]!, i === 0 ? real : undefined);
       assert.ok(e <= 1e-5, `${name} ${labels[i]}: relative error ${e.toExponential(2)}`);
+      const es = await relErr(i === 0 ? scalarValue : scalar[i - 1]!, r[i]!, i === 0 ? real : undefined);
+      assert.ok(es <= 1e-5, `${name} ${labels[i]}, scalar kernels: relative error ${es.toExponential(2)}`);
     }
+    tf.dispose([scalarValue, ...scalar]);
     // padding queries: zeros, as the wasm kernels give
     const out = await f[0]!.data(), per = c.heads * c.hd;
     for (let n = 0; n < real.length; n++) {
@@ -93,7 +101,7 @@ test("fused attention: values and gradients of qk and v match the composite", gp
   }
 });
 
-test("fused attention: forward 1 dispatch, backward 3; same bits twice; no leaked tensors", gpu, async () => {
+test("fused attention: forward 1 dispatch, backward 4 (3 scalar); same bits twice; no leaked tensors", gpu, async () => {
   const c = CASES[0]![1], { qk, v, dy } = inputs(c, 5), real = realTokens(c);
   const routed = dispatches(() => attention(true, qk, v, c, real));
   assert.equal(routed.n, 1, "tokenAttention takes the fused kernel when the kernels are on");
@@ -101,7 +109,12 @@ test("fused attention: forward 1 dispatch, backward 3; same bits twice; no leake
   assert.equal(fwd.n, 1);
   const grad = (fn: (a: tf.Tensor3D, b: tf.Tensor3D) => tf.Tensor) => () => tf.grads((a: tf.Tensor, b: tf.Tensor) => fn(a as tf.Tensor3D, b as tf.Tensor3D))([qk, v], dy);
   const bwd = dispatches(grad((a, b) => fused(a, b, c))), refBwd = dispatches(grad((a, b) => composite(a, b, c, real)));
-  assert.equal(bwd.n, 1 + 3, "the forward inside tf.grads, then stats, dV, dQ with dK");
+  assert.equal(bwd.n, 1 + 4, "the forward inside tf.grads, then stats, the gradients, and dK's and dV's sums over the group");
+  const registers = setAttentionRegisters(false);
+  const scalarBwd = dispatches(grad((a, b) => fused(a, b, c)));
+  setAttentionRegisters(registers);
+  assert.equal(scalarBwd.n, 1 + 3, "scalar: the forward, then stats, dV, dQ with dK");
+  tf.dispose(scalarBwd.out);
   console.error(`attention with the layer's transposes: forward ${ref.n} -> ${fwd.n} dispatches, forward + backward ${refBwd.n} -> ${bwd.n}`);
   const again = grad((a, b) => fused(a, b, c))();
   for (let i = 0; i < 2; i++) assert.deepEqual(await again[i]!.data(), await bwd.out[i]!.data());
