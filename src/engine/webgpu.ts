@@ -1,5 +1,6 @@
 import { hoistDirectives, rewriteF16Bindings } from "./webgpu_gemm.js";
 import { tensorCoreSupport } from "./webgpu_kernels.js";
+import { cacheBindGroups, type BindGroupCache } from "./bind_group_cache.js";
 
 // WebGPU through Dawn (the `webgpu` npm package). navigator.gpu must exist before
 // @tensorflow/tfjs-backend-webgpu is evaluated, or the backend never registers.
@@ -27,6 +28,8 @@ export const webGpuInfo: {
   subgroupMinSize?: number; subgroupMaxSize?: number; adapter?: string;
   /** Dawn's name of the GPU model (adapter.info.device, e.g. "nvidia-h200"); empty on some drivers. */
   device?: string;
+  /** The device's bind-group cache (bind_group_cache.ts), unless turned off. */
+  bindGroups?: BindGroupCache;
 } = { flags: [], features: [], requested: [], subgroupMatrixConfigs: [] };
 
 const TC_FEATURES = ["shader-f16", "chromium-experimental-subgroup-matrix", "subgroups"];
@@ -43,6 +46,7 @@ export async function prepareWebGpu(): Promise<void> {
   }
   const flags = splitFlags(process.env.VERL_DAWN_FLAGS ?? DEFAULT_DAWN_FLAGS);
   if (mod.globals) Object.assign(globalThis, mod.globals);
+  if (process.env.VERL_PROFILE_GPU_CALLS === "1" && mod.globals) (await import("./gpu_call_names.js")).nameGpuCalls(mod.globals);
   const gpu = mod.create(flags) as GpuLike;
   if (process.env.VERL_WEBGPU_FEATURE_LEVEL) compatibilityAdapters(gpu, process.env.VERL_WEBGPU_FEATURE_LEVEL);
   tensorCoreDevices(gpu);
@@ -121,6 +125,7 @@ function tensorCoreDevices(gpu: GpuLike): void {
       const dev = (await device({ ...d, requiredFeatures: [...(d.requiredFeatures ?? []), ...extra] })) as DeviceLike;
       const create = dev.createShaderModule.bind(dev);
       dev.createShaderModule = (desc: { code: string }) => create({ ...desc, code: rewriteF16Bindings(hoistDirectives(desc.code)) });
+      webGpuInfo.bindGroups = cacheBindGroups(dev as unknown as Parameters<typeof cacheBindGroups>[0], (globalThis as { GPUBuffer?: Parameters<typeof cacheBindGroups>[1] }).GPUBuffer);
       return dev;
     };
     return adapter;

@@ -212,6 +212,16 @@ interface BackendLike {
   tensorMap: { get(dataId: object): { resource?: unknown } | undefined };
 }
 
+/**
+ * Cuts what a buffer's tensor holds to its first `bytes` (a tensor viewing a prefix of its buffer:
+ * rowPrefix in webgpu_kernels.ts); read-backs and copies then see only those bytes.
+ */
+export function holdPrefix(buffer: GpuBufferLike, bytes: number): void {
+  if (bytes > buffer.size) throw new Error(`holdPrefix: ${bytes} bytes do not fit a buffer of ${buffer.size}`);
+  if (bytes === buffer.size) acquiredBytes.delete(buffer as object);
+  else acquiredBytes.set(buffer as object, bytes);
+}
+
 /** The bytes a buffer's tensor holds: what it was acquired for, or its whole size. */
 export function tensorBytes(buffer: GpuBufferLike): number {
   return acquiredBytes.get(buffer) ?? buffer.size;

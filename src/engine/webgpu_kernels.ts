@@ -14,6 +14,7 @@ import type { GpuProgram, UniformValue } from "../rollout/webgpu_programs.js";
 import { GemmAutotuner, productClass, type ErrorCapture, type GemmCandidate, type GemmChoice, type GemmTimer } from "./gemm_autotune.js";
 import { logger } from "../utils/logger.js";
 import { isWeightLike } from "./weight_like.js";
+import { holdPrefix } from "./webgpu_buffer_pool.js";
 
 export type MatmulPrecision = "f32" | "f16" | "bf16";
 
@@ -238,12 +239,25 @@ export class PackedWeightCache {
   }
 }
 
-/** Whether packed copies of this data are kept: it belongs to a tf.Variable (the engine's registry: a few hundred entries, read per product) or is marked weight-like. */
+/**
+ * The registry answer per data object, remembered: walking a few hundred variables per product was
+ * 3.5% of a LoRA step's host time on the H100. A data object's contents never change, so an answer
+ * can only go stale by the object later becoming a variable's data (assign): then its copies are
+ * not kept, which costs a pack, never a wrong product.
+ */
+const variableData = new WeakMap<object, boolean>();
+
+/** Whether packed copies of this data are kept: it belongs to a tf.Variable (the engine's registry) or is marked weight-like. */
 function keepsPackedCopies(id: object): boolean {
   if (isWeightLike(id)) return true;
-  const vars = tf.engine().state.registeredVariables;
-  for (const name in vars) if (vars[name]!.dataId === id) return true;
-  return false;
+  let known = variableData.get(id);
+  if (known === undefined) {
+    known = false;
+    const vars = tf.engine().state.registeredVariables;
+    for (const name in vars) if (vars[name]!.dataId === id) { known = true; break; }
+    variableData.set(id, known);
+  }
+  return known;
 }
 
 const weightCaches = new WeakMap<object, PackedWeightCache>();
@@ -318,12 +332,36 @@ export function paddedMatMul(backend: Backend, a: TensorInfo, b: TensorInfo, s: 
     const sum = new SplitKSumProgram(s.batch, splits, s.m, s.n, mP, nP);
     out = backend.runWebGPUProgram(sum, [full], "float32", sum.uniformValues());
     backend.disposeData(full.dataId);
+  } else if (mP !== s.m && nP === s.n && s.batch === 1 && rowPrefixOn) {
+    out = rowPrefix(backend, full, [1, s.m, s.n]);
   } else if (mP !== s.m || nP !== s.n) {
     out = tfKernel("Slice")({ inputs: { x: full }, backend, attrs: { begin: [0, 0, 0], size: [s.batch, s.m, s.n] } });
     backend.disposeData(full.dataId);
   }
   if (outShape.length === 3 && outShape.every((d, i) => d === out.shape[i])) return out;
   return { dataId: out.dataId, shape: outShape, dtype: "float32" };
+}
+
+/**
+ * A padded product [1, mP, n] whose padding is in rows only, as its first m rows [1, m, n]: those
+ * are a prefix of the buffer, so no Slice dispatch copies them out (one product in three or more
+ * paid one: token counts are rarely multiples of 128, model widths are). The tensor's recorded shape
+ * and its read-back bytes are cut to the prefix; the buffer keeps its size and returns to the pool by
+ * it. VERL_GEMM_ROW_PREFIX=0 slices instead.
+ */
+let rowPrefixOn = process.env.VERL_GEMM_ROW_PREFIX !== "0";
+/** Runs fn with row-padded products handed on as prefix views (on) or sliced copies (off); tests and the bench compare the two. */
+export function withRowPrefix<T>(on: boolean, fn: () => T): T {
+  const before = rowPrefixOn;
+  rowPrefixOn = on;
+  try { return fn(); } finally { rowPrefixOn = before; }
+}
+function rowPrefix(backend: Backend, full: TensorInfo, shape: [number, number, number]): TensorInfo {
+  const entry = (backend as unknown as { tensorMap: { get(id: object): { shape: number[]; resource?: unknown } | undefined } }).tensorMap.get(full.dataId);
+  if (!entry?.resource) throw new Error("rowPrefix: the product's output has no GPU buffer");
+  entry.shape = shape;
+  holdPrefix(entry.resource as Parameters<typeof holdPrefix>[0], prod(shape) * 4);
+  return { dataId: full.dataId, shape, dtype: "float32" };
 }
 
 /**

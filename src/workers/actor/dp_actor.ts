@@ -15,6 +15,7 @@ import { heartbeat } from "../../single_controller/heartbeat.js";
 import { Rng } from "../../utils/rng.js";
 import { phaseProfile } from "../../utils/phase_profile.js";
 import { freePoolStats } from "../../engine/webgpu_buffer_pool.js";
+import { bindGroupStats } from "../../engine/bind_group_cache.js";
 import { DynamicLossScale } from "../../engine/loss_scale.js";
 import { constScalar } from "../../engine/constants.js";
 import { matmulPrecision } from "../../engine/webgpu_kernels.js";
@@ -186,6 +187,7 @@ export class DataParallelPPOActor {
     const prof = phaseProfile("actor.updatePolicy");
     const manager = (tf.backend() as unknown as { bufferManager?: object }).bufferManager;
     const pool0 = manager ? { ...freePoolStats(manager) } : undefined;
+    const groups0 = prof ? bindGroupStats() : undefined;
     for (let epoch = 0; epoch < epochs; epoch++) {
       for (const mini of miniBatches(batch, this.opts.miniBatchPerRank, shuffle ? this.rng : undefined)) {
         // read per mini-batch: a skipped step halves the scale for the next one
@@ -286,11 +288,15 @@ export class DataParallelPPOActor {
       }
     }
     if (prof) {
-      const pool = manager ? freePoolStats(manager) : undefined;
-      prof.print(pool && pool0 ? {
-        buffersCreated: pool.created - (pool0.created ?? 0), gbCreated: (pool.bytesCreated - (pool0.bytesCreated ?? 0)) / 1e9,
-        trims: pool.trims - (pool0.trims ?? 0), gbDestroyed: (pool.bytesDestroyed - (pool0.bytesDestroyed ?? 0)) / 1e9,
-      } : {});
+      const pool = manager ? freePoolStats(manager) : undefined, groups = bindGroupStats();
+      prof.print({
+        ...(pool && pool0 ? {
+          buffersCreated: pool.created - (pool0.created ?? 0), gbCreated: (pool.bytesCreated - (pool0.bytesCreated ?? 0)) / 1e9,
+          trims: pool.trims - (pool0.trims ?? 0), gbDestroyed: (pool.bytesDestroyed - (pool0.bytesDestroyed ?? 0)) / 1e9,
+        } : {}),
+        // bind groups reused / made in this update (engine/bind_group_cache.ts)
+        ...(groups && groups0 ? { bindGroupHits: groups.hits - groups0.hits, bindGroupsMade: groups.misses - groups0.misses } : {}),
+      });
     }
     return metrics;
   }
