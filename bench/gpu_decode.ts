@@ -22,13 +22,15 @@ import type { SlotDecoderFactory } from "../src/rollout/decoder.js";
 import { ContinuousBatchingServer } from "../src/agent_loop/batching_server.js";
 import { sharedPath } from "../src/utils/paths.js";
 import { Rng } from "../src/utils/rng.js";
+import { LoraAdapter } from "../src/models/lora.js";
 import { buildActor, DeviceStep, deviceModel, qwenHalfB, rolloutBatch } from "./gpu.js";
-import { matmulPrecision, parsePrecision, setMatmulPrecision, tensorCoreStats, type MatmulPrecision } from "../src/engine/webgpu_kernels.js";
+import { matmulPrecision, parsePrecision, setMatmulPrecision, tensorCoreStats, tensorCoreSupport, type MatmulPrecision } from "../src/engine/webgpu_kernels.js";
 import { webGpuSummary } from "../src/engine/webgpu.js";
+import { DEFAULT_DIRECT_TILE } from "../src/engine/webgpu_gemm.js";
 
 /** Runs fn with 16-bit matrix products asked for (or not); an adapter without tensor cores is reported. */
-async function withPrecision(p: MatmulPrecision, fn: () => Promise<void>): Promise<void> {
-  if (!setMatmulPrecision(p)) { emit(`precision_${p}`, {}, { skipped: "no tensor-core kernel on this backend/adapter" }); return; }
+async function withPrecision(p: MatmulPrecision, fn: () => Promise<void>, opts: Parameters<typeof setMatmulPrecision>[1] = {}): Promise<void> {
+  if (!setMatmulPrecision(p, opts)) { emit(`precision_${p}`, {}, { skipped: "no tensor-core kernel on this backend/adapter" }); return; }
   try { await fn(); } finally { setMatmulPrecision("f32"); }
 }
 
@@ -41,13 +43,21 @@ interface Args {
   tiles: string[];
   /** slot path: concurrent requests, and where they sample (device: forwardSample, pipelined; serial: unpipelined; host: logits read back) */
   slotRows: number; slotSampling: string[];
+  /** the update part with LoRA adapters of this rank on every linear module (0: full fine-tuning; "0,32": both, one after the other) */
+  lora: number[];
+  /**
+   * Dawn's null backend (VERL_DAWN_FLAGS=backend=null,...) has the tensor-core features but no
+   * subgroup-matrix configs: this takes the tensor-core path there anyway, so the update's host
+   * side (recording, dispatch count) can be profiled without a GPU. Nothing runs: figures are host time only.
+   */
+  assumeTensorCores: boolean;
 }
 
 function parseArgs(argv: string[]): Args {
   const a: Args = {
     only: new Set(["adapter", "correct", "decode", "update", "untransposed", "device-step"]), vocab: [512, 32000], prompts: 64, n: 8, newTokens: 256,
     budgetS: 240, layers: 24, updates: ["16x16", "16x16xhost", "16x4", "64x16", "64x64"], submitBatches: [15, 1000], precisions: ["f32"], tiles: [],
-    slotRows: 64, slotSampling: ["device"],
+    slotRows: 64, slotSampling: ["device"], lora: [0], assumeTensorCores: false,
   };
   const list = (v: string) => v.split(",").map(Number);
   for (let i = 0; i < argv.length; i += 2) {
@@ -66,6 +76,8 @@ function parseArgs(argv: string[]): Args {
     else if (k === "--tiles") a.tiles = v.split(",").filter(Boolean);
     else if (k === "--slot-rows") a.slotRows = Number(v);
     else if (k === "--slot-sampling") a.slotSampling = v.split(",").filter(Boolean);
+    else if (k === "--lora") a.lora = list(v);
+    else if (k === "--assume-tensor-cores") a.assumeTensorCores = v === "1";
     else if (k === "--precision") a.precisions = v.split(",").map((x) => parsePrecision(x, "--precision"));
     else throw new Error(`bench/gpu_decode: unknown argument '${k}'`);
   }
@@ -86,18 +98,20 @@ async function part(name: string, fn: () => Promise<void>): Promise<void> {
 
 
 /** Counts what the backend does: program dispatches, queue submits, read-backs and uploads. */
-interface Counters { dispatches: number; submits: number; reads: number; readBytes: number; writes: number; writeBytes: number; uploads: number; uploadBytes: number }
+interface Counters { dispatches: number; submits: number; reads: number; readBytes: number; writes: number; writeBytes: number; uploads: number; uploadBytes: number; by_program?: Record<string, number> }
 function instrument(): { counters: Counters; reset(): Counters } {
   const be = tf.backend() as unknown as Record<string, unknown> & { queue: Record<string, unknown> };
   const zero = (): Counters => ({ dispatches: 0, submits: 0, reads: 0, readBytes: 0, writes: 0, writeBytes: 0, uploads: 0, uploadBytes: 0 });
   const c = zero();
+  /** dispatches by program class (the last reset's window), for VERL_BENCH_PROGRAMS=1 */
+  const byProgram = new Map<string, number>();
   const wrap = (obj: Record<string, unknown>, key: string, count: (args: unknown[]) => void) => {
     const orig = obj[key] as (...a: unknown[]) => unknown;
     if (typeof orig !== "function") return;
     obj[key] = function (this: unknown, ...args: unknown[]) { count(args); return orig.apply(this, args); };
   };
   if (tf.getBackend() === "webgpu") {
-    wrap(be, "runWebGPUProgram", () => { c.dispatches++; });
+    wrap(be, "runWebGPUProgram", (a) => { c.dispatches++; const n = (a[0] as object).constructor.name; byProgram.set(n, (byProgram.get(n) ?? 0) + 1); });
     wrap(be, "submitQueue", () => { c.submits++; });
     wrap(be, "getBufferData", (a) => { c.reads++; c.readBytes += (a[0] as { size: number }).size; });
     // host arrays that become GPU buffers (tensor data; uniforms go through writeBuffer)
@@ -105,7 +119,16 @@ function instrument(): { counters: Counters; reset(): Counters } {
     wrap(be, "uploadToGPU", (a) => { const d = tensorMap.get(a[0] as object); if (d?.values && !d.resource) { c.uploads++; c.uploadBytes += d.values.byteLength; } });
     wrap(be.queue, "writeBuffer", (a) => { c.writes++; c.writeBytes += typeof a[4] === "number" ? a[4] : (a[2] as ArrayBufferView).byteLength ?? 0; });
   }
-  return { counters: c, reset: () => { const snap = { ...c }; Object.assign(c, zero()); return snap; } };
+  return {
+    counters: c,
+    reset: () => {
+      const snap: Counters = { ...c };
+      if (process.env.VERL_BENCH_PROGRAMS === "1") snap.by_program = Object.fromEntries([...byProgram].sort((x, y) => y[1] - x[1]));
+      Object.assign(c, zero());
+      byProgram.clear();
+      return snap;
+    },
+  };
 }
 
 async function adapterInfo(): Promise<void> {
@@ -269,30 +292,43 @@ async function slots(a: Args, vocab: number, precision: MatmulPrecision, samplin
  * (flat gradient read back, clipped and re-uploaded: what every rank count did before), and
  * per submit batch; and the all-on-device DeviceStep of bench/gpu.ts for comparison.
  */
+/** One worker-path update of `spec` (ROWSxMICRO[xhost]) on `model` as it is (with an adapter of rank `rank` when > 0), timed after a warm-up. */
+async function updateOnce(a: Args, model: LlamaModel, ins: ReturnType<typeof instrument>, spec: string, rank: number): Promise<void> {
+  const cfg = model.config, P = 32, R = 64;
+  const [B, micro, where] = spec.split("x") as [string, string, string?];
+  const rows = Number(B), mb = Number(micro), onDevice = where !== "host", tokens = rows * (P + R), flop = 6 * numParams(cfg) * tokens;
+  const fig = (ms: number, c: Counters) => ({ ms, tokens_per_s: tokens / (ms / 1e3), tflops: flop / (ms / 1e3) / 1e12, ...c });
+  const data = rolloutBatch(rows, P, R, cfg.vocabSize, 7);
+  const actor = buildActor(model, rows, mb, 1e-4, [], onDevice);
+  const f0 = performance.now();
+  data.batch.old_log_probs = (await actor.computeLogProb(data, { microBatchSize: mb, maxTokenLen: null }, 1.0, false)).logProbs;
+  const fwdMs = performance.now() - f0, fwd = ins.reset();
+  await actor.updatePolicy(data); // warm-up: shader compilation, optimizer state
+  ins.reset();
+  const t0 = performance.now();
+  await actor.updatePolicy(data);
+  const ms = performance.now() - t0;
+  emit("update_0.5B_worker_path", { B: rows, P, R, micro: mb, lora_rank: rank, host_only: a.assumeTensorCores, optimizer: onDevice ? "device" : "host", params: numParams(cfg), matmul: matmulPrecision(), tensor_core_calls: tensorCoreStats().calls, submit_batch: tf.env().get("WEBGPU_DEFERRED_SUBMIT_BATCH_SIZE") },
+    { ...fig(ms, ins.reset()), forward_only_ms: fwdMs, forward_tflops: flop / 3 / (fwdMs / 1e3) / 1e12, forward_dispatches: fwd.dispatches, forward_reads: fwd.reads, ...(fwd.by_program ? { forward_by_program: fwd.by_program } : {}) });
+  actor.optimizer?.dispose();
+}
+
 async function updateProfile(a: Args): Promise<void> {
   const cfg = qwenHalfB(512, a.layers), P = 32, R = 64;
   const model = deviceModel(cfg, 5);
   const ins = instrument();
   try {
-    for (const spec of a.updates) {
-      const [B, micro, where] = spec.split("x") as [string, string, string?];
-      const rows = Number(B), mb = Number(micro), onDevice = where !== "host", tokens = rows * (P + R), flop = 6 * numParams(cfg) * tokens;
-      const fig = (ms: number, c: Counters) => ({ ms, tokens_per_s: tokens / (ms / 1e3), tflops: flop / (ms / 1e3) / 1e12, ...c });
-      await part(`update_${spec}`, async () => {
-        const data = rolloutBatch(rows, P, R, cfg.vocabSize, 7);
-        const actor = buildActor(model, rows, mb, 1e-4, [], onDevice);
-        const f0 = performance.now();
-        data.batch.old_log_probs = (await actor.computeLogProb(data, { microBatchSize: mb, maxTokenLen: null }, 1.0, false)).logProbs;
-        const fwdMs = performance.now() - f0, fwd = ins.reset();
-        await actor.updatePolicy(data); // warm-up: shader compilation, optimizer state
-        ins.reset();
-        const t0 = performance.now();
-        await actor.updatePolicy(data);
-        const ms = performance.now() - t0;
-        emit("update_0.5B_worker_path", { B: rows, P, R, micro: mb, optimizer: onDevice ? "device" : "host", params: numParams(cfg), matmul: matmulPrecision(), tensor_core_calls: tensorCoreStats().calls, submit_batch: tf.env().get("WEBGPU_DEFERRED_SUBMIT_BATCH_SIZE") },
-          { ...fig(ms, ins.reset()), forward_only_ms: fwdMs, forward_tflops: flop / 3 / (fwdMs / 1e3) / 1e12, forward_dispatches: fwd.dispatches, forward_reads: fwd.reads });
-        actor.optimizer?.dispose();
-      });
+    for (const rank of a.lora) {
+      model.lora = rank > 0 ? LoraAdapter.init(cfg, { rank, alpha: rank, targetModules: "all-linear" }, new Rng(2)) : undefined;
+      try {
+        for (const spec of a.updates) {
+          await part(`update_${spec}${rank > 0 ? `_lora${rank}` : ""}`, () => updateOnce(a, model, ins, spec, rank));
+          if (elapsedS() > a.budgetS) break;
+        }
+      } finally {
+        model.lora?.dispose();
+        model.lora = undefined;
+      }
       if (elapsedS() > a.budgetS) return;
     }
     for (const batch of a.submitBatches) {
@@ -336,9 +372,72 @@ async function updateProfile(a: Args): Promise<void> {
   }
 }
 
+/**
+ * --only kernels: where the device time of one forward + backward pass goes, at the update's shape
+ * (rows x 96 tokens of the 0.5B shape, a next-token loss), full fine-tuning and LoRA (--lora): tf.time
+ * with tfjs's timestamp queries times every dispatch on the GPU (each in its own pass, so the sum is
+ * device time without overlap; the host's recording is not in it). Figures per program class, the
+ * products split by layout (NN, NT, TN; split-K marked), and the host wall time of the same pass
+ * untimed for comparison.
+ */
+async function kernelTimes(a: Args): Promise<void> {
+  const cfg = qwenHalfB(512, a.layers), rows = Number(a.updates[0]?.split("x")[0] ?? 64), T = 96;
+  const model = deviceModel(cfg, 5);
+  const be = tf.backend() as unknown as { runWebGPUProgram: (p: { shaderKey: string; constructor: { name: string } }, ...r: unknown[]) => unknown; supportTimestampQuery?: boolean };
+  if (!be.supportTimestampQuery) { emit("kernels", {}, { skipped: "the device has no timestamp-query" }); model.dispose(); return; }
+  const ids = tf.tensor2d(Int32Array.from({ length: rows * T }, (_, i) => (i * 7919) % cfg.vocabSize), [rows, T], "int32");
+  const label = (p: { shaderKey: string; constructor: { name: string } }) => {
+    const m = /^verlDirectGemm_(\w+?)_(\w+?)_u\d+p?(_split)?_(NN|NT|TN|TT)/.exec(p.shaderKey);
+    return m ? `gemm_${m[4]}${m[3] ? "_split" : ""}_${m[1]}` : p.constructor.name;
+  };
+  try {
+    for (const rank of a.lora) {
+      model.lora = rank > 0 ? LoraAdapter.init(cfg, { rank, alpha: rank, targetModules: "all-linear" }, new Rng(2)) : undefined;
+      const vars = model.trainableVariables();
+      const pass = () => {
+        const { value, grads } = tf.variableGrads(() => tf.tidy(() => {
+          const logits = model.forward(ids).slice([0, 0, 0], [rows, T - 1, cfg.vocabSize]);
+          return tf.losses.softmaxCrossEntropy(tf.oneHot(ids.slice([0, 1], [rows, T - 1]), cfg.vocabSize), logits) as tf.Scalar;
+        }), vars);
+        return [value, ...Object.values(grads)];
+      };
+      // warm-up (compiles), then the host wall time of one untimed pass
+      tf.dispose(pass());
+      await tf.backend().read(tf.zeros([1]).dataId);
+      let t0 = performance.now();
+      const out = pass();
+      await out[0]!.data();
+      const wallMs = performance.now() - t0;
+      tf.dispose(out);
+      const labels: string[] = [], run = be.runWebGPUProgram;
+      be.runWebGPUProgram = function (this: unknown, p, ...r) { labels.push(label(p)); return run.call(this, p, ...r); };
+      let info: tf.TimingInfo;
+      t0 = performance.now();
+      try {
+        info = await tf.time(() => tf.dispose(pass()));
+      } finally {
+        be.runWebGPUProgram = run;
+      }
+      const timedWall = performance.now() - t0;
+      const times = ((info as unknown as { getExtraProfileInfo?: () => string }).getExtraProfileInfo?.() ?? "").split(", ").map((x) => Number(x.slice(x.lastIndexOf(": ") + 2)));
+      const by: Record<string, { n: number; ms: number }> = {};
+      labels.forEach((l, i) => { const e = (by[l] ??= { n: 0, ms: 0 }); e.n++; e.ms += times[i] ?? NaN; });
+      const sorted = Object.fromEntries(Object.entries(by).sort((x, y) => y[1].ms - x[1].ms).map(([k, v]) => [k, { n: v.n, ms: +v.ms.toFixed(3) }]));
+      emit("kernels_0.5B_forward_backward", { rows, T, layers: cfg.nLayers, lora_rank: rank, matmul: matmulPrecision(), flop: 6 * numParams(cfg) * rows * T },
+        { wall_ms_untimed: wallMs, kernel_ms: info.kernelMs, timed_wall_ms: timedWall, dispatches: labels.length, timers: times.length, by_program: sorted });
+      model.lora?.dispose();
+      model.lora = undefined;
+    }
+  } finally {
+    ids.dispose();
+    model.dispose();
+  }
+}
+
 async function main(): Promise<void> {
   const a = parseArgs(process.argv.slice(2));
   const backend = await initBackend("webgpu");
+  if (a.assumeTensorCores) Object.assign(tensorCoreSupport, { available: true, reason: "" });
   if (backend === "webgpu") emit("webgpu", {}, { summary: webGpuSummary() });
   emit("backend", {}, { backend, submit_batch: tf.env().get("WEBGPU_DEFERRED_SUBMIT_BATCH_SIZE"), dawn_flags: process.env.VERL_DAWN_FLAGS ?? "enable-dawn-features=skip_validation" });
   if (a.only.has("adapter")) await part("adapter", adapterInfo);
@@ -347,7 +446,10 @@ async function main(): Promise<void> {
   if (a.only.has("precision")) await part("decode_precision_stories260K", () => precisionCheck(modelPath, 64));
   const [first, ...rest] = a.vocab;
   for (const p of a.precisions) {
-    if (a.only.has("update") && elapsedS() < a.budgetS) await withPrecision(p, () => part(`update_profile_${p}`, () => updateProfile(a)));
+    if (a.only.has("kernels") && elapsedS() < a.budgetS) await withPrecision(p, () => part(`kernels_${p}`, () => kernelTimes(a)));
+    if (a.only.has("update") && elapsedS() < a.budgetS) await withPrecision(p, () => part(`update_profile_${p}`, () => updateProfile(a)),
+      // the null device's subgroups are 128 lanes: the 64-lane thin tile cannot compile there (a copy of the default tile turns it off)
+      a.assumeTensorCores ? { direct: { ...DEFAULT_DIRECT_TILE } } : {});
   }
   for (const p of a.precisions) {
     for (const v of [first, ...rest]) {

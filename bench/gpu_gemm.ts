@@ -1,5 +1,5 @@
 // The tensor-core GEMM of issue 23 (src/engine/webgpu_gemm.ts) on the GPU, in one process:
-//   bash scripts/gpu-run.sh node dist/bench/gpu_gemm.js [--only adapter,validate,check,sweep,staged_old,direct,registry,splitk]
+//   bash scripts/gpu-run.sh node dist/bench/gpu_gemm.js [--only adapter,validate,check,sweep,staged_old,direct,registry,splitk,compile]
 //     [--size 4096] [--reps 10] [--tiles BMxBNxBKxSGMxSGNxBUF,...] [--formats f32,packed]
 //     [--budget-s 140] [--toggles default,disable_robustness] [--candidates NAME,...] [--classes NT/large,...]
 // `sweep` runs every autotuner candidate (src/engine/gemm_autotune.ts, webgpu_kernels.ts) at
@@ -191,7 +191,7 @@ async function debug(): Promise<void> {
 
 /** Edge shapes, all four transpose combinations, batches and broadcast, against tfjs's f32 product. */
 async function check(): Promise<void> {
-  const shapes: [number, number, number, number, number][] = [[1, 1000, 1032, 1000, 1], [1, 77, 96, 40, 1], [3, 100, 64, 100, 3], [4, 130, 136, 64, 1], [1, 512, 896, 896, 1], [2, 256, 256, 128, 2]];
+  const shapes: [number, number, number, number, number][] = [[1, 1000, 1032, 1000, 1], [1, 77, 96, 40, 1], [3, 100, 64, 100, 3], [4, 130, 136, 64, 1], [1, 512, 896, 896, 1], [2, 256, 256, 128, 2], [1, 200, 256, 96, 1], [1, 1000, 896, 640, 1]]; // the last two: padded in rows only (a prefix view, no slice)
   for (const [batch, m, n, k, bb] of shapes) {
     for (const [ta, tb] of [[false, false], [false, true], [true, false], [true, true]] as const) {
       for (const packed of [false, true]) {
@@ -446,6 +446,55 @@ async function splitK(a: Args): Promise<void> { // a.reps: repetitions timed
   }
 }
 
+/**
+ * --only compile: what a tensor-core product's pipeline costs to create, one at a time (tfjs's way:
+ * createComputePipeline on first use, blocking the host) against all at once through tfjs's
+ * compile-only mode (createComputePipelineAsync, awaited together): whether Dawn and the driver
+ * compile them in parallel, and so whether a compile-only warm-up pass could shorten a run's first
+ * step. Each phase takes `count` products of distinct K and N (distinct baked strides, so distinct
+ * pipelines, as a model's weight shapes are); the pipelines made are counted from tfjs's cache, and
+ * the parallel phase's products then run for real and are checked against tfjs's float32 product.
+ */
+async function compileTimes(count: number): Promise<void> {
+  const be = tf.backend() as unknown as { pipelineCache: Record<string, unknown>; checkCompileCompletionAsync(): Promise<void> };
+  const shapes = (phase: number) => Array.from({ length: count }, (_, i) => ({ m: 512, k: 1024 + 32 * (2 * i + phase), n: 768 + 32 * (2 * i + phase) }));
+  const product = ({ m, k, n }: { m: number; k: number; n: number }) => tf.tidy(() => tf.matMul(tf.ones([m, k]), tf.ones([n, k]), false, true));
+  setMatmulPrecision("f16");
+  try {
+    tf.tidy(() => product({ m: 512, k: 512, n: 512 })); // the pack and fill programs, compiled outside both phases
+    await tf.backend().read((tf.zeros([1]) as tf.Tensor).dataId);
+    const pipelines = () => Object.keys(be.pipelineCache).length;
+    let p0 = pipelines(), t0 = performance.now();
+    for (const s of shapes(0)) product(s).dispose();
+    const syncMs = performance.now() - t0, syncMade = pipelines() - p0;
+    tf.env().set("WEBGPU_ENGINE_COMPILE_ONLY", true);
+    p0 = pipelines(); t0 = performance.now();
+    try {
+      for (const s of shapes(1)) product(s).dispose();
+      await be.checkCompileCompletionAsync();
+    } finally {
+      tf.env().set("WEBGPU_ENGINE_COMPILE_ONLY", false);
+    }
+    const asyncMs = performance.now() - t0, asyncMade = pipelines() - p0;
+    // the pipelines made in compile-only mode are the ones the real products now use
+    const errs: number[] = [];
+    t0 = performance.now();
+    for (const s of shapes(1)) {
+      const y = product(s), v = await y.data();
+      let e = 0;
+      for (const x of v) e = Math.max(e, Math.abs(x - s.k) / s.k); // ones times ones: every entry is K
+      errs.push(e);
+      y.dispose();
+    }
+    emit("compile", { count, shapes: "512 x K x N (x W^T), K and N distinct per product" },
+      { sync_ms: syncMs, sync_pipelines: syncMade, sync_ms_per_pipeline: syncMs / Math.max(1, syncMade),
+        parallel_ms: asyncMs, parallel_pipelines: asyncMade, parallel_ms_per_pipeline: asyncMs / Math.max(1, asyncMade),
+        speedup: (syncMs / Math.max(1, syncMade)) / (asyncMs / Math.max(1, asyncMade)), run_after_ms: performance.now() - t0, max_rel_err_after: Math.max(...errs) });
+  } finally {
+    setMatmulPrecision("f32");
+  }
+}
+
 /** --toggles: the sweep once per toggle set, each in a child process (Dawn's toggles are fixed per process). */
 function sweepPerToggles(a: Args, argv: string[]): void {
   const sets = a.toggles!, base = process.env.VERL_DAWN_FLAGS ?? DEFAULT_DAWN_FLAGS;
@@ -483,6 +532,7 @@ async function main(): Promise<void> {
   if (a.only.has("direct")) await part("sweep_direct", () => sweepDirect(a));
   if (a.only.has("registry")) await part("registry", () => registry(a));
   if (a.only.has("splitk")) await part("splitk", () => splitK(a));
+  if (a.only.has("compile")) await part("compile", () => compileTimes(Number(process.env.COMPILE_COUNT ?? 12)));
   emit("done", {}, { numTensors: tf.memory().numTensors });
 }
 
