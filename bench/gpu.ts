@@ -50,7 +50,7 @@ const emit = (name: string, config: object, figures: object) => console.log(JSON
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
 /** Wait until the backend has finished all queued work (WebGPU runs asynchronously). */
-async function sync(t?: tf.Tensor): Promise<void> {
+export async function sync(t?: tf.Tensor): Promise<void> {
   const probe = t ?? tf.scalar(0);
   await probe.data();
   if (!t) probe.dispose();

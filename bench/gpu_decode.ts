@@ -23,7 +23,7 @@ import { ContinuousBatchingServer } from "../src/agent_loop/batching_server.js";
 import { sharedPath } from "../src/utils/paths.js";
 import { Rng } from "../src/utils/rng.js";
 import { LoraAdapter } from "../src/models/lora.js";
-import { buildActor, DeviceStep, deviceModel, qwenHalfB, rolloutBatch } from "./gpu.js";
+import { buildActor, DeviceStep, deviceModel, qwenHalfB, rolloutBatch, sync } from "./gpu.js";
 import { matmulPrecision, parsePrecision, setMatmulPrecision, tensorCoreStats, tensorCoreSupport, type MatmulPrecision } from "../src/engine/webgpu_kernels.js";
 import { webGpuSummary } from "../src/engine/webgpu.js";
 import { DEFAULT_DIRECT_TILE } from "../src/engine/webgpu_gemm.js";
@@ -403,7 +403,7 @@ async function kernelTimes(a: Args): Promise<void> {
       };
       // warm-up (compiles), then the host wall time of one untimed pass
       tf.dispose(pass());
-      await tf.backend().read(tf.zeros([1]).dataId);
+      await sync(); // the warm-up's work done before the clock starts
       let t0 = performance.now();
       const out = pass();
       await out[0]!.data();

@@ -20,6 +20,7 @@ import { directMatMul, gemmAutotuner, gemmShape, packOperand, paddedMatMul, setM
 import { DEFAULT_DAWN_FLAGS } from "../src/engine/webgpu.js";
 import { productClass, relativeError } from "../src/engine/gemm_autotune.js";
 import { spawnSync } from "node:child_process";
+import { sync } from "./gpu.js";
 
 interface Args {
   only: Set<string>; size: number; reps: number; tiles: GemmTile[]; formats: string[]; direct: DirectTile[]; kernel: "direct" | "staged";
@@ -462,7 +463,7 @@ async function compileTimes(count: number): Promise<void> {
   setMatmulPrecision("f16");
   try {
     tf.tidy(() => product({ m: 512, k: 512, n: 512 })); // the pack and fill programs, compiled outside both phases
-    await tf.backend().read((tf.zeros([1]) as tf.Tensor).dataId);
+    await sync(); // the warm-up's work done before the clock starts
     const pipelines = () => Object.keys(be.pipelineCache).length;
     let p0 = pipelines(), t0 = performance.now();
     for (const s of shapes(0)) product(s).dispose();

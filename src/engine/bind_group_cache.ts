@@ -12,10 +12,10 @@ export interface BindGroupDescriptorLike {
   entries: { binding: number; resource: { buffer?: object; offset?: number; size?: number } | object }[];
 }
 
-export interface BindGroupCacheStats { hits: number; misses: number; uncached: number; dropped: number; size: number }
+export interface BindGroupCacheStats { hits: number; misses: number; uncached: number; dropped: number }
 
 export class BindGroupCache {
-  readonly stats: BindGroupCacheStats = { hits: 0, misses: 0, uncached: 0, dropped: 0, size: 0 };
+  readonly stats: BindGroupCacheStats = { hits: 0, misses: 0, uncached: 0, dropped: 0 };
   private readonly groups = new Map<string, unknown>();
   /** cache keys by buffer id, to drop a destroyed buffer's groups */
   private readonly byBuffer = new Map<number, string[]>();
@@ -23,6 +23,9 @@ export class BindGroupCache {
   private nextId = 1;
 
   constructor(private readonly create: (d: BindGroupDescriptorLike) => unknown, private readonly limit = 50_000) {}
+
+  /** Bind groups held. */
+  get size(): number { return this.groups.size; }
 
   private id(o: object): number {
     let i = this.ids.get(o);
@@ -50,7 +53,6 @@ export class BindGroupCache {
       if (keys) keys.push(key); else this.byBuffer.set(b, [key]);
     }
     if (this.groups.size > this.limit) this.dropOldest();
-    this.stats.size = this.groups.size;
     return g;
   }
 
@@ -62,7 +64,6 @@ export class BindGroupCache {
     if (!keys) return;
     this.byBuffer.delete(b);
     for (const k of keys) if (this.groups.delete(k)) this.stats.dropped++;
-    this.stats.size = this.groups.size;
   }
 
   private dropOldest(): void {
@@ -95,17 +96,18 @@ const caches = new Set<BindGroupCache>();
 /** This thread's bind-group counts (summed over its devices' caches), undefined without a cache. */
 export function bindGroupStats(): BindGroupCacheStats | undefined {
   if (caches.size === 0) return undefined;
-  const t: BindGroupCacheStats = { hits: 0, misses: 0, uncached: 0, dropped: 0, size: 0 };
+  const t: BindGroupCacheStats = { hits: 0, misses: 0, uncached: 0, dropped: 0 };
   for (const c of caches) for (const k of Object.keys(t) as (keyof BindGroupCacheStats)[]) t[k] += c.stats[k];
   return t;
 }
+
 let destroyHooked = false;
 
 /**
  * Gives `device` a bind-group cache and pipelines that answer getBindGroupLayout(i) with one object
  * per index (the cache's key needs the same layout object each time; the layouts never change).
  * `bufferClass` (the webgpu package's GPUBuffer) has destroy() wrapped once to drop a dying buffer's
- * groups. Returns the cache, or undefined when turned off.
+ * groups. Returns the cache (bindGroupStats reads it), or undefined when turned off.
  */
 export function cacheBindGroups(device: DeviceLike, bufferClass: { prototype: { destroy(): void } } | undefined): BindGroupCache | undefined {
   if (process.env.VERL_WEBGPU_BIND_GROUP_CACHE === "0" || !bufferClass) return undefined;

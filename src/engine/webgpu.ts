@@ -1,6 +1,6 @@
 import { hoistDirectives, rewriteF16Bindings } from "./webgpu_gemm.js";
 import { tensorCoreSupport } from "./webgpu_kernels.js";
-import { cacheBindGroups, type BindGroupCache } from "./bind_group_cache.js";
+import { cacheBindGroups } from "./bind_group_cache.js";
 
 // WebGPU through Dawn (the `webgpu` npm package). navigator.gpu must exist before
 // @tensorflow/tfjs-backend-webgpu is evaluated, or the backend never registers.
@@ -28,8 +28,6 @@ export const webGpuInfo: {
   subgroupMinSize?: number; subgroupMaxSize?: number; adapter?: string;
   /** Dawn's name of the GPU model (adapter.info.device, e.g. "nvidia-h200"); empty on some drivers. */
   device?: string;
-  /** The device's bind-group cache (bind_group_cache.ts), unless turned off. */
-  bindGroups?: BindGroupCache;
 } = { flags: [], features: [], requested: [], subgroupMatrixConfigs: [] };
 
 const TC_FEATURES = ["shader-f16", "chromium-experimental-subgroup-matrix", "subgroups"];
@@ -125,7 +123,7 @@ function tensorCoreDevices(gpu: GpuLike): void {
       const dev = (await device({ ...d, requiredFeatures: [...(d.requiredFeatures ?? []), ...extra] })) as DeviceLike;
       const create = dev.createShaderModule.bind(dev);
       dev.createShaderModule = (desc: { code: string }) => create({ ...desc, code: rewriteF16Bindings(hoistDirectives(desc.code)) });
-      webGpuInfo.bindGroups = cacheBindGroups(dev as unknown as Parameters<typeof cacheBindGroups>[0], (globalThis as { GPUBuffer?: Parameters<typeof cacheBindGroups>[1] }).GPUBuffer);
+      cacheBindGroups(dev as unknown as Parameters<typeof cacheBindGroups>[0], (globalThis as { GPUBuffer?: Parameters<typeof cacheBindGroups>[1] }).GPUBuffer);
       return dev;
     };
     return adapter;

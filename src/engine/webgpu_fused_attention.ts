@@ -39,13 +39,14 @@ interface Dims { H: number; K: number; hd: number }
  * The index arithmetic every kernel shares: row strides of qk [N, H+K, hd] (QKW), v [N, K, hd] (VW)
  * and the output/dO [N, H*hd] (OW); q(n, h), k(n, kh), v(n, kh) and o(n, h) give a row's first element.
  */
-function layout({ H, K, hd }: Dims): string {
-  const QKW = (H + K) * hd, VW = K * hd, OW = H * hd;
+function layout({ H, K, hd }: Dims, vec4 = false): string {
+  // vec4: in units of vec4 (the register-held kernels bind their rows as array<vec4<f32>>), named qAt4 ...
+  const w = vec4 ? hd / 4 : hd, at = vec4 ? "At4" : "At", QKW = (H + K) * w, VW = K * w, OW = H * w;
   return `
-      fn qAt(n : i32, h : i32) -> i32 { return n * ${QKW} + h * ${hd}; }
-      fn kAt(n : i32, kh : i32) -> i32 { return n * ${QKW} + ${H * hd} + kh * ${hd}; }
-      fn vAt(n : i32, kh : i32) -> i32 { return n * ${VW} + kh * ${hd}; }
-      fn oAt(n : i32, h : i32) -> i32 { return n * ${OW} + h * ${hd}; }`;
+      fn q${at}(n : i32, h : i32) -> i32 { return n * ${QKW} + h * ${w}; }
+      fn k${at}(n : i32, kh : i32) -> i32 { return n * ${QKW} + ${H * w} + kh * ${w}; }
+      fn v${at}(n : i32, kh : i32) -> i32 { return n * ${VW} + kh * ${w}; }
+      fn o${at}(n : i32, h : i32) -> i32 { return n * ${OW} + h * ${w}; }`;
 }
 
 /**
@@ -147,7 +148,7 @@ class AttentionForward extends AttentionProgram {
   getUserCode(): string {
     const { K, hd } = this.d, h4 = hd / 4;
     if (this.vec4) {
-      return `${layout4(this.d)}
+      return `${layout(this.d, true)}
       fn main(index : i32) {
         if (index >= uniforms.nRows) { return; }${queryRow(this.G, K, "index")}
         let o = oAt4(n, h);
@@ -204,7 +205,7 @@ class AttentionStats extends AttentionProgram {
       : `let orow = oAt(n, h);
         var D = 0.0;
         for (var d = 0; d < ${hd}; d = d + 1) { D = D + dy[orow + d] * o[orow + d]; }`;
-    return `${this.vec4 ? layout4(this.d) : layout(this.d)}
+    return `${layout(this.d, this.vec4)}
       fn main(index : i32) {
         if (index >= uniforms.nRows) { return; }${queryRow(this.G, K, "index")}
         let r = (n * ${H} + h) * 3;
@@ -336,16 +337,6 @@ class AttentionGradQK extends AttentionProgram {
 /** `n` unrolled lines (or terms joined by `sep`) of f(i), i < n. */
 const unroll = (n: number, f: (i: number) => string, sep = "\n          "): string => Array.from({ length: n }, (_, i) => f(i)).join(sep);
 
-/** Row starts in vec4 units: qk [N, H+K, hd], v [N, K, hd], o/dO [N, H, hd]. */
-function layout4({ H, K, hd }: Dims): string {
-  const h4 = hd / 4, QKW = (H + K) * h4, VW = K * h4, OW = H * h4;
-  return `
-      fn qAt4(n : i32, h : i32) -> i32 { return n * ${QKW} + h * ${h4}; }
-      fn kAt4(n : i32, kh : i32) -> i32 { return n * ${QKW} + ${H * h4} + kh * ${h4}; }
-      fn vAt4(n : i32, kh : i32) -> i32 { return n * ${VW} + kh * ${h4}; }
-      fn oAt4(n : i32, h : i32) -> i32 { return n * ${OW} + h * ${h4}; }`;
-}
-
 /**
  * dQ, and each query head's share of dK and dV, as [N, H, 3, hd]: threads [0, NH) are query rows
  * (dq = scale sum_s dS k_s over keys s0..t), [NH, 2NH) and [2NH, 3NH) are (key row, query head)
@@ -374,7 +365,7 @@ class AttentionGrads4 extends AttentionProgram {
               let x = ${dotWith("k", "qr", "qk")};
               ${body}
             }`;
-    return `${layout4(this.d)}
+    return `${layout(this.d, true)}
       fn gradQ(index : i32) {${queryRow(G, K, "index")}
         let w0 = (n * ${H} + h) * ${3 * h4};
         ${zero("a")}

@@ -37,7 +37,7 @@ test("a destroyed buffer's bind groups are dropped; others stay", () => {
   assert.notEqual(cache.get(desc(L, [a], [b])), ab, "made again after a's destroy");
   assert.equal(cache.get(desc(L, [c], [b])), cb, "c and b's group stays");
   cache.forget(b);
-  assert.equal(cache.stats.size, 0);
+  assert.equal(cache.size, 0);
   assert.equal(made.length, 3);
   cache.forget(new FakeBuffer()); // never bound: nothing to do
 });
@@ -46,7 +46,7 @@ test("the cache is bounded (oldest dropped) and non-buffer resources pass throug
   const { made, create } = counting(), cache = new BindGroupCache(create, 20);
   const L = {}, bufs = Array.from({ length: 50 }, () => new FakeBuffer());
   for (const b of bufs) cache.get(desc(L, [b]));
-  assert.ok(cache.stats.size <= 20, `size ${cache.stats.size}`);
+  assert.ok(cache.size <= 20, `size ${cache.size}`);
   const last = cache.get(desc(L, [bufs[49]!]));
   assert.equal(made.length, 50, "the newest stays");
   assert.ok(last);
