@@ -3,6 +3,9 @@
 //   bash scripts/gpu-run.sh node dist/bench/gpu_decode.js [--only adapter,correct,decode,update] [--vocab 512,32000]
 //     [--prompts 64] [--n 8] [--new 256] [--updates 16x16,16x16xhost,64x16] [--submit 15,1000] [--budget-s 240]
 //     [--only slots --slot-rows 64 --slot-sampling device,serial,host]  (the agent loops' slot path, issue 24)
+//     [--only decode,noreplay]  (the decode also with every step recorded through tfjs, no replay)
+//     [--profile-step 128]  (the decode part times each dispatch of that replayed step; VERL_DAWN_FLAGS needs
+//                            disable-dawn-features=timestamp_quantization for sub-microsecond times)
 // (after scripts/gpu-bundle.sh; the device tool carries .gpu and .gl). Runs on any backend with an
 // adapter, e.g. here on llvmpipe with small sizes. One JSON line per measurement; each part is
 // caught on its own, so one failure never loses the others' figures.
@@ -18,6 +21,7 @@ import { computeLogProb } from "../src/rollout/index.js";
 import { defaultSamplingParams } from "../src/rollout/sampling.js";
 import { leftPadPrompts } from "../src/rollout/prompts.js";
 import { WebGpuDecoder, WebGpuSlotDecoder, type WebGpuDecodeOptions } from "../src/rollout/webgpu_decoder.js";
+import type { DispatchTime } from "../src/engine/webgpu_replay.js";
 import type { SlotDecoderFactory } from "../src/rollout/decoder.js";
 import { ContinuousBatchingServer } from "../src/agent_loop/batching_server.js";
 import { sharedPath } from "../src/utils/paths.js";
@@ -51,6 +55,8 @@ interface Args {
    * side (recording, dispatch count) can be profiled without a GPU. Nothing runs: figures are host time only.
    */
   assumeTensorCores: boolean;
+  /** the decode part times every dispatch of this replayed step on the device (timestamp queries) */
+  profileStep?: number;
 }
 
 function parseArgs(argv: string[]): Args {
@@ -78,6 +84,7 @@ function parseArgs(argv: string[]): Args {
     else if (k === "--slot-sampling") a.slotSampling = v.split(",").filter(Boolean);
     else if (k === "--lora") a.lora = list(v);
     else if (k === "--assume-tensor-cores") a.assumeTensorCores = v === "1";
+    else if (k === "--profile-step") a.profileStep = Number(v);
     else if (k === "--precision") a.precisions = v.split(",").map((x) => parsePrecision(x, "--precision"));
     else throw new Error(`bench/gpu_decode: unknown argument '${k}'`);
   }
@@ -215,7 +222,7 @@ async function decode(a: Args, vocab: number, opts: WebGpuDecodeOptions, newToke
   const model = deviceModel(cfg, 1);
   try {
     const prompts = randomPrompts(a.prompts, 32, vocab, 3);
-    const dec = new WebGpuDecoder(opts), ins = instrument();
+    const dec = new WebGpuDecoder({ ...opts, profileStep: a.profileStep }), ins = instrument();
     const params = defaultSamplingParams({ temperature: 1, topK: -1, topP: 1, responseLength: newTokens, ignoreEos: true, padTokenId: 0, calculateLogProbs: true, n: a.n });
     const w0 = performance.now();
     await dec.generate(model, prompts, { ...params, responseLength: 4 }, new Rng(1)); // shader compilation, weight layout
@@ -231,12 +238,31 @@ async function decode(a: Args, vocab: number, opts: WebGpuDecodeOptions, newToke
     emit(`webgpu_decode_${label}`, { params: numParams(cfg), vocab, rows, new_tokens: newTokens, layers: cfg.nLayers, matmul: matmulPrecision(), tensor_core_calls: tensorCoreStats().calls, ...opts }, {
       tokens_per_s: (rows * newTokens) / (ms / 1e3), wall_ms: ms, warmup_ms: warmMs, prefill_ms: s.prefillMs, prefill_rows: s.prefillRows, decode_ms: s.decodeMs,
       ms_per_step: s.decodeMs / Math.max(1, s.steps + 1), record_ms_per_step: s.recordMs / Math.max(1, s.steps), steps: s.steps, read_backs: s.readBacks,
+      replay: s.replay, replayed_steps: s.replayed,
       dispatches_per_step: c.dispatches / Math.max(1, s.steps + 1), submits: c.submits, read_bytes: c.readBytes, logprobs_finite: finite,
       decode_tflops: (2 * numParams(cfg) * rows * (s.steps + 1)) / (s.decodeMs / 1e3) / 1e12, numTensors: tf.memory().numTensors,
+      ...(s.stepTimes ? stepProfile(s.stepTimes) : {}),
     });
   } finally {
     model.dispose();
   }
+}
+
+/**
+ * A replayed decode step's device time (--profile-step): the total, and by program; the products by
+ * layout and workgroup grid (which tells the product apart: the LM head's grid is the widest).
+ */
+function stepProfile(times: DispatchTime[]): Record<string, unknown> {
+  const by: Record<string, { n: number; ms: number }> = {};
+  for (const d of times) {
+    const m = /verlDirectGemm_(\w+?)_(\w+?)_u\d+p?(_split)?_(NN|NT|TN|TT)/.exec(d.program);
+    const key = m ? `gemm_${m[4]}${m[3] ? "_split" : ""}_${m[1]} grid ${d.groups.join("x")}` : d.program.split(" ")[0]!;
+    const e = (by[key] ??= { n: 0, ms: 0 });
+    e.n++;
+    e.ms += d.ms;
+  }
+  const sorted = Object.entries(by).sort((x, y) => y[1].ms - x[1].ms).map(([k, v]) => [k, { n: v.n, ms: +v.ms.toFixed(3) }]);
+  return { step_device_ms: +times.reduce((s, d) => s + d.ms, 0).toFixed(3), step_dispatches: times.length, step_by_program: Object.fromEntries(sorted) };
 }
 
 /**
@@ -460,6 +486,7 @@ async function main(): Promise<void> {
         if (v && a.only.has("decode") && elapsedS() < a.budgetS) await part(`webgpu_decode_v${v}_${p}_${tl}`, () => decode(a, v, { precision: p, tile: { sgM, sgN, tm, tn, unroll: 1 } }, a.newTokens, `v${v}_${p}_tile${tl}`));
       }
       if (v && p !== "f32" && a.only.has("kv32") && elapsedS() < a.budgetS) await part(`webgpu_decode_v${v}_${p}_kv32`, () => decode(a, v, { precision: p, kvCache: "f32" }, a.newTokens, `v${v}_${p}_kv_f32`));
+      if (v && a.only.has("noreplay") && elapsedS() < a.budgetS) await part(`webgpu_decode_v${v}_${p}_noreplay`, () => decode(a, v, { precision: p, replay: false }, a.newTokens, `v${v}_${p}_noreplay`));
       if (v && a.only.has("noshare") && elapsedS() < a.budgetS) await part(`webgpu_decode_v${v}_${p}_noshare`, () => decode(a, v, { precision: p, sharePrefixes: false }, a.newTokens, `v${v}_${p}_noshare`));
     }
   }

@@ -6,7 +6,9 @@
 // it, RMSNorm, SwiGLU, the embedding lookup and sampling are WGSL programs
 // (webgpu_programs.ts), the products tfjs's matMul. Each step reads back one small buffer
 // (the sampled ids and their log-probs), and the next step is queued before that read is
-// awaited, so the host's bookkeeping overlaps the GPU's work.
+// awaited, so the host's bookkeeping overlaps the GPU's work. The first decode step is recorded
+// and the later ones replayed (engine/webgpu_replay.ts): every step reads its tokens from, and
+// samples into, one buffer, so a step's dispatches are the same each time.
 // Same interface as the host engine's `generate` (generate.ts), but asynchronous: a GPU
 // buffer can only be read with an await under Node.
 import * as tf from "@tensorflow/tfjs";
@@ -24,6 +26,7 @@ import { assembleRollout, promptRows } from "./generate.js";
 import { samePromptSource } from "./prompts.js";
 import type { RowSampling, SampledRows, SampledStep, SlotDecoder, SlotDecoderFactory } from "./decoder.js";
 import { isGreedy, type SamplingParams } from "./sampling.js";
+import { bufferOf, isRefusal, ReadBackRing, RecordedStep, type DispatchTime, type ReplayBackend } from "../engine/webgpu_replay.js";
 import { PackedMatrix, tensorCoreSupport, type MatmulPrecision } from "../engine/webgpu_kernels.js";
 import type { DirectTile } from "../engine/webgpu_gemm.js";
 import {
@@ -64,7 +67,20 @@ export interface WebGpuDecodeOptions {
   kvCache?: "f32" | "f16";
   /** The tensor-core kernel's tile for the 16-bit products (default DECODE_TILE; the weights are padded to it). */
   tile?: DirectTile;
+  /**
+   * Record the first decode step's dispatches and replay them for the later steps (default true;
+   * VERL_WEBGPU_DECODE_REPLAY=0 turns it off): the host then encodes a step in a few Dawn calls a
+   * dispatch instead of recording it through tfjs (src/engine/webgpu_replay.ts). The step's
+   * intermediates stay allocated while the sub-batch decodes, up to `replayMaxMiB`.
+   */
+  replay?: boolean;
+  /** Bound on the intermediates a replayed step keeps (default VERL_WEBGPU_REPLAY_MB or 8192 MiB); over it, steps are recorded as usual. */
+  replayMaxMiB?: number;
+  /** Times every dispatch of this replayed decode step on the device (lastStats.stepTimes; needs 'timestamp-query'): for benchmarks. */
+  profileStep?: number;
 }
+
+interface ReplayOptions { on: boolean; maxHeldBytes: number; profileStep?: number }
 
 /** What the last `generate` did, for benchmarks. */
 export interface WebGpuDecodeStats {
@@ -73,6 +89,12 @@ export interface WebGpuDecodeStats {
   prefillRows: number;
   /** host time spent recording the decode steps' dispatches (the rest of decodeMs is waiting for the GPU) */
   recordMs: number;
+  /** decode steps replayed from the recorded first one */
+  replayed: number;
+  /** whether steps were replayed, and why not ("on: ...", "off: ...") */
+  replay: string;
+  /** each dispatch's device time in the step named by profileStep (of the last sub-batch that reached it) */
+  stepTimes?: DispatchTime[];
 }
 
 /** A product's weight: float32 for tfjs matMul, or a packed f16 copy for the tensor cores. */
@@ -195,7 +217,7 @@ function halfCache(precision: MatmulPrecision, kvCache: WebGpuDecodeOptions["kvC
 
 export class WebGpuDecoder {
   readonly name = "webgpu";
-  lastStats: WebGpuDecodeStats = { rows: 0, steps: 0, readBacks: 0, tokens: 0, prefillMs: 0, decodeMs: 0, recordMs: 0, prefillRows: 0 };
+  lastStats: WebGpuDecodeStats = { rows: 0, steps: 0, readBacks: 0, tokens: 0, prefillMs: 0, decodeMs: 0, recordMs: 0, prefillRows: 0, replayed: 0, replay: "" };
 
   constructor(private readonly opts: WebGpuDecodeOptions = {}) {}
 
@@ -221,14 +243,20 @@ export class WebGpuDecoder {
       Math.floor((this.opts.maxCacheBytes ?? 16 * 2 ** 30) / (layerBytesPerRow * c.nLayers)),
       Math.floor(backend.device.limits.maxStorageBufferBindingSize / layerBytesPerRow)));
     const out = { responses: new Int32Array(B * R).fill(params.padTokenId), responseMask: new Int32Array(B * R), logProbs: new Float32Array(B * R) };
-    const stats: WebGpuDecodeStats = { rows: B, steps: 0, readBacks: 0, tokens: 0, prefillMs: 0, decodeMs: 0, recordMs: 0, prefillRows: 0 };
+    const stats: WebGpuDecodeStats = { rows: B, steps: 0, readBacks: 0, tokens: 0, prefillMs: 0, decodeMs: 0, recordMs: 0, prefillRows: 0, replayed: 0, replay: "" };
     const step = new DecodeStep(model, w, backend, half);
+    const replay: ReplayOptions = {
+      on: this.opts.replay ?? process.env.VERL_WEBGPU_DECODE_REPLAY !== "0",
+      maxHeldBytes: (this.opts.replayMaxMiB ?? Number(process.env.VERL_WEBGPU_REPLAY_MB ?? 8192)) * 2 ** 20,
+      profileStep: this.opts.profileStep,
+    };
+    if (!replay.on) stats.replay = "off: turned off (VERL_WEBGPU_DECODE_REPLAY=0 or replay: false)";
     for (let b0 = 0; b0 < B; b0 += sub) {
       const nb = Math.min(sub, B - b0), rowsOf = (a: Int32Array) => a.subarray(b0 * P, (b0 + nb) * P);
       const seed = Math.floor(rng.random() * 2 ** 32) >>> 0;
       const [i, m, p] = [rowsOf(ids), rowsOf(mask), rowsOf(pos)];
       const source = (this.opts.sharePrefixes ?? true) ? samePromptSource(i, m, p, nb, P) : Int32Array.from({ length: nb }, (_, b) => b);
-      await step.run(i, m, p, source, nb, P, params, seed, out, b0, stats, this.opts.maxPrefillTokens ?? 8192);
+      await step.run(i, m, p, source, nb, P, params, seed, out, b0, stats, this.opts.maxPrefillTokens ?? 8192, replay);
     }
     this.lastStats = stats;
     return assembleRollout(data, { ids, mask, pos, B, P, R, ...out, logProbs: params.calculateLogProbs ? out.logProbs : undefined });
@@ -342,7 +370,7 @@ class DecodeStep {
     });
   }
 
-  async run(ids: Int32Array, mask: Int32Array, pos: Int32Array, source: Int32Array, nb: number, P: number, params: SamplingParams, seed: number, out: Outputs, b0: number, stats: WebGpuDecodeStats, maxPrefill: number): Promise<void> {
+  async run(ids: Int32Array, mask: Int32Array, pos: Int32Array, source: Int32Array, nb: number, P: number, params: SamplingParams, seed: number, out: Outputs, b0: number, stats: WebGpuDecodeStats, maxPrefill: number, replay: ReplayOptions): Promise<void> {
     const c = this.model.config, R = params.responseLength, maxLen = P + R, V = c.vocabSize;
     let maxPos = 0;
     for (const p of pos) maxPos = Math.max(maxPos, p);
@@ -355,38 +383,59 @@ class DecodeStep {
       mask: tf.tensor1d(fullMask, "int32"),
       rope: tf.tensor1d(ropeTable(c.headDim, c.ropeTheta, c.ropeScaling ?? null, ropeRows)),
     };
-    const place = (nTok: number, tPer: number, slot0: number, posAdd: number): Placement =>
-      ({ nTok, tPer, slot0, posAdd, maxLen, vOff: nb * c.nKvHeads * maxLen * c.headDim, ropeOff: ropeRows * (c.headDim / 2) });
-    const greedy = isGreedy(params);
-    const sampler = (logits: tf.Tensor, t: number) => this.program(new SamplerProgram(V, nb), [logits], "int32",
-      SamplerProgram.uniforms(nb, { invT: greedy ? 1 : 1 / params.temperature, topK: params.topK, topP: params.topP, greedy, seed, step: t }));
+    const place = (nTok: number, tPer: number, slot0: number, posAdd: number, advancing = false): Placement =>
+      ({ nTok, tPer, slot0, posAdd, maxLen, vOff: nb * c.nKvHeads * maxLen * c.headDim, ropeOff: ropeRows * (c.headDim / 2), advancing });
+    const greedy = isGreedy(params), settings = { invT: greedy ? 1 : 1 / params.temperature, topK: params.topK, topP: params.topP, greedy, seed };
+    // every step reads its tokens from `sampled` and writes its own there (ids, then log-prob bits):
+    // the same buffers step after step, which is what lets a recorded step be replayed
+    const sampled = deviceZeros(2 * nb, "int32");
+    const sampler = (logits: tf.Tensor, t: number, advancing = false) => {
+      this.backend.runWebGPUProgram(new SamplerProgram(V, nb), [logits], "int32", SamplerProgram.uniforms(nb, { ...settings, step: t }, advancing), sampled);
+    };
+    const be = this.backend as unknown as ReplayBackend;
+    const reader = new ReadBackRing(be.device, bufferOf(be, sampled.dataId), 8 * nb);
     const basePos = tf.tensor1d(Int32Array.from({ length: nb }, (_, b) => pos[b * P + P - 1]! + 1), "int32");
+    bufferOf(be, basePos.dataId); // uploaded now: a recorded step may not upload host values
     const eos = new Set(params.ignoreEos ? [] : params.eosTokenIds);
     const done = new Uint8Array(nb);
-    let live = nb;
+    let live = nb, recorded: RecordedStep | undefined, times: Promise<DispatchTime[]> | undefined;
+    // step t + 1 of the response, queued; its read-back, to be awaited
+    const queueStep = (t: number): Promise<ArrayBuffer> => {
+      if (recorded) {
+        stats.replayed++;
+        if (t !== replay.profileStep) return recorded.replay(t, reader)!;
+        const timed = recorded.replayTimed(t, reader);
+        times = timed.times;
+        return timed.read!;
+      }
+      const record = () => tf.tidy(() => sampler(this.forward(sess, sampled, basePos, place(nb, 1, P + t, t, true), true)!, t + 1, true));
+      if (t === 0 && replay.on) {
+        // the first decode step is recorded; the later ones replay it with the cache column, rotary offset and sampler step advanced
+        const r = RecordedStep.capture(be, record, { maxHeldBytes: replay.maxHeldBytes });
+        if (isRefusal(r)) stats.replay = `off: ${r.reason}`;
+        else { recorded = r; stats.replay = `on: ${r.dispatches} dispatches a step, ${(r.heldBytes / 2 ** 20).toFixed(0)} MiB kept`; }
+      } else record();
+      return reader.readNow(be);
+    };
     try {
       const t0 = performance.now();
-      let samp = this.prefill(sess, ids, mask, pos, source, nb, P, maxPrefill, place, sampler, stats);
-      let pending = samp.data() as Promise<Int32Array>;
+      this.prefill(sess, ids, mask, pos, source, nb, P, maxPrefill, place, sampler, stats);
+      let pending = reader.readNow(be);
       await pending;
       const t1 = performance.now();
       stats.prefillMs += t1 - t0;
       for (let t = 0; t < R; t++) {
         // queue step t+1 (it reads step t's ids on the device) before waiting for step t's read
-        let next: tf.Tensor | undefined, nextPending: Promise<Int32Array> | undefined;
+        let next: Promise<ArrayBuffer> | undefined;
         if (t + 1 < R) {
           const r0 = performance.now();
-          next = tf.tidy(() => {
-            const logits = this.forward(sess, samp, basePos, place(nb, 1, P + t, t), true)!;
-            return sampler(logits, t + 1);
-          });
-          nextPending = next.data() as Promise<Int32Array>;
+          next = queueStep(t);
           stats.recordMs += performance.now() - r0;
           stats.steps++;
         }
-        const v = await pending;
+        const v = new Int32Array(await pending);
         stats.readBacks++;
-        const lp = new Float32Array(v.buffer, v.byteOffset + nb * 4, nb);
+        const lp = new Float32Array(v.buffer, nb * 4, nb);
         for (let b = 0; b < nb; b++) {
           if (done[b]) continue;
           const row = (b0 + b) * R + t, token = v[b]!;
@@ -396,33 +445,33 @@ class DecodeStep {
           stats.tokens++;
           if (eos.has(token)) { done[b] = 1; live--; }
         }
-        samp.dispose();
         if (!next) break;
-        samp = next;
-        pending = nextPending!;
-        if (live === 0) { await pending; samp.dispose(); break; }
+        pending = next;
+        if (live === 0) { await pending; break; }
       }
       stats.decodeMs += performance.now() - t1;
+      if (times) stats.stepTimes = await times;
     } finally {
-      tf.dispose([...sess.caches, sess.mask, sess.rope, basePos]);
+      recorded?.dispose();
+      reader.dispose();
+      tf.dispose([...sess.caches, sess.mask, sess.rope, basePos, sampled]);
     }
   }
 
   /**
-   * The prompt columns in chunks of at most maxPrefill tokens; returns the first sampled ids.
+   * The prompt columns in chunks of at most maxPrefill tokens; the first tokens are sampled into the sampler's buffer.
    * Only the rows that are their own source are run (each at its own cache row); the others
    * then get their source's cache columns by a device copy and its last logits by a gather,
    * so every row samples its first token as if it had been prefilled itself.
    */
   private prefill(sess: Session, ids: Int32Array, mask: Int32Array, pos: Int32Array, source: Int32Array, nb: number, P: number, maxPrefill: number,
-    place: (nTok: number, tPer: number, slot0: number, posAdd: number) => Placement, sampler: (l: tf.Tensor, t: number) => tf.Tensor,
-    stats: WebGpuDecodeStats): tf.Tensor {
+    place: (nTok: number, tPer: number, slot0: number, posAdd: number) => Placement, sampler: (l: tf.Tensor, t: number) => void,
+    stats: WebGpuDecodeStats): void {
     const run = Array.from(source.keys()).filter((b) => source[b] === b), k = run.length, shared = k < nb;
     stats.prefillRows += k;
     let start = P - 1; // columns that are padding in every row need no work
     for (const b of run) for (let s = 0; s < start; s++) if (mask[b * P + s] !== 0) { start = s; break; }
     const chunk = Math.max(1, Math.floor(maxPrefill / k));
-    let samp: tf.Tensor | undefined;
     for (let c0 = start; c0 < P; c0 += chunk) {
       const T = Math.min(chunk, P - c0), tok = new Int32Array(k * T), ps = new Int32Array(k * T);
       run.forEach((b, r) => {
@@ -430,17 +479,16 @@ class DecodeStep {
         ps.set(pos.subarray(b * P + c0, b * P + c0 + T), r * T);
       });
       const lastChunk = c0 + T >= P;
-      samp = tf.tidy(() => {
+      tf.tidy(() => {
         // with sharing the prefilled rows are not contiguous: each token names its cache row and column
         const placeT = shared ? tf.tensor1d(Int32Array.from({ length: 2 * k * T }, (_, i) => (i < k * T ? run[Math.floor(i / T)]! : c0 + (i % T))), "int32") : undefined;
         let logits = this.forward(sess, tf.tensor1d(tok, "int32"), tf.tensor1d(ps, "int32"), place(k * T, T, c0, 0), lastChunk, placeT);
-        if (!logits) return undefined;
+        if (!logits) return;
         if (shared) logits = tf.gather(logits, tf.tensor1d(Int32Array.from(source, (s) => run.indexOf(s)), "int32"));
-        return sampler(logits, 0);
+        sampler(logits, 0);
       });
     }
     if (shared) this.copyPrefixes(sess, source, P);
-    return samp!;
   }
 
   /** Each row's prompt columns from its source row's, in every layer's cache. */

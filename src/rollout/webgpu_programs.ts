@@ -7,6 +7,7 @@
 // is updated in place.
 
 import { halfPairFn, type Rounding } from "../engine/webgpu_gemm.js";
+import { advancing, type SteppedUniform } from "../engine/webgpu_replay.js";
 
 /**
  * A producer that writes its result as the next product's left operand: padded f16 words [rowsP,
@@ -30,7 +31,8 @@ export interface GpuProgram {
   getUserCode(): string;
 }
 
-export type UniformValue = { type: "int32" | "float32" | "uint32"; data: number[] };
+/** A uniform as tfjs takes it; `perStep` (webgpu_replay.ts) marks one a replayed decode step advances. */
+export type UniformValue = SteppedUniform;
 
 /** Workgroups laid out under the per-dimension limit: x up to 32768, then y. */
 export function grid(groups: number): [number, number, number] {
@@ -270,10 +272,16 @@ export class QkNormProgram extends FlatProgram {
 // [2 (cos, sin), positions, headDim / 2], sin at ropeOff.
 const PLACE_UNIFORMS = "nTok : i32, tPer : i32, slot0 : i32, posAdd : i32, maxLen : i32, vOff : i32, ropeOff : i32,";
 
-export interface Placement { nTok: number; tPer: number; slot0: number; posAdd: number; maxLen: number; vOff: number; ropeOff: number }
+export interface Placement {
+  nTok: number; tPer: number; slot0: number; posAdd: number; maxLen: number; vOff: number; ropeOff: number;
+  /** a decode step: slot0 and posAdd advance by one a step when the step is replayed (webgpu_replay.ts) */
+  advancing?: boolean;
+}
 
 export function placementUniforms(p: Placement): UniformValue[] {
-  return [p.nTok, p.tPer, p.slot0, p.posAdd, p.maxLen, p.vOff, p.ropeOff].map((v) => ({ type: "int32", data: [v] }));
+  const u = [p.nTok, p.tPer, p.slot0, p.posAdd, p.maxLen, p.vOff, p.ropeOff].map((v): UniformValue => ({ type: "int32", data: [v] }));
+  if (p.advancing) for (const i of [2, 3]) u[i] = advancing(u[i]!);
+  return u;
 }
 
 /** The rotary rotation (HF halves) of element d of a head whose first half starts at `lo`, in WGSL. */
@@ -538,11 +546,13 @@ export class SamplerProgram implements GpuProgram {
     this.uniforms = perRow ? "nRows : i32," : "nRows : i32, invT : f32, topK : i32, topP : f32, greedy : i32, seed : u32, step : u32,";
     this.shaderKey = `verlSampler_${V}${perRow ? "_rows" : ""}`;
   }
-  static uniforms(R: number, s: SamplerSettings): UniformValue[] {
+  /** `stepAdvancing`: the step number advances by one a step when the step is replayed (webgpu_replay.ts). */
+  static uniforms(R: number, s: SamplerSettings, stepAdvancing = false): UniformValue[] {
+    const step: UniformValue = { type: "uint32", data: [s.step >>> 0] };
     return [
       { type: "int32", data: [R] }, { type: "float32", data: [s.invT] }, { type: "int32", data: [s.topK] },
       { type: "float32", data: [s.topP] }, { type: "int32", data: [s.greedy ? 1 : 0] },
-      { type: "uint32", data: [s.seed >>> 0] }, { type: "uint32", data: [s.step >>> 0] },
+      { type: "uint32", data: [s.seed >>> 0] }, stepAdvancing ? advancing(step) : step,
     ];
   }
   /** The perRow program's input: each row's settings as int32 words (floats and the seed by their bits). */

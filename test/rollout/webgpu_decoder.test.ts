@@ -135,6 +135,34 @@ test("sampling on the device: same seed same tokens, top-k 1 is greedy, log-prob
   }
 });
 
+test("replayed decode steps give the recorded steps' tokens and log-probs bit for bit (sampling, prefix sharing, sub-batches)", async (t) => {
+  if (!(await webgpu())) return t.skip(skipReason);
+  const cfg = makeConfig({ vocabSize: 300, dim: 32, hiddenDim: 48, nLayers: 2, nHeads: 4, nKvHeads: 2, attentionBias: true, tieWordEmbeddings: false, maxSeqLen: 128 });
+  const m = initModel(cfg, new Rng(11));
+  try {
+    const rng = new Rng(4), prompts = Array.from({ length: 3 }, (_, i) => Array.from({ length: 2 + 3 * i }, () => 1 + Math.floor(rng.random() * 299)));
+    const batch = leftPadPrompts(prompts, 0);
+    const sample = defaultSamplingParams({ temperature: 0.9, topK: 40, topP: 0.95, responseLength: 18, eosTokenIds: [], padTokenId: 0, calculateLogProbs: true, n: 3 });
+    const opts = { maxCacheBytes: 2 * cfg.nLayers * cfg.nKvHeads * cfg.headDim * 30 * 4 * 5 }; // sub-batches of 5 rows
+    const replayed = new WebGpuDecoder({ ...opts, replay: true }), recorded = new WebGpuDecoder({ ...opts, replay: false });
+    const a = await replayed.generate(m, batch, sample, new Rng(8));
+    const after = tf.memory().numTensors; // the weights' decode layout stays with the model
+    assert.match(replayed.lastStats.replay, /^on: \d+ dispatches a step/);
+    assert.equal(replayed.lastStats.replayed, 2 * (sample.responseLength - 2), "every sub-batch replays its steps after the recorded one");
+    const b = await recorded.generate(m, batch, sample, new Rng(8));
+    assert.match(recorded.lastStats.replay, /^off: turned off/);
+    assert.equal(recorded.lastStats.replayed, 0);
+    assert.deepEqual(ints(a, "responses"), ints(b, "responses"));
+    assert.deepEqual(Array.from(a.batch["rollout_log_probs"]!.data), Array.from(b.batch["rollout_log_probs"]!.data));
+    // the rows were sampled, not all the same: the step counter advanced in the replays
+    assert.ok(new Set(ints(a, "responses")).size > 20);
+    await replayed.generate(m, batch, sample, new Rng(8));
+    assert.equal(tf.memory().numTensors, after, "no tensor left behind by the kept intermediates");
+  } finally {
+    m.dispose();
+  }
+});
+
 test("the first sampled token follows softmax(logits / T) restricted to the top-k", async (t) => {
   const bin = storiesBin();
   if (!bin) return t.skip(STORIES_MISSING);
