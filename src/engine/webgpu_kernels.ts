@@ -15,6 +15,7 @@ import { GemmAutotuner, productClass, type ErrorCapture, type GemmCandidate, typ
 import { logger } from "../utils/logger.js";
 import { isWeightLike } from "./weight_like.js";
 import { holdPrefix } from "./webgpu_buffer_pool.js";
+import { submitRecorded } from "./webgpu_replay.js";
 
 export type MatmulPrecision = "f32" | "f16" | "bf16";
 
@@ -469,22 +470,16 @@ type WebGpuBackendLike = Backend & {
   commandEncoder: unknown; endComputePassEncoder(): void; submitQueue(): void;
 };
 
-/** Submits what tfjs has recorded, so device errors and timings belong to what follows. */
-function flush(be: WebGpuBackendLike): void {
-  be.endComputePassEncoder();
-  if (be.commandEncoder) be.submitQueue();
-}
-
 /** WebGPU error scopes around a candidate (validation: its shader; internal, out-of-memory). */
 export const webGpuErrorCapture = (): ErrorCapture => ({
   begin() {
     const be = tf.backend() as unknown as WebGpuBackendLike;
-    flush(be);
+    submitRecorded(be);
     for (const f of ["validation", "internal", "out-of-memory"]) be.device.pushErrorScope(f);
   },
   async end() {
     const be = tf.backend() as unknown as WebGpuBackendLike;
-    flush(be);
+    submitRecorded(be);
     const errs: string[] = [];
     for (let i = 0; i < 3; i++) { const e = await be.device.popErrorScope(); if (e) errs.push(e.message); }
     return errs.length ? errs.join(" | ") : null;
@@ -494,7 +489,7 @@ export const webGpuErrorCapture = (): ErrorCapture => ({
 /** Wall time of products on the device: one warm-up, then enough repetitions for about 40 ms, to the queue's completion. */
 export const webGpuTimer: GemmTimer = async (_c, run) => {
   const be = tf.backend() as unknown as WebGpuBackendLike;
-  const done = async () => { flush(be); await be.device.queue.onSubmittedWorkDone(); };
+  const done = async () => { submitRecorded(be); await be.device.queue.onSubmittedWorkDone(); };
   run(); await done();
   let t0 = performance.now();
   run(); await done();

@@ -6,7 +6,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import * as tf from "@tensorflow/tfjs";
 import { webgpuOrReason } from "./webgpu_adapter.js";
-import { advancing, isRefusal, packUniforms, ReadBackRing, RecordedStep, bufferOf, type ReplayBackend, type SteppedUniform } from "../../src/engine/webgpu_replay.js";
+import { advancing, isRefusal, packUniforms, ReadBackRing, RecordedStep, bufferOf, submitRecorded, type ReplayBackend, type SteppedUniform } from "../../src/engine/webgpu_replay.js";
 
 interface Program { variableNames: string[]; outputShape: number[]; shaderKey: string; dispatchLayout: { x: number[] }; dispatch: [number, number, number]; workgroupSize: [number, number, number]; size: boolean; uniforms: string; getUserCode(): string }
 
@@ -50,8 +50,7 @@ test("tfjs's uniform layout: packUniforms writes the bytes tfjs's makeUniforms w
     }
   } finally {
     be.queue.writeBuffer = write;
-    be.endComputePassEncoder();
-    if (be.commandEncoder) be.submitQueue(); // the uniform buffers tfjs took go back to its pool
+    submitRecorded(be); // the uniform buffers tfjs took go back to its pool
   }
 });
 
