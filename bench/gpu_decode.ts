@@ -4,6 +4,9 @@
 //     [--prompts 64] [--n 8] [--new 256] [--updates 16x16,16x16xhost,64x16] [--submit 15,1000] [--budget-s 240]
 //     [--only slots --slot-rows 64 --slot-sampling device,serial,host]  (the agent loops' slot path, issue 24)
 //     [--only decode,noreplay]  (the decode also with every step recorded through tfjs, no replay)
+//     [--only decode,perhead]  (the decode also with one attention workgroup a query head, as before 2026-12-06)
+//     [--tiles 1x1x2x4+nosplit,1x1x2x4+s512:512,1x1x2x4+p+b]  (more decode runs with other product tiles:
+//                            sgMxsgNxtmxtn, +p register prefetch, +b baked strides, +s<workgroups>:<min K> split-K targets, +nosplit)
 //     [--profile-step 128]  (the decode part times each dispatch of that replayed step; VERL_DAWN_FLAGS needs
 //                            disable-dawn-features=timestamp_quantization for sub-microsecond times)
 // (after scripts/gpu-bundle.sh; the device tool carries .gpu and .gl). Runs on any backend with an
@@ -20,7 +23,7 @@ import { generate } from "../src/rollout/generate.js";
 import { computeLogProb } from "../src/rollout/index.js";
 import { defaultSamplingParams } from "../src/rollout/sampling.js";
 import { leftPadPrompts } from "../src/rollout/prompts.js";
-import { WebGpuDecoder, WebGpuSlotDecoder, type WebGpuDecodeOptions } from "../src/rollout/webgpu_decoder.js";
+import { DECODE_TILE, WebGpuDecoder, WebGpuSlotDecoder, type WebGpuDecodeOptions } from "../src/rollout/webgpu_decoder.js";
 import type { DispatchTime } from "../src/engine/webgpu_replay.js";
 import type { SlotDecoderFactory } from "../src/rollout/decoder.js";
 import { ContinuousBatchingServer } from "../src/agent_loop/batching_server.js";
@@ -30,7 +33,23 @@ import { LoraAdapter } from "../src/models/lora.js";
 import { buildActor, DeviceStep, deviceModel, qwenHalfB, rolloutBatch, sync } from "./gpu.js";
 import { matmulPrecision, parsePrecision, setMatmulPrecision, tensorCoreStats, tensorCoreSupport, type MatmulPrecision } from "../src/engine/webgpu_kernels.js";
 import { webGpuSummary } from "../src/engine/webgpu.js";
-import { DEFAULT_DIRECT_TILE } from "../src/engine/webgpu_gemm.js";
+import { DEFAULT_DIRECT_TILE, type DirectTile } from "../src/engine/webgpu_gemm.js";
+
+/** A --tiles entry: sgMxsgNxtmxtn, then +p (prefetch), +b (baked strides), +s<workgroups>:<min K> (split-K targets) or +nosplit. */
+function parseDecodeTile(spec: string): DirectTile {
+  const [shape, ...flags] = spec.split("+");
+  const [sgM, sgN, tm, tn] = shape!.split("x").map(Number);
+  if (![sgM, sgN, tm, tn].every((x) => Number.isInteger(x) && x! > 0)) throw new Error(`--tiles ${spec}: expected sgMxsgNxtmxtn, e.g. 1x1x2x4`);
+  const t: DirectTile = { ...DECODE_TILE, sgM: sgM!, sgN: sgN!, tm: tm!, tn: tn! };
+  for (const f of flags) {
+    if (f === "p") t.prefetch = true;
+    else if (f === "b") t.baked = true;
+    else if (f === "nosplit") { t.splitK = false; delete t.splitTargets; }
+    else if (/^s\d+:\d+$/.test(f)) { const [w, c] = f.slice(1).split(":").map(Number); t.splitK = true; t.splitTargets = { workgroups: w!, minChunk: c! }; }
+    else throw new Error(`--tiles ${spec}: unknown flag +${f} (p, b, nosplit, s<workgroups>:<min K>)`);
+  }
+  return t;
+}
 
 /** Runs fn with 16-bit matrix products asked for (or not); an adapter without tensor cores is reported. */
 async function withPrecision(p: MatmulPrecision, fn: () => Promise<void>, opts: Parameters<typeof setMatmulPrecision>[1] = {}): Promise<void> {
@@ -482,9 +501,9 @@ async function main(): Promise<void> {
       // the decoder's own 16-bit path (weights packed once), not the trainer's BatchMatMul override
       if (v && a.only.has("decode") && elapsedS() < a.budgetS) await part(`webgpu_decode_v${v}_${p}`, () => decode(a, v, { precision: p }, a.newTokens, `v${v}_${p}`));
       for (const tl of p === "f32" ? [] : a.tiles) {
-        const [sgM, sgN, tm, tn] = tl.split("x").map(Number) as [number, number, number, number];
-        if (v && a.only.has("decode") && elapsedS() < a.budgetS) await part(`webgpu_decode_v${v}_${p}_${tl}`, () => decode(a, v, { precision: p, tile: { sgM, sgN, tm, tn, unroll: 1 } }, a.newTokens, `v${v}_${p}_tile${tl}`));
+        if (v && a.only.has("decode") && elapsedS() < a.budgetS) await part(`webgpu_decode_v${v}_${p}_${tl}`, () => decode(a, v, { precision: p, tile: parseDecodeTile(tl) }, a.newTokens, `v${v}_${p}_tile${tl}`));
       }
+      if (v && p !== "f32" && a.only.has("perhead") && elapsedS() < a.budgetS) await part(`webgpu_decode_v${v}_${p}_perhead`, () => decode(a, v, { precision: p, attention: "per_head" }, a.newTokens, `v${v}_${p}_perhead`));
       if (v && p !== "f32" && a.only.has("kv32") && elapsedS() < a.budgetS) await part(`webgpu_decode_v${v}_${p}_kv32`, () => decode(a, v, { precision: p, kvCache: "f32" }, a.newTokens, `v${v}_${p}_kv_f32`));
       if (v && a.only.has("noreplay") && elapsedS() < a.budgetS) await part(`webgpu_decode_v${v}_${p}_noreplay`, () => decode(a, v, { precision: p, replay: false }, a.newTokens, `v${v}_${p}_noreplay`));
       if (v && a.only.has("noshare") && elapsedS() < a.budgetS) await part(`webgpu_decode_v${v}_${p}_noshare`, () => decode(a, v, { precision: p, sharePrefixes: false }, a.newTokens, `v${v}_${p}_noshare`));

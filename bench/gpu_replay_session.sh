@@ -2,13 +2,16 @@
 # The device session behind docs/gpu.md's "Replayed decode steps" (issue 23, 2026-12-06): one call on
 # the GPU machine after `bash scripts/gpu-bundle.sh` here plus the tests it runs copied in:
 #   mkdir -p .gpu/app/dist/test/{rollout,engine,models}
-#   for f in rollout/webgpu_decoder rollout/webgpu_decoder_f16 engine/webgpu_replay engine/webgpu_adapter models/stories; do
+#   for f in rollout/webgpu_decoder rollout/webgpu_decoder_f16 engine/webgpu_replay engine/webgpu_split_k engine/webgpu_adapter models/stories; do
 #     cp dist-gpu/test/$f*.js .gpu/app/dist/test/$(dirname $f)/; done
 # carry [".gpu", ".gl"]. Parts (PARTS, default tests,decode,torch), each with its own time limit, writing under $OUT:
-#   tests   the replay's tests and the WebGPU decoder's (f32 and f16) on the GPU
-#   decode  bench/gpu_decode.ts's rollout, 512 rows x 256 new tokens, f16 products, vocabularies 151,936 and 512,
-#           each with the decode steps replayed (the default) and recorded through tfjs (noreplay)
-#   torch   HF generate at the same shapes on the same GPU (bench/pytorch_gpu_table.py --only rollout)
+#   tests   the replay's and split-K's tests and the WebGPU decoder's (f32 and f16) on the GPU (TESTS: others)
+#   decode  bench/gpu_decode.ts's rollout, 512 rows x 256 new tokens, f16 products, vocabularies VOCAB (151,936 and 512),
+#           each with the decode steps replayed (the default) and the variants DECODE_ONLY names (noreplay: recorded
+#           through tfjs; perhead: one attention workgroup a query head) and TILES lists (gpu_decode.ts --tiles);
+#           PROFILE_STEP=N times each dispatch of replayed step N
+#   torch   HF generate at the same shapes on the same GPU (bench/pytorch_gpu_table.py --only rollout; vocabularies
+#           VOCAB, the best of TORCH_REPS runs each)
 #   grpo    recipes/qwen05b_shape_grpo, 16-bit, full fine-tuning and LoRA (bench/gpu_round3_session.sh's grpo part)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -18,19 +21,22 @@ mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 if [[ $PARTS == *,tests,* ]]; then
   mkdir -p /tmp/verl_shared/models && ln -sfn "$PWD/.gpu/stories260K" /tmp/verl_shared/models/stories260K
-  for f in engine/webgpu_replay rollout/webgpu_decoder rollout/webgpu_decoder_f16; do
+  for f in ${TESTS:-engine/webgpu_replay engine/webgpu_split_k rollout/webgpu_decoder rollout/webgpu_decoder_f16}; do
     echo "## test $f"
     VERL_SHARED_DIR=/tmp/verl_shared timeout "${TEST_S:-120}" bash scripts/gpu-run.sh node "dist/test/$f.test.js" > "$OUT/test_$(basename $f).log" 2>&1
     grep -E "^# (pass|fail|skip)|^not ok" "$OUT/test_$(basename $f).log" | head -6
   done
 fi
 if [[ $PARTS == *,decode,* ]]; then
-  timeout "${DECODE_S:-200}" bash scripts/gpu-run.sh node dist/bench/gpu_decode.js --only decode,noreplay --vocab "${VOCAB:-151936,512}" --precision f16 \
-    --budget-s "$(( ${DECODE_S:-200} - 30 ))" > "$OUT/decode.jsonl" 2> "$OUT/decode.log"
+  extra=()
+  [[ -n ${TILES:-} ]] && extra+=(--tiles "$TILES")
+  [[ -n ${PROFILE_STEP:-} ]] && extra+=(--profile-step "$PROFILE_STEP")
+  timeout "${DECODE_S:-200}" bash scripts/gpu-run.sh node dist/bench/gpu_decode.js --only "decode,${DECODE_ONLY:-noreplay}" --vocab "${VOCAB:-151936,512}" --precision f16 \
+    --budget-s "$(( ${DECODE_S:-200} - 30 ))" ${extra[@]+"${extra[@]}"} > "$OUT/decode.jsonl" 2> "$OUT/decode.log"
   echo "== webgpu decode exit $?"; grep '^{' "$OUT/decode.jsonl" | grep decode | cut -c1-1100
 fi
 if [[ $PARTS == *,torch,* ]]; then
-  timeout "${TORCH_S:-150}" python3 bench/pytorch_gpu_table.py --only rollout > "$OUT/torch_rollout.jsonl" 2> "$OUT/torch_rollout.log"
+  timeout "${TORCH_S:-150}" python3 bench/pytorch_gpu_table.py --only rollout --rollout-vocab "${VOCAB:-151936,512}" --rollout-reps "${TORCH_REPS:-1}" > "$OUT/torch_rollout.jsonl" 2> "$OUT/torch_rollout.log"
   echo "== torch rollout exit $?"; cut -c1-500 "$OUT/torch_rollout.jsonl"
 fi
 if [[ $PARTS == *,grpo,* ]]; then

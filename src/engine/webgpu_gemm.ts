@@ -456,7 +456,11 @@ export class PackPadProgram implements GpuProgram {
  * shader (one pipeline per shape) instead of uniforms, so the driver sees constant strides that
  * are multiples of 16 (the issue's fast probe had its sizes baked in).
  */
-export interface DirectTile { sgM: number; sgN: number; tm: number; tn: number; unroll: 1 | 2 | 4; prefetch?: boolean; baked?: boolean; splitK?: boolean }
+export interface DirectTile {
+  sgM: number; sgN: number; tm: number; tn: number; unroll: 1 | 2 | 4; prefetch?: boolean; baked?: boolean; splitK?: boolean;
+  /** split-K's targets for this tile's products (absent: the trainer's, setSplitKTargets) */
+  splitTargets?: SplitKTargets;
+}
 /**
  * The kernel a product runs before its class is tuned: 2 x 2 subgroups of 4 x 4 fragments (128 x 128
  * a workgroup), register prefetch, strides baked in; the best of the H200 sweep of 2026-12-04
@@ -536,7 +540,7 @@ export function directSplits(s: GemmShape, t: DirectTile): number {
 export function splitPlan(s: GemmShape, t: DirectTile): { splits: number; chunk: number } {
   const step = 16 * t.unroll, kP = roundUp(s.k, step), none = { splits: 1, chunk: kP };
   if (!t.splitK) return none;
-  const cap = splitKCap(), { workgroups, minChunk } = splitKTargets;
+  const cap = splitKCap(), { workgroups, minChunk } = t.splitTargets ?? splitKTargets;
   const tiles = Math.ceil(s.m / (16 * t.tm * t.sgM)) * Math.ceil(s.n / (16 * t.tn * t.sgN)) * s.batch;
   if (cap <= 1 || tiles * 2 > workgroups) return none;
   const want = Math.min(Math.ceil(workgroups / tiles), Math.floor(s.k / minChunk), cap);
@@ -615,20 +619,24 @@ function splitLines(): string {
 
 /**
  * The split-K parts [batch * splits, mP, nP] summed, part 0 first, into the product's [batch, m, n]
- * (the padding's rows and columns dropped in the same pass).
+ * (the padding's rows and columns dropped in the same pass). With `residual` (a [batch, m, n]
+ * input), residual + the sum: a decoder's residual connection in the same pass, one dispatch and
+ * one [m, n] round trip fewer a product (also with one part: then it is the crop and the add).
  */
 export class SplitKSumProgram implements GpuProgram {
-  variableNames = ["parts"];
+  variableNames: string[];
   outputShape: number[];
   dispatchLayout = { x: [0] };
   dispatch: [number, number, number];
   workgroupSize: [number, number, number] = [256, 1, 1];
   uniforms = "m : i32, n : i32, mP : i32, nP : i32, total : i32, splits : i32,";
   // one pipeline for every part count (a uniform, as in the split product)
-  shaderKey = "verlSplitKSum";
+  shaderKey: string;
   constructor(private readonly batch: number, private readonly splits: number, private readonly m: number, private readonly n: number,
-    private readonly mP: number, private readonly nP: number) {
+    private readonly mP: number, private readonly nP: number, private readonly residual = false) {
     this.outputShape = [batch, m, n];
+    this.variableNames = residual ? ["parts", "residual"] : ["parts"];
+    this.shaderKey = residual ? "verlSplitKSumResidual" : "verlSplitKSum";
     const groups = Math.ceil((batch * m * n) / 256);
     this.dispatch = [Math.min(groups, 32768), Math.ceil(groups / 32768), 1];
   }
@@ -651,7 +659,7 @@ export class SplitKSumProgram implements GpuProgram {
             at = at + plane;
             acc = acc + parts[at];
           }
-          result[index] = acc;
+          result[index] = ${this.residual ? "residual[index] + acc" : "acc"};
         }
       }`;
   }

@@ -275,8 +275,8 @@ export function packedWeightCache(backend: Backend): PackedWeightCache | undefin
  * padded product, then the [m, n] corner sliced out when padding was needed.
  */
 export function directMatMul(backend: Backend, a: TensorInfo, b: TensorInfo, s: GemmShape, outShape: number[],
-  opts: { tile?: DirectTile; rounding?: Rounding; bPacked?: boolean; aPacked?: boolean } = {}): TensorInfo {
-  return paddedMatMul(backend, a, b, s, outShape, directKernel(opts.tile ?? state.direct), { rounding: opts.rounding, bPacked: opts.bPacked, aPacked: opts.aPacked });
+  opts: { tile?: DirectTile; rounding?: Rounding; bPacked?: boolean; aPacked?: boolean; residual?: TensorInfo } = {}): TensorInfo {
+  return paddedMatMul(backend, a, b, s, outShape, directKernel(opts.tile ?? state.direct), { rounding: opts.rounding, bPacked: opts.bPacked, aPacked: opts.aPacked, residual: opts.residual });
 }
 
 /** The device's workgroup-memory limit, where the backend has a device (0: unknown). */
@@ -307,10 +307,12 @@ export function packOperand(backend: Backend, x: TensorInfo, s: GemmShape, kerne
 /**
  * One product with a kernel on padded f16 operands (direct or staged): both operands packed to
  * zero-padded f16 copies (not when aPacked/bPacked: it is already this kernel's padded operand), the
- * padded product, then the [m, n] corner sliced out when padding was needed.
+ * padded product, then the [m, n] corner sliced out when padding was needed. `residual` ([batch, m,
+ * n] float32) is added to the product in the pass that sums the split-K parts and crops the padding
+ * (a pass of its own where there is neither).
  */
 export function paddedMatMul(backend: Backend, a: TensorInfo, b: TensorInfo, s: GemmShape, outShape: number[], kernel: PaddedGemmKernel,
-  opts: { rounding?: Rounding; aPacked?: boolean; bPacked?: boolean; weights?: PackedWeightCache } = {}): TensorInfo {
+  opts: { rounding?: Rounding; aPacked?: boolean; bPacked?: boolean; weights?: PackedWeightCache; residual?: TensorInfo } = {}): TensorInfo {
   const rounding = opts.rounding ?? (state.precision === "bf16" ? "bf16" : "f16");
   const limit = workgroupLimit(backend), bytes = kernel.workgroupBytes(s);
   // checked here: under skip_validation an oversized pipeline is built anyway and crashes the process (docs/gpu.md)
@@ -328,10 +330,10 @@ export function paddedMatMul(backend: Backend, a: TensorInfo, b: TensorInfo, s: 
   if (!opts.aPacked) backend.disposeData(pa.dataId);
   if (ownB) backend.disposeData(pb.dataId);
   let out = full;
-  if (splits > 1) {
-    // the parts' sum, cut to [batch, m, n] in the same pass
-    const sum = new SplitKSumProgram(s.batch, splits, s.m, s.n, mP, nP);
-    out = backend.runWebGPUProgram(sum, [full], "float32", sum.uniformValues());
+  if (splits > 1 || opts.residual) {
+    // the parts' sum (and the residual), cut to [batch, m, n] in the same pass
+    const sum = new SplitKSumProgram(s.batch, splits, s.m, s.n, mP, nP, !!opts.residual);
+    out = backend.runWebGPUProgram(sum, opts.residual ? [full, opts.residual] : [full], "float32", sum.uniformValues());
     backend.disposeData(full.dataId);
   } else if (mP !== s.m && nP === s.n && s.batch === 1 && rowPrefixOn) {
     out = rowPrefix(backend, full, [1, s.m, s.n]);
@@ -388,13 +390,21 @@ export class PackedMatrix {
     return new PackedMatrix(tf.engine().makeTensorFromTensorInfo(info as tf.TensorInfo), k, n, transposed, rounding, tile);
   }
 
-  /** x [m, k] times the weight: float32 [m, n], accumulated in f32 on the tensor cores. */
-  matMul(x: tf.Tensor2D): tf.Tensor2D {
+  /**
+   * x [m, k] times the weight: float32 [m, n], accumulated in f32 on the tensor cores; plus
+   * `residual` ([m, n] float32) where given, added in the pass that sums the split-K parts.
+   */
+  matMul(x: tf.Tensor2D, residual?: tf.Tensor): tf.Tensor2D {
     const [m, k] = x.shape;
     if (k !== this.k) throw new Error(`PackedMatrix: product of [${m}, ${k}] with a weight of ${this.k} rows`);
     const s: GemmShape = { batch: 1, m, n: this.n, k, transposeA: false, transposeB: this.transposed, batchA: 1, batchB: 1 };
-    const info = directMatMul(tf.backend() as unknown as Backend, x, this.words, s, [m, this.n], { tile: this.tile, rounding: this.rounding, bPacked: true });
+    const info = directMatMul(tf.backend() as unknown as Backend, x, this.words, s, [m, this.n], { tile: this.tile, rounding: this.rounding, bPacked: true, residual: this.checkResidual(residual, m) });
     return tf.engine().makeTensorFromTensorInfo(info as tf.TensorInfo) as tf.Tensor2D;
+  }
+
+  private checkResidual(r: tf.Tensor | undefined, m: number): tf.Tensor | undefined {
+    if (r && (r.dtype !== "float32" || r.size !== m * this.n)) throw new Error(`PackedMatrix: a residual of [${m}, ${this.n}] float32 expected, got [${r.shape}] ${r.dtype}`);
+    return r;
   }
 
   /** The padded shape [mP, kP] a left operand of m rows must have to be multiplied by this weight pre-packed. */
@@ -405,13 +415,14 @@ export class PackedMatrix {
 
   /**
    * The product of m rows given as padded f16 words ([leftPadding(m).mP, kP / 2] int32, padding
-   * columns zero, rounded as this weight is), e.g. written by the decoder's normalisation: float32 [m, n].
+   * columns zero, rounded as this weight is), e.g. written by the decoder's normalisation: float32 [m, n]
+   * (plus `residual`, as in matMul).
    */
-  matMulPacked(words: tf.Tensor, m: number): tf.Tensor2D {
+  matMulPacked(words: tf.Tensor, m: number, residual?: tf.Tensor): tf.Tensor2D {
     const { mP, kP } = this.leftPadding(m);
     if (words.dtype !== "int32" || words.size !== (mP * kP) / 2) throw new Error(`PackedMatrix: a packed left operand of ${m} rows needs ${(mP * kP) / 2} int32 words, got ${words.size} ${words.dtype}`);
     const s: GemmShape = { batch: 1, m, n: this.n, k: this.k, transposeA: false, transposeB: this.transposed, batchA: 1, batchB: 1 };
-    const info = directMatMul(tf.backend() as unknown as Backend, words, this.words, s, [m, this.n], { tile: this.tile, rounding: this.rounding, bPacked: true, aPacked: true });
+    const info = directMatMul(tf.backend() as unknown as Backend, words, this.words, s, [m, this.n], { tile: this.tile, rounding: this.rounding, bPacked: true, aPacked: true, residual: this.checkResidual(residual, m) });
     return tf.engine().makeTensorFromTensorInfo(info as tf.TensorInfo) as tf.Tensor2D;
   }
 

@@ -78,6 +78,12 @@ export interface WebGpuDecodeOptions {
   replayMaxMiB?: number;
   /** Times every dispatch of this replayed decode step on the device (lastStats.stepTimes; needs 'timestamp-query'): for benchmarks. */
   profileStep?: number;
+  /**
+   * How attention workgroups read the KV cache: "grouped" (default) serves all the query heads of
+   * a kv head in one workgroup, so each kv head's cache is read once; "per_head" gives each query
+   * head its own workgroup (it reads its kv head's cache again): the benchmark's comparison.
+   */
+  attention?: "grouped" | "per_head";
 }
 
 interface ReplayOptions { on: boolean; maxHeldBytes: number; profileStep?: number }
@@ -109,8 +115,22 @@ const weightCache = new WeakMap<LlamaModel, GpuWeights>();
  * product has few rows (512 at the 0.5B bench), so the trainer's 128 x 128 tile leaves most of the
  * GPU idle. On the H200 (vocab 151,936, f16 KV cache, 2026-12-04): 27.8 ms a step with 32 x 64,
  * 30.4 with 64 x 64; an earlier call (f32 cache) gave 32.8 with 64 x 64 against 37.9 with 128 x 128.
+ *
+ * Split-K: the products with few output tiles (at the 0.5B shape q/k/v's 288 and o_proj's and
+ * down_proj's 224 workgroups of one subgroup, for 132 SMs) cut K into parts until about 1,024
+ * workgroups run, parts of at least 256 (down_proj 5, the others 3); gate/up, the LM head and the
+ * prefill's products have workgroups enough and are not split. H100, 512 rows (2026-12-06): 15.96
+ * ms a step, against 22.10 unsplit, 18.03 with the trainer's targets (512:512), 16.75 with 2,048:256.
  */
-export const DECODE_TILE: DirectTile = { sgM: 1, sgN: 1, tm: 2, tn: 4, unroll: 1 };
+export const DECODE_TILE: DirectTile = { sgM: 1, sgN: 1, tm: 2, tn: 4, unroll: 1, splitK: true, splitTargets: { workgroups: 1024, minChunk: 256 } };
+
+/**
+ * The LM head's tile under the default DECODE_TILE (a tile given in the options serves the head
+ * too): one subgroup of 4 x 4 fragments. The head has 151,936 outputs at Qwen2.5's vocabulary, so
+ * workgroups are plenty either way, and the larger tile reads each weight fragment for 64 rows
+ * instead of 32: 2.12 ms a step on the H100 against 2.45-2.54 with 2 x 4 fragments (2026-12-06).
+ */
+export const DECODE_HEAD_TILE: DirectTile = { sgM: 1, sgN: 1, tm: 4, tn: 4, unroll: 1 };
 
 function disposeWeights(w: GpuWeights, model: LlamaModel): void {
   for (const l of w.layers) [l.wqkv, l.bqkv, l.wo, l.wgu, l.wd].forEach((t) => t.dispose());
@@ -119,6 +139,7 @@ function disposeWeights(w: GpuWeights, model: LlamaModel): void {
 
 /** The float32 weights as packed f16 copies (the float32 layouts are freed; the bias stays float32). */
 function packWeights(layers: LayerWeights[], lmHead: tf.Tensor2D, transposed: boolean, precision: "f16" | "bf16", tile: DirectTile, headIsModels: boolean): { layers: LayerWeights[]; lmHead: PackedMatrix } {
+  const headTile = tile === DECODE_TILE ? DECODE_HEAD_TILE : tile;
   // the layouts are [in, out] (transposed) or the model's [out, in], which the kernel reads column-major
   const pack = (t: Weight): PackedMatrix => {
     const p = PackedMatrix.pack(t as tf.Tensor2D, !transposed, precision, tile);
@@ -126,7 +147,7 @@ function packWeights(layers: LayerWeights[], lmHead: tf.Tensor2D, transposed: bo
     return p;
   };
   const packed = layers.map((l) => ({ wqkv: pack(l.wqkv), bqkv: l.bqkv, wo: pack(l.wo), wgu: pack(l.wgu), wd: pack(l.wd) }));
-  const head = PackedMatrix.pack(lmHead, !transposed, precision, tile);
+  const head = PackedMatrix.pack(lmHead, !transposed, precision, headTile);
   if (!headIsModels) lmHead.dispose();
   return { layers: packed, lmHead: head };
 }
@@ -244,7 +265,7 @@ export class WebGpuDecoder {
       Math.floor(backend.device.limits.maxStorageBufferBindingSize / layerBytesPerRow)));
     const out = { responses: new Int32Array(B * R).fill(params.padTokenId), responseMask: new Int32Array(B * R), logProbs: new Float32Array(B * R) };
     const stats: WebGpuDecodeStats = { rows: B, steps: 0, readBacks: 0, tokens: 0, prefillMs: 0, decodeMs: 0, recordMs: 0, prefillRows: 0, replayed: 0, replay: "" };
-    const step = new DecodeStep(model, w, backend, half);
+    const step = new DecodeStep(model, w, backend, half, this.opts.attention === "per_head");
     const replay: ReplayOptions = {
       on: this.opts.replay ?? process.env.VERL_WEBGPU_DECODE_REPLAY !== "0",
       maxHeldBytes: (this.opts.replayMaxMiB ?? Number(process.env.VERL_WEBGPU_REPLAY_MB ?? 8192)) * 2 ** 20,
@@ -269,7 +290,8 @@ type Outputs = { responses: Int32Array; responseMask: Int32Array; logProbs: Floa
 /** The forward pass and the decode loop of one sub-batch. */
 class DecodeStep {
   private readonly s: DecodeShape;
-  constructor(private readonly model: LlamaModel, readonly w: GpuWeights, private readonly backend: WebGpuBackendLike, private readonly kvHalf = false) {
+  constructor(private readonly model: LlamaModel, readonly w: GpuWeights, private readonly backend: WebGpuBackendLike, private readonly kvHalf = false,
+    private readonly attentionPerHead = false) {
     const c = model.config;
     this.s = { dim: c.dim, hiddenDim: c.hiddenDim, nHeads: c.nHeads, nKvHeads: c.nKvHeads, headDim: c.headDim, vocabSize: c.vocabSize, normEps: c.normEps };
   }
@@ -291,9 +313,11 @@ class DecodeStep {
     return this.program(new Fp8ActivationProgram(K, group, N), [x], "float32", [{ type: "int32", data: [N] }]);
   }
 
-  private mm(x: tf.Tensor, w: Weight): tf.Tensor2D {
-    if (w instanceof PackedMatrix) return w.matMul(x as tf.Tensor2D);
-    return tf.matMul(x as tf.Tensor2D, w, false, !this.w.transposed);
+  /** x times w, plus `residual` where given (a 16-bit weight adds it in the pass that sums its split-K parts). */
+  private mm(x: tf.Tensor, w: Weight, residual?: tf.Tensor): tf.Tensor2D {
+    if (w instanceof PackedMatrix) return w.matMul(x as tf.Tensor2D, residual);
+    const y = tf.matMul(x as tf.Tensor2D, w, false, !this.w.transposed) as tf.Tensor2D;
+    return residual ? tf.add<tf.Tensor2D>(residual as tf.Tensor2D, y) : y;
   }
 
   /**
@@ -317,12 +341,12 @@ class DecodeStep {
     return (w as PackedMatrix).matMulPacked(words, rows);
   }
 
-  /** SwiGLU of [gate | up] times the down projection. */
-  private swiGluProduct(gu: tf.Tensor, rows: number, w: Weight): tf.Tensor2D {
+  /** residual + SwiGLU of [gate | up] times the down projection. */
+  private swiGluProduct(gu: tf.Tensor, rows: number, w: Weight, residual: tf.Tensor): tf.Tensor2D {
     const pk = this.packedOut(w, rows), act = new SwiGluProgram(this.s.hiddenDim, rows, pk);
-    if (!pk) return this.mm(this.qa(this.program(act, [gu], "float32", act.uniformValues()), rows), w);
+    if (!pk) return this.mm(this.qa(this.program(act, [gu], "float32", act.uniformValues()), rows), w, residual);
     const words = this.program(act, [gu], "int32", act.uniformValues());
-    return (w as PackedMatrix).matMulPacked(words, rows);
+    return (w as PackedMatrix).matMulPacked(words, rows, residual);
   }
 
   private rmsNorm(x: tf.Tensor, weight: tf.Tensor, rows: number): tf.Tensor {
@@ -352,10 +376,10 @@ class DecodeStep {
         let qkv: tf.Tensor = this.normProduct(x, p("input_layernorm.weight"), N, L.wqkv);
         if (model.config.qkNorm) qkv = this.headNorms(qkv, l, N);
         this.backend.runWebGPUProgram(placed(new CacheWriteProgram(s, N, cache.size, sess.half)), [qkv, L.bqkv, sess.rope, posT, ...extra], cache.dtype, uni, cache);
-        const att = this.program(placed(new AttentionProgram(s, N, sess.half)), [qkv, L.bqkv, sess.rope, posT, sess.mask, cache, ...extra], "float32", uni);
-        const h = tf.add(x, this.mm(this.qa(att, N), L.wo));
+        const att = this.program(placed(new AttentionProgram(s, N, sess.half, this.attentionPerHead)), [qkv, L.bqkv, sess.rope, posT, sess.mask, cache, ...extra], "float32", uni);
+        const h = this.mm(this.qa(att, N), L.wo, x);
         const gu = this.normProduct(h, p("post_attention_layernorm.weight"), N, L.wgu);
-        return tf.add(h, this.swiGluProduct(gu, N, L.wd));
+        return this.swiGluProduct(gu, N, L.wd, h);
       });
       x.dispose();
       x = next;
@@ -517,7 +541,7 @@ function placedByTensor<T extends GpuProgram>(p: T): T {
 }
 
 /** The slot decoder's options: rollout.dtype as in WebGpuDecodeOptions. */
-export type WebGpuSlotOptions = Pick<WebGpuDecodeOptions, "precision" | "kvCache" | "tile">;
+export type WebGpuSlotOptions = Pick<WebGpuDecodeOptions, "precision" | "kvCache" | "tile" | "attention">;
 
 /**
  * The WebGPU decoder's per-request entry point (a SlotDecoder for the continuous-batching
@@ -551,7 +575,7 @@ export class WebGpuSlotDecoder implements SlotDecoder {
     if (layerBytes > limit) {
       throw new Error(`WebGPU slot decoder: ${slots} sequences x ${maxLen} positions need ${layerBytes} bytes of KV cache a layer, over the device's binding limit ${limit}; lower actor_rollout_ref.rollout.max_num_seqs or agent.max_concurrent_loops`);
     }
-    this.step = new DecodeStep(model, gpuWeights(model, true, this.precision, opts.tile), this.backend, this.half);
+    this.step = new DecodeStep(model, gpuWeights(model, true, this.precision, opts.tile), this.backend, this.half, opts.attention === "per_head");
     this.sess = {
       rows: slots, maxLen, ropeRows: maxLen, half: this.half,
       caches: Array.from({ length: c.nLayers }, () => cacheTensor(2 * slots * c.nKvHeads * maxLen * c.headDim, this.half)),
@@ -564,7 +588,7 @@ export class WebGpuSlotDecoder implements SlotDecoder {
   /** The decode step over the model's current weights (the layout is cached per model: rebuilt, or packed again, only when a parameter changed). */
   private current(): DecodeStep {
     const w = gpuWeights(this.model, true, this.precision, this.opts.tile);
-    if (this.step.w !== w) this.step = new DecodeStep(this.model, w, this.backend, this.half);
+    if (this.step.w !== w) this.step = new DecodeStep(this.model, w, this.backend, this.half, this.opts.attention === "per_head");
     return this.step;
   }
 

@@ -391,122 +391,147 @@ export class CacheCopyProgram extends FlatProgram {
   }
 }
 
+/** Invocations of a decode attention workgroup, and the cache columns it takes a tile. */
+const ATT_WG = 128;
+/** Workgroup memory WebGPU guarantees (maxComputeWorkgroupStorageSize's default). */
+const ATT_SHARED_BYTES = 16384;
+
+/** Floats of workgroup memory an AttentionProgram serving `hg` query heads uses (see its layout). */
+function attentionSharedFloats(hd: number, hg: number): number {
+  const phases = Math.floor(ATT_WG / (hd / 2));
+  return hg * hd + 2 * hg * ATT_WG + phases * hg;
+}
+
 /**
- * Attention of each new token over its cache row: one workgroup of 64 per (token, query
- * head); q gets its bias, rotary and 1/sqrt(d) here; keys are the columns up to the token's
- * own whose mask is set, read in tiles of 256 with a running max and sum (flash-decoding in
- * one pass). Masked columns are never read (their cache may hold anything). Output [nTok, heads * headDim].
+ * Query heads one decode attention workgroup serves: a kv head's whole group (grouped-query
+ * attention: the cache of a kv head is read once for all of them) where the workgroup memory
+ * fits in WebGPU's guaranteed 16 KiB, else the largest divisor of the group that fits;
+ * `perHead` gives 1 (each query head reads its kv head's cache on its own, as before
+ * 2026-12-06: the benchmark compares the two).
+ */
+export function attentionHeadsPerGroup(s: Pick<DecodeShape, "nHeads" | "nKvHeads" | "headDim">, perHead = false): number {
+  const G = s.nHeads / s.nKvHeads;
+  for (let hg = perHead ? 1 : G; hg >= 1; hg--) {
+    if (G % hg === 0 && attentionSharedFloats(s.headDim, hg) * 4 <= ATT_SHARED_BYTES) return hg;
+  }
+  throw new Error(`decode attention: head_dim ${s.headDim} needs more than ${ATT_SHARED_BYTES} bytes of workgroup memory even for one head`);
+}
+
+/**
+ * Attention of each new token over its cache row: one workgroup of 128 per (token, group of
+ * HG query heads sharing a kv head); q gets its bias, rotary and 1/sqrt(d) here. Keys are the
+ * columns up to the token's own whose mask is set (masked columns are never read: their cache
+ * may hold anything), taken in tiles of 128 with a running max and sum per head (flash-decoding
+ * in one pass):
+ * - scores: invocation c reads key column t0 + c once and scores it for all HG heads;
+ * - each head's tile maximum by a tree over workgroup memory, then the column's weights;
+ * - values: invocation (pair dp, phase ph) reads value pairs dp of the columns c = ph (mod P),
+ *   one row of the cache a subgroup's read for head_dim 64, and accumulates every head.
+ * The P phases' sums are added at the end. Output [nTok, heads * headDim].
+ * Workgroup memory: qs [HG, HD] (rotated queries), then sh: the weights [HG, T] and the
+ * reduction [HG, T]; at the end the phases' sums [P, HG, HD] over the same floats and their
+ * weights [P, HG] after them.
  */
 export class AttentionProgram implements GpuProgram {
   variableNames = ["qkv", "bias", "rope", "pos", "mask", "kv"];
   uniforms = PLACE_UNIFORMS;
   dispatchLayout = { x: [0] };
-  workgroupSize: [number, number, number] = [64, 1, 1];
+  workgroupSize: [number, number, number] = [ATT_WG, 1, 1];
   dispatch: [number, number, number];
   outputShape: number[];
   shaderKey: string;
-  /** half: the cache holds f16 pairs in 32-bit words (see CacheWriteProgram) */
-  constructor(private readonly s: DecodeShape, N: number, private readonly half = false) {
+  /** query heads a workgroup serves */
+  readonly headsPerGroup: number;
+  /** half: the cache holds f16 pairs in 32-bit words (see CacheWriteProgram); perHead: one query head a workgroup */
+  constructor(private readonly s: DecodeShape, N: number, private readonly half = false, perHead = false) {
+    if (s.headDim % 2 !== 0 || s.headDim / 2 > ATT_WG) throw new Error(`decode attention: head_dim ${s.headDim} must be even and at most ${2 * ATT_WG}`);
+    this.headsPerGroup = attentionHeadsPerGroup(s, perHead);
     this.outputShape = [N, s.nHeads * s.headDim];
-    this.dispatch = grid(N * s.nHeads);
-    this.shaderKey = `verlAttention_${s.nHeads}_${s.nKvHeads}_${s.headDim}${half ? "_f16" : ""}`;
+    this.dispatch = grid((N * s.nHeads) / this.headsPerGroup);
+    this.shaderKey = `verlAttention_${s.nHeads}_${s.nKvHeads}_${s.headDim}_g${this.headsPerGroup}${half ? "_f16" : ""}`;
   }
   getUserCode(): string {
-    const { nHeads: NH, nKvHeads: KVH, headDim: HD } = this.s, W = (NH + 2 * KVH) * HD, G = NH / KVH;
-    const WG = 64, TILE = 256, ACC = Math.ceil(HD / WG);
-    // element i of an f16 cache: half i % 2 of word i / 2
-    const half = this.half ? `
-      fn verlHalf(i : i32) -> f32 {
-        let w = unpack2x16float(bitcast<u32>(kv[i / 2]));
-        return select(w.x, w.y, (i & 1) == 1);
-      }` : "";
-    return `${ropeSnippet(HD / 2)}${half}
-      var<workgroup> qs : array<f32, ${HD}>;
-      var<workgroup> sc : array<f32, ${TILE}>;
-      var<workgroup> red : array<f32, ${WG}>;
+    const { nHeads: NH, nKvHeads: KVH, headDim: HD } = this.s, W = (NH + 2 * KVH) * HD, G = NH / KVH, HG = this.headsPerGroup;
+    const T = ATT_WG, DP = HD / 2, P = Math.floor(T / DP), RED = HG * T, LS = 2 * HG * T, NG = NH / HG;
+    const each = (f: (g: number) => string) => Array.from({ length: HG }, (_, g) => f(g)).join("\n          ");
+    // elements i and i + 1 (i even) of the cache
+    const kv2 = this.half ? "unpack2x16float(bitcast<u32>(kv[i / 2]))" : "vec2<f32>(kv[i], kv[i + 1])";
+    return `${ropeSnippet(HD / 2)}
+      fn verlKv2(i : i32) -> vec2<f32> { return ${kv2}; }
+      var<workgroup> qs : array<vec2<f32>, ${HG * DP}>;
+      var<workgroup> sh : array<f32, ${attentionSharedFloats(HD, HG) - HG * HD}>;
       var<workgroup> groupShared : i32;
       fn main(index : i32) {
         let tid = i32(localIndex);
         if (tid == 0) { groupShared = i32(workgroupId.y * numWorkgroups.x + workgroupId.x); }
         let gid = workgroupUniformLoad(&groupShared);
-        let live = gid < uniforms.nTok * ${NH};
-        let n = min(gid / ${NH}, uniforms.nTok - 1);
-        let h = gid % ${NH};
-        let j = h / ${G};
+        let live = gid < uniforms.nTok * ${NG};
+        let n = min(gid / ${NG}, uniforms.nTok - 1);
+        let h0 = (gid % ${NG}) * ${HG};
+        let j = h0 / ${G};
         let b = n / uniforms.tPer;
         let slot = uniforms.slot0 + n % uniforms.tPer;
         let p = pos[n] + uniforms.posAdd;
-        for (var d = tid; d < ${HD}; d = d + ${WG}) {
-          qs[d] = verlRope(n * ${W} + h * ${HD}, h * ${HD}, d, p) * ${f32(1 / Math.sqrt(HD))};
+        for (var i = tid; i < ${HG * DP}; i = i + ${T}) {
+          let h = h0 + i / ${DP};
+          let d = 2 * (i % ${DP});
+          qs[i] = vec2<f32>(verlRope(n * ${W} + h * ${HD}, h * ${HD}, d, p), verlRope(n * ${W} + h * ${HD}, h * ${HD}, d + 1, p)) * ${f32(1 / Math.sqrt(HD))};
         }
         workgroupBarrier();
         let kBase = (b * ${KVH} + j) * uniforms.maxLen * ${HD};
         let vBase = uniforms.vOff + kBase;
         let mBase = b * uniforms.maxLen;
-        var m = -3.0e38;
-        var l = 0.0;
-        var acc : array<f32, ${ACC}>;
-        for (var t0 = 0; t0 <= slot; t0 = t0 + ${TILE}) {
-          let cnt = min(${TILE}, slot + 1 - t0);
-          var tm = -3.0e38;
-          for (var c = tid; c < cnt; c = c + ${WG}) {
-            var sv = -3.0e38;
-            if (mask[mBase + t0 + c] != 0) {
-              let kr = kBase + (t0 + c) * ${HD};
-              var kd = 0.0;
-              ${this.half
-                ? `for (var d = 0; d < ${HD}; d = d + 2) { let k2 = unpack2x16float(bitcast<u32>(kv[(kr + d) / 2])); kd = kd + qs[d] * k2.x + qs[d + 1] * k2.y; }`
-                : `for (var d = 0; d < ${HD}; d = d + 1) { kd = kd + qs[d] * kv[kr + d]; }`}
-              sv = kd;
-            }
-            sc[c] = sv;
-            tm = max(tm, sv);
-          }
-          red[tid] = tm;
-          workgroupBarrier();
-          for (var st = ${WG / 2}; st > 0; st = st >> 1u) {
-            if (tid < st) { red[tid] = max(red[tid], red[tid + st]); }
-            workgroupBarrier();
-          }
-          let newM = max(m, red[0]);
-          workgroupBarrier();
-          var ts = 0.0;
-          for (var c = tid; c < cnt; c = c + ${WG}) {
-            var e = 0.0;
-            if (sc[c] > -1.0e38) { e = exp(sc[c] - newM); }
-            sc[c] = e;
-            ts = ts + e;
-          }
-          red[tid] = ts;
-          workgroupBarrier();
-          for (var st = ${WG / 2}; st > 0; st = st >> 1u) {
-            if (tid < st) { red[tid] = red[tid] + red[tid + st]; }
-            workgroupBarrier();
-          }
-          let corr = exp(m - newM);
-          l = l * corr + red[0];
-          for (var a = 0; a < ${ACC}; a = a + 1) {
-            let d = tid + a * ${WG};
-            if (d < ${HD}) {
-              var v = acc[a] * corr;
-              for (var c = 0; c < cnt; c = c + 1) {
-                let pc = sc[c];
-                if (pc > 0.0) { v = v + pc * ${this.half ? `verlHalf(vBase + (t0 + c) * ${HD} + d)` : `kv[vBase + (t0 + c) * ${HD} + d]`}; }
-              }
-              acc[a] = v;
+        let dp = tid % ${DP};
+        let ph = tid / ${DP};
+        ${each((g) => `var m${g} = -3.0e38; var l${g} = 0.0; var o${g} = vec2<f32>(0.0);`)}
+        for (var t0 = 0; t0 <= slot; t0 = t0 + ${T}) {
+          let cnt = min(${T}, slot + 1 - t0);
+          ${each((g) => `var s${g} = -3.0e38;`)}
+          if (tid < cnt && mask[mBase + t0 + tid] != 0) {
+            ${each((g) => `s${g} = 0.0;`)}
+            let kr = kBase + (t0 + tid) * ${HD};
+            for (var e = 0; e < ${DP}; e = e + 1) {
+              let k2 = verlKv2(kr + 2 * e);
+              ${each((g) => `s${g} = s${g} + dot(qs[${g * DP} + e], k2);`)}
             }
           }
-          m = newM;
+          ${each((g) => `sh[${RED + g * T} + tid] = s${g};`)}
+          workgroupBarrier();
+          for (var st = ${T / 2}; st > 0; st = st >> 1u) {
+            if (tid < st) {
+              ${each((g) => `sh[${RED + g * T} + tid] = max(sh[${RED + g * T} + tid], sh[${RED + g * T} + tid + st]);`)}
+            }
+            workgroupBarrier();
+          }
+          ${each((g) => `let n${g} = max(m${g}, sh[${RED + g * T}]); let c${g} = exp(m${g} - n${g}); m${g} = n${g}; l${g} = l${g} * c${g}; o${g} = o${g} * c${g};`)}
+          ${each((g) => `sh[${g * T} + tid] = select(0.0, exp(s${g} - m${g}), s${g} > -1.0e38);`)}
+          workgroupBarrier();
+          if (ph < ${P}) {
+            for (var c = ph; c < cnt; c = c + ${P}) {
+              let v2 = verlKv2(vBase + (t0 + c) * ${HD} + 2 * dp);
+              ${each((g) => `let w${g} = sh[${g * T} + c]; o${g} = o${g} + w${g} * v2; l${g} = l${g} + w${g};`)}
+            }
+          }
           workgroupBarrier();
         }
+        if (ph < ${P}) {
+          ${each((g) => `sh[(ph * ${HG} + ${g}) * ${HD} + 2 * dp] = o${g}.x; sh[(ph * ${HG} + ${g}) * ${HD} + 2 * dp + 1] = o${g}.y;`)}
+          if (dp == 0) {
+            ${each((g) => `sh[${LS} + ph * ${HG} + ${g}] = l${g};`)}
+          }
+        }
+        workgroupBarrier();
         if (live) {
-          for (var a = 0; a < ${ACC}; a = a + 1) {
-            let d = tid + a * ${WG};
-            if (d < ${HD}) {
-              var o = 0.0;
-              if (l > 0.0) { o = acc[a] / l; }
-              result[n * ${NH * HD} + h * ${HD} + d] = o;
+          for (var i = tid; i < ${HG * HD}; i = i + ${T}) {
+            let g = i / ${HD};
+            var o = 0.0;
+            var l = 0.0;
+            for (var q = 0; q < ${P}; q = q + 1) {
+              o = o + sh[(q * ${HG} + g) * ${HD} + i % ${HD}];
+              l = l + sh[${LS} + q * ${HG} + g];
             }
+            if (l > 0.0) { o = o / l; } else { o = 0.0; }
+            result[n * ${NH * HD} + h0 * ${HD} + i] = o;
           }
         }
       }`;

@@ -79,6 +79,8 @@ test("split-K direct kernels: parts in bounds, every part written, the summed pa
   assert.equal(directSplits(lora, DEFAULT_DIRECT_TILE), 1);
   assert.equal(directSplits({ ...lora, m: 4096, n: 4096 }, t), 1);
   assert.equal(directSplits({ ...lora, k: 900 }, t), 1);
+  // a tile's own targets (the decoder's) replace the trainer's: ~64 workgroups, parts of at least 1,024
+  assert.equal(directSplits(lora, { ...t, splitTargets: { workgroups: 64, minChunk: 1024 } }), 6);
   const before = setSplitKCap(1);
   try {
     assert.equal(directSplits(lora, t), 1);

@@ -8,8 +8,8 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import * as tf from "@tensorflow/tfjs";
 import { dispatches, hostRows, relErr, relToHost, webgpuOrReason } from "./webgpu_adapter.js";
-import { setMatmulPrecision, tensorCoreSupport } from "../../src/engine/webgpu_kernels.js";
-import { DEFAULT_DIRECT_TILE, THIN_DIRECT_TILE, directSplits, isThinProduct, setSplitKCap, type GemmShape } from "../../src/engine/webgpu_gemm.js";
+import { PackedMatrix, setMatmulPrecision, tensorCoreSupport } from "../../src/engine/webgpu_kernels.js";
+import { DEFAULT_DIRECT_TILE, SplitKSumProgram, THIN_DIRECT_TILE, directSplits, isThinProduct, setSplitKCap, type DirectTile, type GemmShape } from "../../src/engine/webgpu_gemm.js";
 
 /** LoRA's shapes at the 0.5B widths, over fewer tokens: dA = dH^T x, dB = g^T H, and a full dW of the attention block. */
 const SHAPES: { what: string; a: [number, number]; b: [number, number]; ta: boolean; tb: boolean }[] = [
@@ -60,4 +60,60 @@ test("split-K products on the tensor cores: close to the host's float64 product,
     }
   }
   assert.deepEqual(failures, []);
+});
+
+test("a packed weight's product with a residual: the residual plus the product, bit for bit, in the pass that sums the parts (the decoder's o_proj and down_proj)", async (t) => {
+  const why = await webgpuOrReason();
+  if (why) return t.skip(why);
+  if (!tensorCoreSupport.available) return t.skip(`no tensor cores on this adapter (${tensorCoreSupport.reason})`);
+  // down_proj at the 0.5B shape over 40 rows (padded to 64), and o_proj's K; split and unsplit
+  for (const [k, split] of [[4864, true], [896, true], [896, false]] as const) {
+    const tile: DirectTile = { sgM: 1, sgN: 1, tm: 2, tn: 4, unroll: 1, splitK: split, splitTargets: { workgroups: 1024, minChunk: 256 } };
+    const w = tf.randomNormal([896, k], 0, 0.05, "float32", 3) as tf.Tensor2D, x = tf.randomNormal([40, k], 0, 1, "float32", 4) as tf.Tensor2D;
+    const r = tf.randomNormal([40, 896], 0, 1, "float32", 5) as tf.Tensor2D;
+    const packed = PackedMatrix.pack(w, true, "f16", tile);
+    try {
+      const parts = directSplits({ batch: 1, m: 40, n: 896, k, transposeA: false, transposeB: true, batchA: 1, batchB: 1 }, tile);
+      assert.equal(parts > 1, split, `k ${k}: ${parts} parts`);
+      const plain = packed.matMul(x), fused = dispatches(() => packed.matMul(x, r)), sum = tf.add(r, plain);
+      assert.deepEqual(await fused.out.data(), await sum.data(), `k ${k}, ${parts} parts: residual + product`);
+      assert.deepEqual(fused.out.shape, [40, 896]);
+      const unfused = dispatches(() => tf.add(r, packed.matMul(x)));
+      // split, the add rides on the parts' sum; unsplit, the add is the pass that crops the padded rows
+      assert.ok(split ? fused.n < unfused.n : fused.n <= unfused.n, `k ${k}: ${fused.n} dispatches with the residual in the sum, ${unfused.n} with an add after`);
+      const wrong = tf.zeros([40, 895]);
+      assert.throws(() => packed.matMul(x, wrong), /residual of \[40, 896\] float32/);
+      wrong.dispose();
+      tf.dispose([plain, fused.out, sum, unfused.out]);
+    } finally {
+      packed.dispose();
+      tf.dispose([w, x, r]);
+    }
+  }
+});
+
+test("the split-K sum on any adapter: parts added in order, padding cropped, the residual added in the same pass", async (t) => {
+  const why = await webgpuOrReason();
+  if (why) return t.skip(why);
+  // 3 parts of a padded [4, 8] plane holding a [3, 5] product; integer values, so every sum is exact
+  const [splits, m, n, mP, nP] = [3, 3, 5, 4, 8];
+  const parts = Float32Array.from({ length: splits * mP * nP }, (_, i) => (i * 7) % 23 - 11);
+  const residual = Float32Array.from({ length: m * n }, (_, i) => 100 * i);
+  const be = tf.backend() as unknown as { runWebGPUProgram(p: unknown, inputs: tf.TensorInfo[], dtype: string, u: unknown): tf.TensorInfo };
+  const partsT = tf.tensor1d(parts), resT = tf.tensor2d(residual, [m, n]);
+  for (const withResidual of [false, true]) {
+    const prog = new SplitKSumProgram(1, splits, m, n, mP, nP, withResidual);
+    const info = be.runWebGPUProgram(prog, withResidual ? [partsT, resT] : [partsT], "float32", prog.uniformValues());
+    const out = tf.engine().makeTensorFromTensorInfo(info);
+    const want = Array.from({ length: m * n }, (_, i) => {
+      const [r, c] = [Math.floor(i / n), i % n];
+      let s = 0;
+      for (let p = 0; p < splits; p++) s += parts[p * mP * nP + r * nP + c]!;
+      return withResidual ? residual[i]! + s : s;
+    });
+    assert.deepEqual(out.shape, [1, m, n]);
+    assert.deepEqual(Array.from(await out.data()), want, `residual ${withResidual}`);
+    out.dispose();
+  }
+  tf.dispose([partsT, resT]);
 });
