@@ -17,6 +17,7 @@ import { ropeInvFreq } from "../models/llama.js";
 import type { RopeScaling } from "../models/rope.js";
 import { mergedTensor } from "../models/merge.js";
 import { llamaGraphGap } from "../models/families.js";
+import type { ModelConfig } from "../models/config.js";
 import { paramIds, readParamsForDecode, sameIds, snapshotParam } from "./decode_weights.js";
 import { activationGroup, quantizationKey, rolloutQuantization, rolloutWeight } from "./fp8.js";
 import { vllmFusedRows } from "./torchao.js";
@@ -30,7 +31,7 @@ import { bufferOf, isRefusal, ReadBackRing, RecordedStep, type DispatchTime, typ
 import { PackedMatrix, tensorCoreSupport, type MatmulPrecision } from "../engine/webgpu_kernels.js";
 import type { DirectTile } from "../engine/webgpu_gemm.js";
 import {
-  AttentionProgram, CacheCopyProgram, CacheWriteProgram, EmbedProgram, Fp8ActivationProgram, QkNormProgram, RmsNormProgram, SamplerProgram, SwiGluProgram,
+  AttentionProgram, MAX_DECODE_HEAD_DIM, CacheCopyProgram, CacheWriteProgram, EmbedProgram, Fp8ActivationProgram, QkNormProgram, RmsNormProgram, SamplerProgram, SwiGluProgram,
   placementUniforms, type DecodeShape, type GpuProgram, type PackedOut, type Placement, type SamplerSettings, type UniformValue,
 } from "./webgpu_programs.js";
 
@@ -223,6 +224,14 @@ function cacheTensor(elements: number, half: boolean): tf.Tensor1D {
   return half ? deviceZeros(elements / 2, "int32") : deviceZeros(elements);
 }
 
+/** What the WebGPU decoder cannot run for this model (undefined: it can): the graph's gaps, and heads wider than its attention takes. */
+function decoderGap(c: ModelConfig): string | undefined {
+  const gap = llamaGraphGap(c, { qkNorm: true });
+  if (gap) return gap;
+  if (c.headDim > MAX_DECODE_HEAD_DIM) return `head_dim ${c.headDim} (its decode attention takes up to ${MAX_DECODE_HEAD_DIM})`;
+  return undefined;
+}
+
 /** The products' precision, refused with the reason where 16-bit has no tensor cores to run on. */
 function checkPrecision(precision: MatmulPrecision = "f32"): MatmulPrecision {
   if (precision !== "f32" && !tensorCoreSupport.available) {
@@ -244,7 +253,7 @@ export class WebGpuDecoder {
 
   /** Same contract as `generate` in generate.ts (verl's layout in and out), on the GPU. */
   async generate(model: LlamaModel, batch: DataProto, params: SamplingParams, rng: Rng): Promise<DataProto> {
-    const gap = llamaGraphGap(model.config, { qkNorm: true });
+    const gap = decoderGap(model.config);
     if (gap) throw new Error(`rollout engine 'webgpu' does not serve ${gap} yet; use rollout.name=tfjs (the host decoder serves every family)`);
     if (tf.getBackend() !== "webgpu") {
       throw new Error(`rollout engine 'webgpu' decodes on the WebGPU backend (trainer.device=webgpu); this thread's backend is '${tf.getBackend()}'`);
@@ -563,6 +572,8 @@ export class WebGpuSlotDecoder implements SlotDecoder {
   private readonly sess: Session;
 
   constructor(private readonly model: LlamaModel, readonly slots: number, readonly maxLen: number, private readonly opts: WebGpuSlotOptions = {}) {
+    const gap = decoderGap(model.config);
+    if (gap) throw new Error(`WebGPU slot decoder: does not serve ${gap} yet; use rollout.name=tfjs (the host decoder serves every family)`);
     if (tf.getBackend() !== "webgpu") {
       throw new Error(`rollout engine 'webgpu' decodes on the WebGPU backend (trainer.device=webgpu); this thread's backend is '${tf.getBackend()}'`);
     }

@@ -393,6 +393,8 @@ export class CacheCopyProgram extends FlatProgram {
 
 /** Invocations of a decode attention workgroup, and the cache columns it takes a tile. */
 const ATT_WG = 128;
+/** The widest head the decode attention takes: a value row's pairs must fit in one workgroup's invocations. */
+export const MAX_DECODE_HEAD_DIM = 2 * ATT_WG;
 /** Workgroup memory WebGPU guarantees (maxComputeWorkgroupStorageSize's default). */
 const ATT_SHARED_BYTES = 16384;
 
@@ -444,7 +446,7 @@ export class AttentionProgram implements GpuProgram {
   readonly headsPerGroup: number;
   /** half: the cache holds f16 pairs in 32-bit words (see CacheWriteProgram); perHead: one query head a workgroup */
   constructor(private readonly s: DecodeShape, N: number, private readonly half = false, perHead = false) {
-    if (s.headDim % 2 !== 0 || s.headDim / 2 > ATT_WG) throw new Error(`decode attention: head_dim ${s.headDim} must be even and at most ${2 * ATT_WG}`);
+    if (s.headDim % 2 !== 0 || s.headDim > MAX_DECODE_HEAD_DIM) throw new Error(`decode attention: head_dim ${s.headDim} must be even and at most ${MAX_DECODE_HEAD_DIM}`);
     this.headsPerGroup = attentionHeadsPerGroup(s, perHead);
     this.outputShape = [N, s.nHeads * s.headDim];
     this.dispatch = grid((N * s.nHeads) / this.headsPerGroup);

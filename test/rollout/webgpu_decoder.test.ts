@@ -12,7 +12,7 @@ import { makeConfig } from "../../src/models/config.js";
 import type { LlamaModel } from "../../src/models/llama.js";
 import { generate, defaultSamplingParams, computeLogProb, leftPadPrompts } from "../../src/rollout/index.js";
 import { readParamsForDecode } from "../../src/rollout/decode_weights.js";
-import { DECODE_TILE, WebGpuDecoder } from "../../src/rollout/webgpu_decoder.js";
+import { DECODE_TILE, WebGpuDecoder, WebGpuSlotDecoder } from "../../src/rollout/webgpu_decoder.js";
 import { directSplits } from "../../src/engine/webgpu_gemm.js";
 import { attentionHeadsPerGroup } from "../../src/rollout/webgpu_programs.js";
 import { samePromptSource } from "../../src/rollout/prompts.js";
@@ -68,6 +68,17 @@ test("off the WebGPU backend the engine says which backend it needs", async () =
   } finally {
     m.dispose();
     if (prev) await tf.setBackend(prev);
+  }
+});
+
+test("heads wider than the decode attention takes are refused up front, naming the fallback", async () => {
+  const m = initModel(makeConfig({ vocabSize: 16, dim: 576, hiddenDim: 16, nLayers: 1, nHeads: 2 }), new Rng(1)); // head_dim 288
+  try {
+    const want = /does not serve head_dim 288 \(its decode attention takes up to 256\) yet; use rollout.name=tfjs/;
+    await assert.rejects(new WebGpuDecoder().generate(m, leftPadPrompts([[1, 2]], 0), greedy(2), new Rng(0)), want);
+    assert.throws(() => new WebGpuSlotDecoder(m, 2, 8), want);
+  } finally {
+    m.dispose();
   }
 });
 
