@@ -224,12 +224,11 @@ function cacheTensor(elements: number, half: boolean): tf.Tensor1D {
   return half ? deviceZeros(elements / 2, "int32") : deviceZeros(elements);
 }
 
-/** What the WebGPU decoder cannot run for this model (undefined: it can): the graph's gaps, and heads wider than its attention takes. */
-function decoderGap(c: ModelConfig): string | undefined {
-  const gap = llamaGraphGap(c, { qkNorm: true });
-  if (gap) return gap;
-  if (c.headDim > MAX_DECODE_HEAD_DIM) return `head_dim ${c.headDim} (its decode attention takes up to ${MAX_DECODE_HEAD_DIM})`;
-  return undefined;
+/** Refuses, before anything runs, a model the WebGPU decoder cannot run: the graph's gaps, and heads wider than its attention takes. */
+function refuseGaps(c: ModelConfig): void {
+  const gap = llamaGraphGap(c, { qkNorm: true })
+    ?? (c.headDim > MAX_DECODE_HEAD_DIM ? `head_dim ${c.headDim} (its decode attention takes up to ${MAX_DECODE_HEAD_DIM})` : undefined);
+  if (gap) throw new Error(`rollout engine 'webgpu' does not serve ${gap} yet; use rollout.name=tfjs (the host decoder serves every family)`);
 }
 
 /** The products' precision, refused with the reason where 16-bit has no tensor cores to run on. */
@@ -253,8 +252,7 @@ export class WebGpuDecoder {
 
   /** Same contract as `generate` in generate.ts (verl's layout in and out), on the GPU. */
   async generate(model: LlamaModel, batch: DataProto, params: SamplingParams, rng: Rng): Promise<DataProto> {
-    const gap = decoderGap(model.config);
-    if (gap) throw new Error(`rollout engine 'webgpu' does not serve ${gap} yet; use rollout.name=tfjs (the host decoder serves every family)`);
+    refuseGaps(model.config);
     if (tf.getBackend() !== "webgpu") {
       throw new Error(`rollout engine 'webgpu' decodes on the WebGPU backend (trainer.device=webgpu); this thread's backend is '${tf.getBackend()}'`);
     }
@@ -572,8 +570,7 @@ export class WebGpuSlotDecoder implements SlotDecoder {
   private readonly sess: Session;
 
   constructor(private readonly model: LlamaModel, readonly slots: number, readonly maxLen: number, private readonly opts: WebGpuSlotOptions = {}) {
-    const gap = decoderGap(model.config);
-    if (gap) throw new Error(`WebGPU slot decoder: does not serve ${gap} yet; use rollout.name=tfjs (the host decoder serves every family)`);
+    refuseGaps(model.config);
     if (tf.getBackend() !== "webgpu") {
       throw new Error(`rollout engine 'webgpu' decodes on the WebGPU backend (trainer.device=webgpu); this thread's backend is '${tf.getBackend()}'`);
     }

@@ -446,7 +446,8 @@ export class AttentionProgram implements GpuProgram {
   readonly headsPerGroup: number;
   /** half: the cache holds f16 pairs in 32-bit words (see CacheWriteProgram); perHead: one query head a workgroup */
   constructor(private readonly s: DecodeShape, N: number, private readonly half = false, perHead = false) {
-    if (s.headDim % 2 !== 0 || s.headDim > MAX_DECODE_HEAD_DIM) throw new Error(`decode attention: head_dim ${s.headDim} must be even and at most ${MAX_DECODE_HEAD_DIM}`);
+    // (even: the model config refuses odd head_dim for rotary embeddings)
+    if (s.headDim > MAX_DECODE_HEAD_DIM) throw new Error(`decode attention: head_dim ${s.headDim} is over ${MAX_DECODE_HEAD_DIM}`);
     this.headsPerGroup = attentionHeadsPerGroup(s, perHead);
     this.outputShape = [N, s.nHeads * s.headDim];
     this.dispatch = grid((N * s.nHeads) / this.headsPerGroup);
