@@ -6,7 +6,9 @@
 //     [--only decode,noreplay]  (the decode also with every step recorded through tfjs, no replay)
 //     [--only decode,perhead]  (the decode also with one attention workgroup a query head, as before 2026-12-06)
 //     [--tiles 1x1x2x4+nosplit,1x1x2x4+s512:512,1x1x2x4+p+b]  (more decode runs with other product tiles:
-//                            sgMxsgNxtmxtn, +p register prefetch, +b baked strides, +s<workgroups>:<min K> split-K targets, +nosplit)
+//                            sgMxsgNxtmxtn, +p register prefetch, +b baked strides, +s<workgroups>:<min K> split-K targets, +nosplit;
+//                            or products' own tiles, the rest default: gate_up=1x1x4x4+p/down_proj=1x1x2x4+b, products
+//                            qkv, o_proj, gate_up, down_proj, lm_head)
 //     [--profile-step 128]  (the decode part times each dispatch of that replayed step; VERL_DAWN_FLAGS needs
 //                            disable-dawn-features=timestamp_quantization for sub-microsecond times)
 // (after scripts/gpu-bundle.sh; the device tool carries .gpu and .gl). Runs on any backend with an
@@ -23,7 +25,7 @@ import { generate } from "../src/rollout/generate.js";
 import { computeLogProb } from "../src/rollout/index.js";
 import { defaultSamplingParams } from "../src/rollout/sampling.js";
 import { leftPadPrompts } from "../src/rollout/prompts.js";
-import { DECODE_TILE, WebGpuDecoder, WebGpuSlotDecoder, type WebGpuDecodeOptions } from "../src/rollout/webgpu_decoder.js";
+import { DECODE_TILE, WebGpuDecoder, WebGpuSlotDecoder, type DecodeProduct, type ProductTiles, type WebGpuDecodeOptions } from "../src/rollout/webgpu_decoder.js";
 import type { DispatchTime } from "../src/engine/webgpu_replay.js";
 import type { SlotDecoderFactory } from "../src/rollout/decoder.js";
 import { ContinuousBatchingServer } from "../src/agent_loop/batching_server.js";
@@ -49,6 +51,23 @@ function parseDecodeTile(spec: string): DirectTile {
     else throw new Error(`--tiles ${spec}: unknown flag +${f} (p, b, nosplit, s<workgroups>:<min K>)`);
   }
   return t;
+}
+
+const PRODUCTS: readonly DecodeProduct[] = ["qkv", "o_proj", "gate_up", "down_proj", "lm_head"];
+
+/**
+ * A --tiles entry: one tile for every product (sgMxsgNxtmxtn[+flags]), or products' own tiles
+ * with the others at their defaults (gate_up=1x1x4x4+p/down_proj=1x1x2x4+b).
+ */
+function parseDecodeTiles(spec: string): Pick<WebGpuDecodeOptions, "tile" | "productTiles"> {
+  if (!spec.includes("=")) return { tile: parseDecodeTile(spec) };
+  const productTiles: ProductTiles = {};
+  for (const part of spec.split("/")) {
+    const [name, tile] = part.split("=");
+    if (!PRODUCTS.includes(name as DecodeProduct) || !tile) throw new Error(`--tiles ${spec}: expected product=tile with product one of ${PRODUCTS.join(", ")}`);
+    productTiles[name as DecodeProduct] = parseDecodeTile(tile);
+  }
+  return { productTiles };
 }
 
 /** Runs fn with 16-bit matrix products asked for (or not); an adapter without tensor cores is reported. */
@@ -501,7 +520,7 @@ async function main(): Promise<void> {
       // the decoder's own 16-bit path (weights packed once), not the trainer's BatchMatMul override
       if (v && a.only.has("decode") && elapsedS() < a.budgetS) await part(`webgpu_decode_v${v}_${p}`, () => decode(a, v, { precision: p }, a.newTokens, `v${v}_${p}`));
       for (const tl of p === "f32" ? [] : a.tiles) {
-        if (v && a.only.has("decode") && elapsedS() < a.budgetS) await part(`webgpu_decode_v${v}_${p}_${tl}`, () => decode(a, v, { precision: p, tile: parseDecodeTile(tl) }, a.newTokens, `v${v}_${p}_tile${tl}`));
+        if (v && a.only.has("decode") && elapsedS() < a.budgetS) await part(`webgpu_decode_v${v}_${p}_${tl}`, () => decode(a, v, { precision: p, ...parseDecodeTiles(tl) }, a.newTokens, `v${v}_${p}_tile${tl}`));
       }
       if (v && p !== "f32" && a.only.has("perhead") && elapsedS() < a.budgetS) await part(`webgpu_decode_v${v}_${p}_perhead`, () => decode(a, v, { precision: p, attention: "per_head" }, a.newTokens, `v${v}_${p}_perhead`));
       if (v && p !== "f32" && a.only.has("kv32") && elapsedS() < a.budgetS) await part(`webgpu_decode_v${v}_${p}_kv32`, () => decode(a, v, { precision: p, kvCache: "f32" }, a.newTokens, `v${v}_${p}_kv_f32`));

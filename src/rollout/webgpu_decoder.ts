@@ -68,6 +68,8 @@ export interface WebGpuDecodeOptions {
   kvCache?: "f32" | "f16";
   /** The tensor-core kernel's tile for the 16-bit products (default DECODE_TILE; the weights are padded to it). */
   tile?: DirectTile;
+  /** One product's own tile in place of `tile` (the benchmark's per-product sweep: gpu_decode.ts --tiles gate_up=...). */
+  productTiles?: ProductTiles;
   /**
    * Record the first decode step's dispatches and replay them for the later steps (default true;
    * VERL_WEBGPU_DECODE_REPLAY=0 turns it off): the host then encodes a step in a few Dawn calls a
@@ -104,10 +106,15 @@ export interface WebGpuDecodeStats {
   stepTimes?: DispatchTime[];
 }
 
+/** The decoder's products, by the weights they multiply. */
+export type DecodeProduct = "qkv" | "o_proj" | "gate_up" | "down_proj" | "lm_head";
+export type ProductTiles = Partial<Record<DecodeProduct, DirectTile>>;
+const NO_PRODUCT_TILES: ProductTiles = {};
+
 /** A product's weight: float32 for tfjs matMul, or a packed f16 copy for the tensor cores. */
 type Weight = tf.Tensor2D | PackedMatrix;
 interface LayerWeights { wqkv: Weight; bqkv: tf.Tensor1D; wo: Weight; wgu: Weight; wd: Weight }
-interface GpuWeights { ids: object[]; quant: string; transposed: boolean; precision: MatmulPrecision; tile: DirectTile; layers: LayerWeights[]; lmHead: Weight }
+interface GpuWeights { ids: object[]; quant: string; transposed: boolean; precision: MatmulPrecision; tile: DirectTile; productTiles: ProductTiles; layers: LayerWeights[]; lmHead: Weight }
 
 const weightCache = new WeakMap<LlamaModel, GpuWeights>();
 
@@ -139,24 +146,24 @@ function disposeWeights(w: GpuWeights, model: LlamaModel): void {
 }
 
 /** The float32 weights as packed f16 copies (the float32 layouts are freed; the bias stays float32). */
-function packWeights(layers: LayerWeights[], lmHead: tf.Tensor2D, transposed: boolean, precision: "f16" | "bf16", tile: DirectTile, headIsModels: boolean): { layers: LayerWeights[]; lmHead: PackedMatrix } {
-  const headTile = tile === DECODE_TILE ? DECODE_HEAD_TILE : tile;
+function packWeights(layers: LayerWeights[], lmHead: tf.Tensor2D, transposed: boolean, precision: "f16" | "bf16", tile: DirectTile, productTiles: ProductTiles, headIsModels: boolean): { layers: LayerWeights[]; lmHead: PackedMatrix } {
+  const tileOf = (p: DecodeProduct) => productTiles[p] ?? (p === "lm_head" && tile === DECODE_TILE ? DECODE_HEAD_TILE : tile);
   // the layouts are [in, out] (transposed) or the model's [out, in], which the kernel reads column-major
-  const pack = (t: Weight): PackedMatrix => {
-    const p = PackedMatrix.pack(t as tf.Tensor2D, !transposed, precision, tile);
+  const pack = (t: Weight, p: DecodeProduct): PackedMatrix => {
+    const packed = PackedMatrix.pack(t as tf.Tensor2D, !transposed, precision, tileOf(p));
     t.dispose();
-    return p;
+    return packed;
   };
-  const packed = layers.map((l) => ({ wqkv: pack(l.wqkv), bqkv: l.bqkv, wo: pack(l.wo), wgu: pack(l.wgu), wd: pack(l.wd) }));
-  const head = PackedMatrix.pack(lmHead, !transposed, precision, headTile);
+  const packed = layers.map((l) => ({ wqkv: pack(l.wqkv, "qkv"), bqkv: l.bqkv, wo: pack(l.wo, "o_proj"), wgu: pack(l.wgu, "gate_up"), wd: pack(l.wd, "down_proj") }));
+  const head = PackedMatrix.pack(lmHead, !transposed, precision, tileOf("lm_head"));
   if (!headIsModels) lmHead.dispose();
   return { layers: packed, lmHead: head };
 }
 
 /** The model's weights in the decoder's layout, rebuilt on the device when a parameter changed. */
-function gpuWeights(model: LlamaModel, transposed: boolean, precision: MatmulPrecision = "f32", tile: DirectTile = DECODE_TILE): GpuWeights {
+function gpuWeights(model: LlamaModel, transposed: boolean, precision: MatmulPrecision = "f32", tile: DirectTile = DECODE_TILE, productTiles: ProductTiles = NO_PRODUCT_TILES): GpuWeights {
   const ids = paramIds(model), hit = weightCache.get(model), quant = quantizationKey(model), spec = rolloutQuantization(model);
-  if (hit && hit.transposed === transposed && hit.precision === precision && hit.tile === tile && hit.quant === quant && sameIds(hit.ids, ids)) return hit;
+  if (hit && hit.transposed === transposed && hit.precision === precision && hit.tile === tile && hit.productTiles === productTiles && hit.quant === quant && sameIds(hit.ids, ids)) return hit;
   if (hit) disposeWeights(hit, model);
   else model.onDispose(() => { const w = weightCache.get(model); if (w) disposeWeights(w, model); weightCache.delete(model); });
   const c = model.config, W = (c.nHeads + 2 * c.nKvHeads) * c.headDim;
@@ -183,8 +190,8 @@ function gpuWeights(model: LlamaModel, transposed: boolean, precision: MatmulPre
   const head = model.lmHeadWeight() as tf.Tensor2D;
   const lmHead = transposed ? tf.tidy(() => head.transpose() as tf.Tensor2D) : head;
   const w: GpuWeights = precision === "f32"
-    ? { ids, quant, transposed, precision, tile, layers, lmHead }
-    : { ids, quant, transposed, precision, tile, ...packWeights(layers, lmHead, transposed, precision, tile, !transposed) };
+    ? { ids, quant, transposed, precision, tile, productTiles, layers, lmHead }
+    : { ids, quant, transposed, precision, tile, productTiles, ...packWeights(layers, lmHead, transposed, precision, tile, productTiles, !transposed) };
   weightCache.set(model, w);
   return w;
 }
@@ -264,7 +271,7 @@ export class WebGpuDecoder {
     const backend = tf.backend() as unknown as WebGpuBackendLike;
     const precision = checkPrecision(this.opts.precision);
     if (rolloutQuantization(model)) await readParamsForDecode(model); // fp8 rollout quantizes on the host
-    const w = gpuWeights(model, this.opts.transposedWeights ?? true, precision, this.opts.tile);
+    const w = gpuWeights(model, this.opts.transposedWeights ?? true, precision, this.opts.tile, this.opts.productTiles);
     const half = halfCache(precision, this.opts.kvCache);
     const maxLen = P + R, layerBytesPerRow = 2 * c.nKvHeads * c.headDim * maxLen * (half ? 2 : 4);
     const sub = Math.max(1, Math.min(B,
@@ -383,8 +390,10 @@ class DecodeStep {
         let qkv: tf.Tensor = this.normProduct(x, p("input_layernorm.weight"), N, L.wqkv);
         if (model.config.qkNorm) qkv = this.headNorms(qkv, l, N);
         this.backend.runWebGPUProgram(placed(new CacheWriteProgram(s, N, cache.size, sess.half)), [qkv, L.bqkv, sess.rope, posT, ...extra], cache.dtype, uni, cache);
-        const att = this.program(placed(new AttentionProgram(s, N, sess.half, this.attentionPerHead)), [qkv, L.bqkv, sess.rope, posT, sess.mask, cache, ...extra], "float32", uni);
-        const h = this.mm(this.qa(att, N), L.wo, x);
+        // attention writes o_proj's packed operand itself where the weight is packed (no pack dispatch)
+        const pk = this.packedOut(L.wo, N);
+        const att = this.program(placed(new AttentionProgram(s, N, sess.half, this.attentionPerHead, pk)), [qkv, L.bqkv, sess.rope, posT, sess.mask, cache, ...extra], pk ? "int32" : "float32", uni);
+        const h = pk ? (L.wo as PackedMatrix).matMulPacked(att, N, x) : this.mm(this.qa(att, N), L.wo, x);
         const gu = this.normProduct(h, p("post_attention_layernorm.weight"), N, L.wgu);
         return this.swiGluProduct(gu, N, L.wd, h);
       });
@@ -544,11 +553,14 @@ function placedByTensor<T extends GpuProgram>(p: T): T {
   if (!code.includes(row) || !code.includes(col)) throw new Error(`WebGPU slot decoder: program ${p.shaderKey} no longer places tokens as "${row} ${col}"; update placedByTensor`);
   const placedCode = code.replace(row, "let b = place[n];").replace(col, "let slot = place[uniforms.nTok + n];");
   const out = Object.create(Object.getPrototypeOf(p) as object) as T;
-  return Object.assign(out, p, { variableNames: [...p.variableNames, "place"], shaderKey: `${p.shaderKey}_placed`, getUserCode: () => placedCode });
+  // a program that binds some inputs as vectors lists every input's components: "place" is scalar
+  const components = (p as { variableComponents?: number[] }).variableComponents;
+  return Object.assign(out, p, { variableNames: [...p.variableNames, "place"], shaderKey: `${p.shaderKey}_placed`, getUserCode: () => placedCode },
+    components ? { variableComponents: [...components, 1] } : {});
 }
 
 /** The slot decoder's options: rollout.dtype as in WebGpuDecodeOptions. */
-export type WebGpuSlotOptions = Pick<WebGpuDecodeOptions, "precision" | "kvCache" | "tile" | "attention">;
+export type WebGpuSlotOptions = Pick<WebGpuDecodeOptions, "precision" | "kvCache" | "tile" | "productTiles" | "attention">;
 
 /**
  * The WebGPU decoder's per-request entry point (a SlotDecoder for the continuous-batching
@@ -583,7 +595,7 @@ export class WebGpuSlotDecoder implements SlotDecoder {
     if (layerBytes > limit) {
       throw new Error(`WebGPU slot decoder: ${slots} sequences x ${maxLen} positions need ${layerBytes} bytes of KV cache a layer, over the device's binding limit ${limit}; lower actor_rollout_ref.rollout.max_num_seqs or agent.max_concurrent_loops`);
     }
-    this.step = new DecodeStep(model, gpuWeights(model, true, this.precision, opts.tile), this.backend, this.half, opts.attention === "per_head");
+    this.step = new DecodeStep(model, gpuWeights(model, true, this.precision, opts.tile, opts.productTiles), this.backend, this.half, opts.attention === "per_head");
     this.sess = {
       rows: slots, maxLen, ropeRows: maxLen, half: this.half,
       caches: Array.from({ length: c.nLayers }, () => cacheTensor(2 * slots * c.nKvHeads * maxLen * c.headDim, this.half)),
@@ -595,7 +607,7 @@ export class WebGpuSlotDecoder implements SlotDecoder {
 
   /** The decode step over the model's current weights (the layout is cached per model: rebuilt, or packed again, only when a parameter changed). */
   private current(): DecodeStep {
-    const w = gpuWeights(this.model, true, this.precision, this.opts.tile);
+    const w = gpuWeights(this.model, true, this.precision, this.opts.tile, this.opts.productTiles);
     if (this.step.w !== w) this.step = new DecodeStep(this.model, w, this.backend, this.half, this.opts.attention === "per_head");
     return this.step;
   }

@@ -398,9 +398,20 @@ export const MAX_DECODE_HEAD_DIM = 2 * ATT_WG;
 /** Workgroup memory WebGPU guarantees (maxComputeWorkgroupStorageSize's default). */
 const ATT_SHARED_BYTES = 16384;
 
+/**
+ * Cache elements one load of the decode attention takes: a vec4 word (8 halves of the f16
+ * cache, 4 floats of the float32 one) where the head is that wide, else a pair. One
+ * invocation scoring a key column with vec4 loads issues 8 loads at head_dim 64 instead of
+ * 32, and a value row is read by 8 invocations, four rows to a subgroup's load.
+ */
+export function attentionLoadElements(hd: number, half: boolean): number {
+  const wide = half ? 8 : 4;
+  return hd % wide === 0 ? wide : 2;
+}
+
 /** Floats of workgroup memory an AttentionProgram serving `hg` query heads uses (see its layout). */
-function attentionSharedFloats(hd: number, hg: number): number {
-  const phases = Math.floor(ATT_WG / (hd / 2));
+function attentionSharedFloats(hd: number, hg: number, half: boolean): number {
+  const phases = Math.floor(ATT_WG / (hd / attentionLoadElements(hd, half)));
   return hg * hd + 2 * hg * ATT_WG + phases * hg;
 }
 
@@ -409,12 +420,12 @@ function attentionSharedFloats(hd: number, hg: number): number {
  * attention: the cache of a kv head is read once for all of them) where the workgroup memory
  * fits in WebGPU's guaranteed 16 KiB, else the largest divisor of the group that fits;
  * `perHead` gives 1 (each query head reads its kv head's cache on its own, as before
- * 2026-12-06: the benchmark compares the two).
+ * 2026-12-06: the benchmark compares the two). `half`: the cache holds f16.
  */
-export function attentionHeadsPerGroup(s: Pick<DecodeShape, "nHeads" | "nKvHeads" | "headDim">, perHead = false): number {
+export function attentionHeadsPerGroup(s: Pick<DecodeShape, "nHeads" | "nKvHeads" | "headDim">, perHead = false, half = false): number {
   const G = s.nHeads / s.nKvHeads;
   for (let hg = perHead ? 1 : G; hg >= 1; hg--) {
-    if (G % hg === 0 && attentionSharedFloats(s.headDim, hg) * 4 <= ATT_SHARED_BYTES) return hg;
+    if (G % hg === 0 && attentionSharedFloats(s.headDim, hg, half) * 4 <= ATT_SHARED_BYTES) return hg;
   }
   throw new Error(`decode attention: head_dim ${s.headDim} needs more than ${ATT_SHARED_BYTES} bytes of workgroup memory even for one head`);
 }
@@ -424,18 +435,23 @@ export function attentionHeadsPerGroup(s: Pick<DecodeShape, "nHeads" | "nKvHeads
  * HG query heads sharing a kv head); q gets its bias, rotary and 1/sqrt(d) here. Keys are the
  * columns up to the token's own whose mask is set (masked columns are never read: their cache
  * may hold anything), taken in tiles of 128 with a running max and sum per head (flash-decoding
- * in one pass):
- * - scores: invocation c reads key column t0 + c once and scores it for all HG heads;
+ * in one pass). The cache is read in loads of EU elements (attentionLoadElements: a vec4 word
+ * where the head allows), UR = headDim / EU of them a row:
+ * - scores: invocation c reads key column t0 + c once (UR loads) and scores it for all HG heads;
  * - each head's tile maximum by a tree over workgroup memory, then the column's weights;
- * - values: invocation (pair dp, phase ph) reads value pairs dp of the columns c = ph (mod P),
- *   one row of the cache a subgroup's read for head_dim 64, and accumulates every head.
- * The P phases' sums are added at the end. Output [nTok, heads * headDim].
+ * - values: invocation (unit du, phase ph) reads value unit du of the columns c = ph (mod P),
+ *   P = 128 / UR phases (16 at head_dim 64 with an f16 cache: a subgroup's load is four whole
+ *   rows), and accumulates every head.
+ * The phases' sums are added at the end, R phases a round through workgroup memory.
+ * Output [nTok, heads * headDim], or with `packed` o_proj's padded f16 operand (the padding rows'
+ * workgroups and the last head group write the zeros), so o_proj needs no pack dispatch.
  * Workgroup memory: qs [HG, HD] (rotated queries), then sh: the weights [HG, T] and the
- * reduction [HG, T]; at the end the phases' sums [P, HG, HD] over the same floats and their
- * weights [P, HG] after them.
+ * reduction [HG, T], at the end a round's sums [R, HG, HD] over the same floats; the phases'
+ * weight sums [P, HG] after them.
  */
 export class AttentionProgram implements GpuProgram {
   variableNames = ["qkv", "bias", "rope", "pos", "mask", "kv"];
+  variableComponents: number[];
   uniforms = PLACE_UNIFORMS;
   dispatchLayout = { x: [0] };
   workgroupSize: [number, number, number] = [ATT_WG, 1, 1];
@@ -444,25 +460,53 @@ export class AttentionProgram implements GpuProgram {
   shaderKey: string;
   /** query heads a workgroup serves */
   readonly headsPerGroup: number;
+  /** cache elements a load */
+  readonly loadElements: number;
   /** half: the cache holds f16 pairs in 32-bit words (see CacheWriteProgram); perHead: one query head a workgroup */
-  constructor(private readonly s: DecodeShape, N: number, private readonly half = false, perHead = false) {
+  constructor(private readonly s: DecodeShape, N: number, private readonly half = false, perHead = false, private readonly packed?: PackedOut) {
     // (even: the model config refuses odd head_dim for rotary embeddings)
     if (s.headDim > MAX_DECODE_HEAD_DIM) throw new Error(`decode attention: head_dim ${s.headDim} is over ${MAX_DECODE_HEAD_DIM}`);
-    this.headsPerGroup = attentionHeadsPerGroup(s, perHead);
-    this.outputShape = [N, s.nHeads * s.headDim];
-    this.dispatch = grid((N * s.nHeads) / this.headsPerGroup);
-    this.shaderKey = `verlAttention_${s.nHeads}_${s.nKvHeads}_${s.headDim}_g${this.headsPerGroup}${half ? "_f16" : ""}`;
+    this.headsPerGroup = attentionHeadsPerGroup(s, perHead, half);
+    this.loadElements = attentionLoadElements(s.headDim, half);
+    // the cache bound as vec4 words where a load takes 4 of them (placedByTensor appends its input as scalars)
+    this.variableComponents = [1, 1, 1, 1, 1, this.loadElements / (half ? 2 : 1) === 4 ? 4 : 1];
+    if (packed && packed.colsP < s.nHeads * s.headDim) throw new Error(`decode attention: a packed output of ${packed.colsP} columns cannot hold ${s.nHeads * s.headDim}`);
+    this.outputShape = packed ? [(packed.rowsP * packed.colsP) / 2] : [N, s.nHeads * s.headDim];
+    this.dispatch = grid(((packed ? packed.rowsP : N) * s.nHeads) / this.headsPerGroup);
+    this.shaderKey = `verlAttention_${s.nHeads}_${s.nKvHeads}_${s.headDim}_g${this.headsPerGroup}_e${this.loadElements}${half ? "_f16" : ""}`
+      + (packed ? `_packed${packed.colsP}_${packed.rounding}` : "");
+  }
+  /** WGSL returning the EU / 2 element pairs of cache load `u` (u counts loads: element u * EU). */
+  private loadFn(): string {
+    const EU = this.loadElements, un = (w: string) => `unpack2x16float(bitcast<u32>(${w}))`;
+    const body = this.half
+      ? (EU === 8 ? `let w = kv[u]; return array<vec2<f32>, 4>(${un("w.x")}, ${un("w.y")}, ${un("w.z")}, ${un("w.w")});` : `return array<vec2<f32>, 1>(${un("kv[u]")});`)
+      : (EU === 4 ? "let w = kv[u]; return array<vec2<f32>, 2>(w.xy, w.zw);" : "return array<vec2<f32>, 1>(vec2<f32>(kv[2 * u], kv[2 * u + 1]));");
+    return `fn verlKvLoad(u : i32) -> array<vec2<f32>, ${EU / 2}> { ${body} }`;
   }
   getUserCode(): string {
     const { nHeads: NH, nKvHeads: KVH, headDim: HD } = this.s, W = (NH + 2 * KVH) * HD, G = NH / KVH, HG = this.headsPerGroup;
-    const T = ATT_WG, DP = HD / 2, P = Math.floor(T / DP), RED = HG * T, LS = 2 * HG * T, NG = NH / HG;
+    const T = ATT_WG, DP = HD / 2, EU = this.loadElements, EP = EU / 2, UR = HD / EU, P = Math.floor(T / UR);
+    const RED = HG * T, LS = 2 * HG * T, NG = NH / HG;
+    // phases summed a round: their partial outputs [R, HG, HD] fit in the weights' and reduction's floats
+    const R = Math.min(P, Math.floor((2 * T) / HD)), rounds = Math.ceil(P / R), NA = Math.ceil((HG * DP) / T);
+    const pk = this.packed;
+    // the output pair (o, o') of elements 2 * i2, 2 * i2 + 1 of the group's [HG, HD]: packed words or two floats
+    const write = pk
+      ? `result[gid / ${NG} * ${pk.colsP / 2} + h0 * ${DP} + i2] = verlHalfPair(o.x, o.y);`
+      : `if (live) { result[n * ${NH * HD} + h0 * ${HD} + 2 * i2] = o.x; result[n * ${NH * HD} + h0 * ${HD} + 2 * i2 + 1] = o.y; }`;
+    // packed: the columns past the heads are zero, written by the last head group
+    const padCols = pk && pk.colsP > NH * HD
+      ? `if (h0 + ${HG} == ${NH}) {
+          for (var c = ${(NH * HD) / 2} + tid; c < ${pk.colsP / 2}; c = c + ${T}) { result[gid / ${NG} * ${pk.colsP / 2} + c] = 0; }
+        }`
+      : "";
     const each = (f: (g: number) => string) => Array.from({ length: HG }, (_, g) => f(g)).join("\n          ");
-    // elements i and i + 1 (i even) of the cache
-    const kv2 = this.half ? "unpack2x16float(bitcast<u32>(kv[i / 2]))" : "vec2<f32>(kv[i], kv[i + 1])";
-    return `${ropeSnippet(HD / 2)}
-      fn verlKv2(i : i32) -> vec2<f32> { return ${kv2}; }
+    const pairs = (f: (q: number) => string) => Array.from({ length: EP }, (_, q) => f(q)).join("\n              ");
+    return `${ropeSnippet(HD / 2)}${pk ? halfPairFn(pk.rounding) : ""}
+      ${this.loadFn()}
       var<workgroup> qs : array<vec2<f32>, ${HG * DP}>;
-      var<workgroup> sh : array<f32, ${attentionSharedFloats(HD, HG) - HG * HD}>;
+      var<workgroup> sh : array<f32, ${attentionSharedFloats(HD, HG, this.half) - HG * HD}>;
       var<workgroup> groupShared : i32;
       fn main(index : i32) {
         let tid = i32(localIndex);
@@ -481,21 +525,23 @@ export class AttentionProgram implements GpuProgram {
           qs[i] = vec2<f32>(verlRope(n * ${W} + h * ${HD}, h * ${HD}, d, p), verlRope(n * ${W} + h * ${HD}, h * ${HD}, d + 1, p)) * ${f32(1 / Math.sqrt(HD))};
         }
         workgroupBarrier();
-        let kBase = (b * ${KVH} + j) * uniforms.maxLen * ${HD};
-        let vBase = uniforms.vOff + kBase;
+        // in loads: a row is ${UR} loads, the values start vOff / ${EU} loads in
+        let kBase = (b * ${KVH} + j) * uniforms.maxLen * ${UR};
+        let vBase = uniforms.vOff / ${EU} + kBase;
         let mBase = b * uniforms.maxLen;
-        let dp = tid % ${DP};
-        let ph = tid / ${DP};
-        ${each((g) => `var m${g} = -3.0e38; var l${g} = 0.0; var o${g} = vec2<f32>(0.0);`)}
+        let du = tid % ${UR};
+        let ph = tid / ${UR};
+        ${each((g) => `var m${g} = -3.0e38; var l${g} = 0.0;`)}
+        ${each((g) => Array.from({ length: EP }, (_, q) => `var o${g}_${q} = vec2<f32>(0.0);`).join(" "))}
         for (var t0 = 0; t0 <= slot; t0 = t0 + ${T}) {
           let cnt = min(${T}, slot + 1 - t0);
           ${each((g) => `var s${g} = -3.0e38;`)}
           if (tid < cnt && mask[mBase + t0 + tid] != 0) {
             ${each((g) => `s${g} = 0.0;`)}
-            let kr = kBase + (t0 + tid) * ${HD};
-            for (var e = 0; e < ${DP}; e = e + 1) {
-              let k2 = verlKv2(kr + 2 * e);
-              ${each((g) => `s${g} = s${g} + dot(qs[${g * DP} + e], k2);`)}
+            let kr = kBase + (t0 + tid) * ${UR};
+            for (var e = 0; e < ${UR}; e = e + 1) {
+              let k = verlKvLoad(kr + e);
+              ${each((g) => Array.from({ length: EP }, (_, q) => `s${g} = s${g} + dot(qs[${g * DP} + e * ${EP} + ${q}], k[${q}]);`).join(" "))}
             }
           }
           ${each((g) => `sh[${RED + g * T} + tid] = s${g};`)}
@@ -506,37 +552,54 @@ export class AttentionProgram implements GpuProgram {
             }
             workgroupBarrier();
           }
-          ${each((g) => `let n${g} = max(m${g}, sh[${RED + g * T}]); let c${g} = exp(m${g} - n${g}); m${g} = n${g}; l${g} = l${g} * c${g}; o${g} = o${g} * c${g};`)}
+          ${each((g) => `let n${g} = max(m${g}, sh[${RED + g * T}]); let c${g} = exp(m${g} - n${g}); m${g} = n${g}; l${g} = l${g} * c${g};`)}
+          ${each((g) => Array.from({ length: EP }, (_, q) => `o${g}_${q} = o${g}_${q} * c${g};`).join(" "))}
           ${each((g) => `sh[${g * T} + tid] = select(0.0, exp(s${g} - m${g}), s${g} > -1.0e38);`)}
           workgroupBarrier();
           if (ph < ${P}) {
             for (var c = ph; c < cnt; c = c + ${P}) {
-              let v2 = verlKv2(vBase + (t0 + c) * ${HD} + 2 * dp);
-              ${each((g) => `let w${g} = sh[${g * T} + c]; o${g} = o${g} + w${g} * v2; l${g} = l${g} + w${g};`)}
+              let v = verlKvLoad(vBase + (t0 + c) * ${UR} + du);
+              ${each((g) => `let w${g} = sh[${g * T} + c]; l${g} = l${g} + w${g};`)}
+              ${each((g) => Array.from({ length: EP }, (_, q) => `o${g}_${q} = o${g}_${q} + w${g} * v[${q}];`).join(" "))}
             }
           }
           workgroupBarrier();
         }
-        if (ph < ${P}) {
-          ${each((g) => `sh[(ph * ${HG} + ${g}) * ${HD} + 2 * dp] = o${g}.x; sh[(ph * ${HG} + ${g}) * ${HD} + 2 * dp + 1] = o${g}.y;`)}
-          if (dp == 0) {
-            ${each((g) => `sh[${LS} + ph * ${HG} + ${g}] = l${g};`)}
-          }
+        if (ph < ${P} && du == 0) {
+          ${each((g) => `sh[${LS} + ph * ${HG} + ${g}] = l${g};`)}
         }
-        workgroupBarrier();
-        if (live) {
-          for (var i = tid; i < ${HG * HD}; i = i + ${T}) {
-            let g = i / ${HD};
-            var o = 0.0;
-            var l = 0.0;
-            for (var q = 0; q < ${P}; q = q + 1) {
-              o = o + sh[(q * ${HG} + g) * ${HD} + i % ${HD}];
-              l = l + sh[${LS} + q * ${HG} + g];
+        // the phases' outputs summed ${R} a round: invocation tid keeps element pairs tid + a * ${T} of [HG, HD]
+        var acc : array<vec2<f32>, ${NA}>;
+        for (var r = 0; r < ${rounds}; r = r + 1) {
+          let q = ph - r * ${R};
+          if (ph < ${P} && q >= 0 && q < ${R}) {
+            ${each((g) => pairs((qq) => `sh[(q * ${HG} + ${g}) * ${HD} + du * ${EU} + ${2 * qq}] = o${g}_${qq}.x; sh[(q * ${HG} + ${g}) * ${HD} + du * ${EU} + ${2 * qq + 1}] = o${g}_${qq}.y;`))}
+          }
+          workgroupBarrier();
+          let inRound = min(${R}, ${P} - r * ${R});
+          for (var a = 0; a < ${NA}; a = a + 1) {
+            let i2 = tid + a * ${T};
+            if (i2 < ${HG * DP}) {
+              for (var qq = 0; qq < inRound; qq = qq + 1) {
+                let at = qq * ${HG * HD} + 2 * i2;
+                acc[a] = acc[a] + vec2<f32>(sh[at], sh[at + 1]);
+              }
             }
-            if (l > 0.0) { o = o / l; } else { o = 0.0; }
-            result[n * ${NH * HD} + h0 * ${HD} + i] = o;
+          }
+          workgroupBarrier();
+        }
+        for (var a = 0; a < ${NA}; a = a + 1) {
+          let i2 = tid + a * ${T};
+          if (i2 < ${HG * DP}) {
+            let g = i2 / ${DP};
+            var l = 0.0;
+            for (var q = 0; q < ${P}; q = q + 1) { l = l + sh[${LS} + q * ${HG} + g]; }
+            var o = vec2<f32>(0.0);
+            if (live && l > 0.0) { o = acc[a] / l; }
+            ${write}
           }
         }
+        ${padCols}
       }`;
   }
 }
@@ -553,6 +616,10 @@ const ROW_SETTINGS = 6;
  * are exact thresholds found by a bitwise search over order-preserving keys of the scaled
  * logits (ties at a cut-off are all kept). Output [2 * rows] int32: the tokens, then the
  * bits of each token's log-prob under softmax(logits / T) (T = 1 when greedy).
+ * The first pass over a row finds its maximum, the softmax's sum (a running sum rescaled
+ * when the maximum moves) and, without top-k and top-p, the Gumbel draw too: plain sampling
+ * and greedy read the row's logits once (they read them three and two times before
+ * 2026-12-07), vec4 at a time where the vocabulary allows.
  *
  * perRow (the slot decoder's requests, each with its own sampling): the settings come from a
  * second input, ROW_SETTINGS int32 words a row (rowSettings), and the noise of a row depends
@@ -567,13 +634,17 @@ export class SamplerProgram implements GpuProgram {
   dispatch: [number, number, number];
   outputShape: number[];
   shaderKey: string;
+  variableComponents: number[];
   constructor(private readonly V: number, R: number, private readonly perRow = false) {
     this.outputShape = [2 * R];
     this.dispatch = grid(R);
     this.variableNames = perRow ? ["logits", "rowSettings"] : ["logits"];
+    this.variableComponents = perRow ? [this.V4 ? 4 : 1, 1] : [this.V4 ? 4 : 1];
     this.uniforms = perRow ? "nRows : i32," : "nRows : i32, invT : f32, topK : i32, topP : f32, greedy : i32, seed : u32, step : u32,";
     this.shaderKey = `verlSampler_${V}${perRow ? "_rows" : ""}`;
   }
+  /** the logits bound as vec4 (the vocabulary a multiple of 4) */
+  private get V4(): boolean { return this.V % 4 === 0; }
   /** `stepAdvancing`: the step number advances by one a step when the step is replayed (webgpu_replay.ts). */
   static uniforms(R: number, s: SamplerSettings, stepAdvancing = false): UniformValue[] {
     const step: UniformValue = { type: "uint32", data: [s.step >>> 0] };
@@ -617,7 +688,20 @@ export class SamplerProgram implements GpuProgram {
         }
         let ${dst} = ri[0];
         workgroupBarrier();`;
-    const each = (body: string) => `for (var k = 0; k < ${Math.ceil(V / 256)}; k = k + 1) { let i = tid + k * 256; if (i < ${V}) { ${body} } }`;
+    // a pass over the row: \`body\` sees token i and its scaled logit z, in increasing i for each thread
+    const U = this.V4 ? 4 : 1, VU = V / U;
+    const each = (body: string) => `for (var k = 0; k < ${Math.ceil(VU / 256)}; k = k + 1) {
+          let iu = tid + k * 256;
+          if (iu < ${VU}) {
+            let zu = logits[base / ${U} + iu] * invT;
+            ${Array.from({ length: U }, (_, c) => `{ let i = ${U} * iu + ${c}; let z = zu${U === 4 ? `[${c}]` : ""}; ${body} }`).join("\n            ")}
+          }
+        }`;
+    const logit = (i: string) => (U === 4 ? `logits[(${i}) / 4][(${i}) % 4]` : `logits[${i}]`);
+    // the draw of token i with scaled logit z: the larger Gumbel-perturbed logit wins (first on ties)
+    const draw = `let u = (f32(verlHash(rs ^ verlHash(u32(i))) >> 8u) + 0.5) / 16777216.0;
+              let g = z - log(-log(u));
+              if (g > gb) { gb = g; gi = i; }`;
     return `
       var<workgroup> rf : array<f32, 256>;
       var<workgroup> ri : array<i32, 256>;
@@ -657,24 +741,32 @@ export class SamplerProgram implements GpuProgram {
         let rowSeed = uniforms.seed;
         let stepNo = uniforms.step;
         let salt = u32(r);`}
+        // without top-k and top-p the draw is made in the first pass (every token is kept)
+        let plain = greedy == 0 && (topK <= 0 || topK >= ${V}) && topP >= 1.0;
+        let rs = verlHash(verlHash(rowSeed) ^ verlHash(stepNo * 2654435761u + salt));
+        var gb = -3.0e38;
+        var gi = ${V};
         var bm = -3.0e38;
         var bi = ${V};
-        ${each("let z = logits[base + i] * invT; if (z > bm) { bm = z; bi = i; }")}
-        ${argMax("arg", "bm", "bi")}
-        let m = logits[base + arg] * invT;
         var se = 0.0;
-        ${each("se = se + exp(logits[base + i] * invT - m);")}
-        ${sum("rf", "seAll", "se")}
+        ${each(`if (z > bm) { se = se * exp(bm - z) + 1.0; bm = z; bi = i; } else { se = se + exp(z - bm); }
+            if (plain) { ${draw} }`)}
+        ${argMax("arg", "bm", "bi")}
+        let m = ${logit("base + arg")} * invT;
+        ${sum("rf", "seAll", "se * exp(bm - m)")}
         let logZ = m + log(seAll);
         var token = arg;
-        if (greedy == 0) {
+        if (plain) {
+          ${argMax("drawnPlain", "gb", "gi")}
+          token = drawnPlain;
+        } else if (greedy == 0) {
           var low = 0u;
           if (topK > 0 && topK < ${V}) {
             var prefix = 0u;
             for (var bit = 31; bit >= 0; bit = bit - 1) {
               let cand = prefix | (1u << u32(bit));
               var cnt = 0u;
-              ${each("if (verlKey(logits[base + i] * invT) >= cand) { cnt = cnt + 1u; }")}
+              ${each("if (verlKey(z) >= cand) { cnt = cnt + 1u; }")}
               ${sum("ru", "cntAll", "cnt")}
               if (cntAll >= u32(topK)) { prefix = cand; }
             }
@@ -682,7 +774,7 @@ export class SamplerProgram implements GpuProgram {
           }
           if (topP < 1.0) {
             var mass = 0.0;
-            ${each("let z = logits[base + i] * invT; if (verlKey(z) >= low) { mass = mass + exp(z - m); }")}
+            ${each("if (verlKey(z) >= low) { mass = mass + exp(z - m); }")}
             ${sum("rf", "massAll", "mass")}
             // kept in workgroup memory: llvmpipe lost a private value live across the barriers below
             if (tid == 0) { goalShared = topP * massAll; }
@@ -690,27 +782,19 @@ export class SamplerProgram implements GpuProgram {
             for (var bit = 31; bit >= 0; bit = bit - 1) {
               let th = max(prefix | (1u << u32(bit)), low);
               var ms = 0.0;
-              ${each("let z = logits[base + i] * invT; if (verlKey(z) >= th) { ms = ms + exp(z - m); }")}
+              ${each("if (verlKey(z) >= th) { ms = ms + exp(z - m); }")}
               ${sum("rf", "msAll", "ms")}
               if (msAll >= goalShared) { prefix = prefix | (1u << u32(bit)); }
             }
             low = max(prefix, low);
           }
-          let rs = verlHash(verlHash(rowSeed) ^ verlHash(stepNo * 2654435761u + salt));
-          var gb = -3.0e38;
-          var gi = ${V};
-          ${each(`let z = logits[base + i] * invT;
-            if (verlKey(z) >= low) {
-              let u = (f32(verlHash(rs ^ verlHash(u32(i))) >> 8u) + 0.5) / 16777216.0;
-              let g = z - log(-log(u));
-              if (g > gb) { gb = g; gi = i; }
-            }`)}
+          ${each(`if (verlKey(z) >= low) { ${draw} }`)}
           ${argMax("drawn", "gb", "gi")}
           token = drawn;
         }
         if (tid == 0 && row < uniforms.nRows) {
           result[row] = token;
-          result[uniforms.nRows + row] = bitcast<i32>(logits[base + token] * invT - logZ);
+          result[uniforms.nRows + row] = bitcast<i32>(${logit("base + token")} * invT - logZ);
         }
       }`;
   }
