@@ -5,8 +5,9 @@
 //     [--only slots --slot-rows 64 --slot-sampling device,serial,host]  (the agent loops' slot path, issue 24)
 //     [--only decode,noreplay]  (the decode also with every step recorded through tfjs, no replay)
 //     [--only decode,perhead]  (the decode also with one attention workgroup a query head, as before 2026-12-06)
+//     [--only decode,split]  (the decode also with the attention split by 128-column cache tiles, a second pass adding them)
 //     [--tiles 1x1x2x4+nosplit,1x1x2x4+s512:512,1x1x2x4+p+b]  (more decode runs with other product tiles:
-//                            sgMxsgNxtmxtn, +p register prefetch, +b baked strides, +s<workgroups>:<min K> split-K targets, +nosplit;
+//                            sgMxsgNxtmxtn, +p register prefetch, +b baked strides, +u2/+u4 K unrolled, +s<workgroups>:<min K> split-K targets, +nosplit;
 //                            or products' own tiles, the rest default: gate_up=1x1x4x4+p/down_proj=1x1x2x4+b, products
 //                            qkv, o_proj, gate_up, down_proj, lm_head)
 //     [--profile-step 128]  (the decode part times each dispatch of that replayed step; VERL_DAWN_FLAGS needs
@@ -37,7 +38,7 @@ import { matmulPrecision, parsePrecision, setMatmulPrecision, tensorCoreStats, t
 import { webGpuSummary } from "../src/engine/webgpu.js";
 import { DEFAULT_DIRECT_TILE, type DirectTile } from "../src/engine/webgpu_gemm.js";
 
-/** A --tiles entry: sgMxsgNxtmxtn, then +p (prefetch), +b (baked strides), +s<workgroups>:<min K> (split-K targets) or +nosplit. */
+/** A --tiles entry: sgMxsgNxtmxtn, then +p (prefetch), +b (baked strides), +u2 / +u4 (K unrolled), +s<workgroups>:<min K> (split-K targets) or +nosplit. */
 function parseDecodeTile(spec: string): DirectTile {
   const [shape, ...flags] = spec.split("+");
   const [sgM, sgN, tm, tn] = shape!.split("x").map(Number);
@@ -46,9 +47,10 @@ function parseDecodeTile(spec: string): DirectTile {
   for (const f of flags) {
     if (f === "p") t.prefetch = true;
     else if (f === "b") t.baked = true;
+    else if (/^u[124]$/.test(f)) t.unroll = Number(f.slice(1)) as DirectTile["unroll"];
     else if (f === "nosplit") { t.splitK = false; delete t.splitTargets; }
     else if (/^s\d+:\d+$/.test(f)) { const [w, c] = f.slice(1).split(":").map(Number); t.splitK = true; t.splitTargets = { workgroups: w!, minChunk: c! }; }
-    else throw new Error(`--tiles ${spec}: unknown flag +${f} (p, b, nosplit, s<workgroups>:<min K>)`);
+    else throw new Error(`--tiles ${spec}: unknown flag +${f} (p, b, u2, u4, nosplit, s<workgroups>:<min K>)`);
   }
   return t;
 }
@@ -523,6 +525,7 @@ async function main(): Promise<void> {
         if (v && a.only.has("decode") && elapsedS() < a.budgetS) await part(`webgpu_decode_v${v}_${p}_${tl}`, () => decode(a, v, { precision: p, ...parseDecodeTiles(tl) }, a.newTokens, `v${v}_${p}_tile${tl}`));
       }
       if (v && p !== "f32" && a.only.has("perhead") && elapsedS() < a.budgetS) await part(`webgpu_decode_v${v}_${p}_perhead`, () => decode(a, v, { precision: p, attention: "per_head" }, a.newTokens, `v${v}_${p}_perhead`));
+      if (v && p !== "f32" && a.only.has("split") && elapsedS() < a.budgetS) await part(`webgpu_decode_v${v}_${p}_split`, () => decode(a, v, { precision: p, attention: "split" }, a.newTokens, `v${v}_${p}_split`));
       if (v && p !== "f32" && a.only.has("kv32") && elapsedS() < a.budgetS) await part(`webgpu_decode_v${v}_${p}_kv32`, () => decode(a, v, { precision: p, kvCache: "f32" }, a.newTokens, `v${v}_${p}_kv_f32`));
       if (v && a.only.has("noreplay") && elapsedS() < a.budgetS) await part(`webgpu_decode_v${v}_${p}_noreplay`, () => decode(a, v, { precision: p, replay: false }, a.newTokens, `v${v}_${p}_noreplay`));
       if (v && a.only.has("noshare") && elapsedS() < a.budgetS) await part(`webgpu_decode_v${v}_${p}_noshare`, () => decode(a, v, { precision: p, sharePrefixes: false }, a.newTokens, `v${v}_${p}_noshare`));

@@ -31,7 +31,7 @@ import { bufferOf, isRefusal, ReadBackRing, RecordedStep, type DispatchTime, typ
 import { PackedMatrix, tensorCoreSupport, type MatmulPrecision } from "../engine/webgpu_kernels.js";
 import type { DirectTile } from "../engine/webgpu_gemm.js";
 import {
-  AttentionProgram, MAX_DECODE_HEAD_DIM, CacheCopyProgram, CacheWriteProgram, EmbedProgram, Fp8ActivationProgram, QkNormProgram, RmsNormProgram, SamplerProgram, SwiGluProgram,
+  AttentionCombineProgram, AttentionProgram, ATTENTION_TILE, MAX_DECODE_HEAD_DIM, CacheCopyProgram, CacheWriteProgram, EmbedProgram, Fp8ActivationProgram, QkNormProgram, RmsNormProgram, SamplerProgram, SwiGluProgram,
   placementUniforms, type DecodeShape, type GpuProgram, type PackedOut, type Placement, type SamplerSettings, type UniformValue,
 } from "./webgpu_programs.js";
 
@@ -83,10 +83,12 @@ export interface WebGpuDecodeOptions {
   profileStep?: number;
   /**
    * How attention workgroups read the KV cache: "grouped" (default) serves all the query heads of
-   * a kv head in one workgroup, so each kv head's cache is read once; "per_head" gives each query
+   * a kv head in one workgroup, so each kv head's cache is read once; "split" also gives each
+   * 128-column tile of a decode step's cache rows its own workgroup and adds the tiles' sums in a
+   * second pass (flash-decoding's split-K); "per_head" gives each query
    * head its own workgroup (it reads its kv head's cache again): the benchmark's comparison.
    */
-  attention?: "grouped" | "per_head";
+  attention?: DecodeAttention;
 }
 
 interface ReplayOptions { on: boolean; maxHeldBytes: number; profileStep?: number }
@@ -105,6 +107,9 @@ export interface WebGpuDecodeStats {
   /** each dispatch's device time in the step named by profileStep (of the last sub-batch that reached it) */
   stepTimes?: DispatchTime[];
 }
+
+/** How the decode attention's workgroups take the cache (WebGpuDecodeOptions.attention). */
+export type DecodeAttention = "grouped" | "per_head" | "split";
 
 /** The decoder's products, by the weights they multiply. */
 export type DecodeProduct = "qkv" | "o_proj" | "gate_up" | "down_proj" | "lm_head";
@@ -140,6 +145,17 @@ export const DECODE_TILE: DirectTile = { sgM: 1, sgN: 1, tm: 2, tn: 4, unroll: 1
  */
 export const DECODE_HEAD_TILE: DirectTile = { sgM: 1, sgN: 1, tm: 4, tn: 4, unroll: 1 };
 
+/**
+ * gate/up's tile under the default DECODE_TILE: the same fragments with register prefetch and
+ * baked strides. H200, 512 rows (2026-12-06, two calls): 4.92-4.95 ms a step against 5.31 without
+ * (1x1x4x4: 5.45; 2x1x2x4: 5.15; 2x2x4x4 with both: 5.05). down_proj gains nothing from them
+ * (2.51 against 2.44), and on the H100 they slowed the step when every product had them.
+ */
+export const DECODE_GATE_UP_TILE: DirectTile = { ...DECODE_TILE, prefetch: true, baked: true };
+
+/** The products whose tile under the default DECODE_TILE is their own. */
+const DECODE_PRODUCT_TILES: ProductTiles = { gate_up: DECODE_GATE_UP_TILE, lm_head: DECODE_HEAD_TILE };
+
 function disposeWeights(w: GpuWeights, model: LlamaModel): void {
   for (const l of w.layers) [l.wqkv, l.bqkv, l.wo, l.wgu, l.wd].forEach((t) => t.dispose());
   if (w.transposed || w.precision !== "f32") w.lmHead.dispose(); // otherwise it is the model's own variable
@@ -147,7 +163,7 @@ function disposeWeights(w: GpuWeights, model: LlamaModel): void {
 
 /** The float32 weights as packed f16 copies (the float32 layouts are freed; the bias stays float32). */
 function packWeights(layers: LayerWeights[], lmHead: tf.Tensor2D, transposed: boolean, precision: "f16" | "bf16", tile: DirectTile, productTiles: ProductTiles, headIsModels: boolean): { layers: LayerWeights[]; lmHead: PackedMatrix } {
-  const tileOf = (p: DecodeProduct) => productTiles[p] ?? (p === "lm_head" && tile === DECODE_TILE ? DECODE_HEAD_TILE : tile);
+  const tileOf = (p: DecodeProduct) => productTiles[p] ?? (tile === DECODE_TILE ? DECODE_PRODUCT_TILES[p] : undefined) ?? tile;
   // the layouts are [in, out] (transposed) or the model's [out, in], which the kernel reads column-major
   const pack = (t: Weight, p: DecodeProduct): PackedMatrix => {
     const packed = PackedMatrix.pack(t as tf.Tensor2D, !transposed, precision, tileOf(p));
@@ -279,7 +295,7 @@ export class WebGpuDecoder {
       Math.floor(backend.device.limits.maxStorageBufferBindingSize / layerBytesPerRow)));
     const out = { responses: new Int32Array(B * R).fill(params.padTokenId), responseMask: new Int32Array(B * R), logProbs: new Float32Array(B * R) };
     const stats: WebGpuDecodeStats = { rows: B, steps: 0, readBacks: 0, tokens: 0, prefillMs: 0, decodeMs: 0, recordMs: 0, prefillRows: 0, replayed: 0, replay: "" };
-    const step = new DecodeStep(model, w, backend, half, this.opts.attention === "per_head");
+    const step = new DecodeStep(model, w, backend, half, this.opts.attention);
     const replay: ReplayOptions = {
       on: this.opts.replay ?? process.env.VERL_WEBGPU_DECODE_REPLAY !== "0",
       maxHeldBytes: (this.opts.replayMaxMiB ?? Number(process.env.VERL_WEBGPU_REPLAY_MB ?? 8192)) * 2 ** 20,
@@ -305,7 +321,7 @@ type Outputs = { responses: Int32Array; responseMask: Int32Array; logProbs: Floa
 class DecodeStep {
   private readonly s: DecodeShape;
   constructor(private readonly model: LlamaModel, readonly w: GpuWeights, private readonly backend: WebGpuBackendLike, private readonly kvHalf = false,
-    private readonly attentionPerHead = false) {
+    private readonly attention: DecodeAttention = "grouped") {
     const c = model.config;
     this.s = { dim: c.dim, hiddenDim: c.hiddenDim, nHeads: c.nHeads, nKvHeads: c.nKvHeads, headDim: c.headDim, vocabSize: c.vocabSize, normEps: c.normEps };
   }
@@ -342,6 +358,21 @@ class DecodeStep {
     if (!(w instanceof PackedMatrix) || rolloutQuantization(this.model)) return undefined;
     const { mP, kP } = w.leftPadding(rows);
     return { rowsP: mP, colsP: kP, rounding: w.rounding };
+  }
+
+  /**
+   * The attention of N tokens: [N, heads * headDim] float32, or o_proj's packed operand (`pk`).
+   * "split" cuts a decode step's cache rows (one token a row) into 128-column tiles, a workgroup
+   * each, and adds the tiles in a second pass.
+   */
+  private attend(placed: <T extends GpuProgram>(p: T) => T, inputs: tf.Tensor[], N: number, place: Placement, half: boolean, pk?: PackedOut): tf.Tensor {
+    const s = this.s, uni = placementUniforms(place), chunks = Math.ceil(place.maxLen / ATTENTION_TILE);
+    if (this.attention !== "split" || place.tPer !== 1 || chunks < 2) {
+      return this.program(placed(new AttentionProgram(s, N, half, this.attention === "per_head", pk)), inputs, pk ? "int32" : "float32", uni);
+    }
+    const part = this.program(placed(new AttentionProgram(s, N, half, false, undefined, chunks)), inputs, "float32", uni);
+    const combine = new AttentionCombineProgram(s, N, chunks, pk);
+    return this.program(combine, [part], pk ? "int32" : "float32", combine.uniformValues());
   }
 
   /** rmsNorm(x) times w (its input fp8-rounded under fp8 rollout, except for the LM head: `quantized` false). */
@@ -392,7 +423,7 @@ class DecodeStep {
         this.backend.runWebGPUProgram(placed(new CacheWriteProgram(s, N, cache.size, sess.half)), [qkv, L.bqkv, sess.rope, posT, ...extra], cache.dtype, uni, cache);
         // attention writes o_proj's packed operand itself where the weight is packed (no pack dispatch)
         const pk = this.packedOut(L.wo, N);
-        const att = this.program(placed(new AttentionProgram(s, N, sess.half, this.attentionPerHead, pk)), [qkv, L.bqkv, sess.rope, posT, sess.mask, cache, ...extra], pk ? "int32" : "float32", uni);
+        const att = this.attend(placed, [qkv, L.bqkv, sess.rope, posT, sess.mask, cache, ...extra], N, place, sess.half, pk);
         const h = pk ? (L.wo as PackedMatrix).matMulPacked(att, N, x) : this.mm(this.qa(att, N), L.wo, x);
         const gu = this.normProduct(h, p("post_attention_layernorm.weight"), N, L.wgu);
         return this.swiGluProduct(gu, N, L.wd, h);
@@ -595,7 +626,7 @@ export class WebGpuSlotDecoder implements SlotDecoder {
     if (layerBytes > limit) {
       throw new Error(`WebGPU slot decoder: ${slots} sequences x ${maxLen} positions need ${layerBytes} bytes of KV cache a layer, over the device's binding limit ${limit}; lower actor_rollout_ref.rollout.max_num_seqs or agent.max_concurrent_loops`);
     }
-    this.step = new DecodeStep(model, gpuWeights(model, true, this.precision, opts.tile, opts.productTiles), this.backend, this.half, opts.attention === "per_head");
+    this.step = new DecodeStep(model, gpuWeights(model, true, this.precision, opts.tile, opts.productTiles), this.backend, this.half, opts.attention);
     this.sess = {
       rows: slots, maxLen, ropeRows: maxLen, half: this.half,
       caches: Array.from({ length: c.nLayers }, () => cacheTensor(2 * slots * c.nKvHeads * maxLen * c.headDim, this.half)),
@@ -608,7 +639,7 @@ export class WebGpuSlotDecoder implements SlotDecoder {
   /** The decode step over the model's current weights (the layout is cached per model: rebuilt, or packed again, only when a parameter changed). */
   private current(): DecodeStep {
     const w = gpuWeights(this.model, true, this.precision, this.opts.tile, this.opts.productTiles);
-    if (this.step.w !== w) this.step = new DecodeStep(this.model, w, this.backend, this.half, this.opts.attention === "per_head");
+    if (this.step.w !== w) this.step = new DecodeStep(this.model, w, this.backend, this.half, this.opts.attention);
     return this.step;
   }
 
