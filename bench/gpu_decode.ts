@@ -5,7 +5,6 @@
 //     [--only slots --slot-rows 64 --slot-sampling device,serial,host]  (the agent loops' slot path, issue 24)
 //     [--only decode,noreplay]  (the decode also with every step recorded through tfjs, no replay)
 //     [--only decode,perhead]  (the decode also with one attention workgroup a query head, as before 2026-12-06)
-//     [--only decode,split]  (the decode also with the attention split by 128-column cache tiles, a second pass adding them)
 //     [--tiles 1x1x2x4+nosplit,1x1x2x4+s512:512,1x1x2x4+p+b]  (more decode runs with other product tiles:
 //                            sgMxsgNxtmxtn, +p register prefetch, +b baked strides, +u2/+u4 K unrolled, +s<workgroups>:<min K> split-K targets, +nosplit;
 //                            or products' own tiles, the rest default: gate_up=1x1x4x4+p/down_proj=1x1x2x4+b, products
@@ -525,7 +524,6 @@ async function main(): Promise<void> {
         if (v && a.only.has("decode") && elapsedS() < a.budgetS) await part(`webgpu_decode_v${v}_${p}_${tl}`, () => decode(a, v, { precision: p, ...parseDecodeTiles(tl) }, a.newTokens, `v${v}_${p}_tile${tl}`));
       }
       if (v && p !== "f32" && a.only.has("perhead") && elapsedS() < a.budgetS) await part(`webgpu_decode_v${v}_${p}_perhead`, () => decode(a, v, { precision: p, attention: "per_head" }, a.newTokens, `v${v}_${p}_perhead`));
-      if (v && p !== "f32" && a.only.has("split") && elapsedS() < a.budgetS) await part(`webgpu_decode_v${v}_${p}_split`, () => decode(a, v, { precision: p, attention: "split" }, a.newTokens, `v${v}_${p}_split`));
       if (v && p !== "f32" && a.only.has("kv32") && elapsedS() < a.budgetS) await part(`webgpu_decode_v${v}_${p}_kv32`, () => decode(a, v, { precision: p, kvCache: "f32" }, a.newTokens, `v${v}_${p}_kv_f32`));
       if (v && a.only.has("noreplay") && elapsedS() < a.budgetS) await part(`webgpu_decode_v${v}_${p}_noreplay`, () => decode(a, v, { precision: p, replay: false }, a.newTokens, `v${v}_${p}_noreplay`));
       if (v && a.only.has("noshare") && elapsedS() < a.budgetS) await part(`webgpu_decode_v${v}_${p}_noshare`, () => decode(a, v, { precision: p, sharePrefixes: false }, a.newTokens, `v${v}_${p}_noshare`));

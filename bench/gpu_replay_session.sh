@@ -8,7 +8,7 @@
 #   tests   the replay's and split-K's tests and the WebGPU decoder's (f32 and f16) on the GPU (TESTS: others)
 #   decode  bench/gpu_decode.ts's rollout, 512 rows x 256 new tokens, f16 products, vocabularies VOCAB (151,936 and 512),
 #           each with the decode steps replayed (the default) and the variants DECODE_ONLY names (noreplay: recorded
-#           through tfjs; perhead: one attention workgroup a query head; split: the attention split by cache tiles) and TILES lists (gpu_decode.ts --tiles);
+#           through tfjs; perhead: one attention workgroup a query head) and TILES lists (gpu_decode.ts --tiles);
 #           PROFILE_STEP=N times each dispatch of replayed step N
 #   torch   HF generate at the same shapes on the same GPU (bench/pytorch_gpu_table.py --only rollout; vocabularies
 #           VOCAB, the best of TORCH_REPS runs each)

@@ -31,7 +31,7 @@ import { bufferOf, isRefusal, ReadBackRing, RecordedStep, type DispatchTime, typ
 import { PackedMatrix, tensorCoreSupport, type MatmulPrecision } from "../engine/webgpu_kernels.js";
 import type { DirectTile } from "../engine/webgpu_gemm.js";
 import {
-  AttentionCombineProgram, AttentionProgram, ATTENTION_TILE, MAX_DECODE_HEAD_DIM, CacheCopyProgram, CacheWriteProgram, EmbedProgram, Fp8ActivationProgram, QkNormProgram, RmsNormProgram, SamplerProgram, SwiGluProgram,
+  AttentionProgram, MAX_DECODE_HEAD_DIM, CacheCopyProgram, CacheWriteProgram, EmbedProgram, Fp8ActivationProgram, QkNormProgram, RmsNormProgram, SamplerProgram, SwiGluProgram,
   placementUniforms, type DecodeShape, type GpuProgram, type PackedOut, type Placement, type SamplerSettings, type UniformValue,
 } from "./webgpu_programs.js";
 
@@ -83,12 +83,10 @@ export interface WebGpuDecodeOptions {
   profileStep?: number;
   /**
    * How attention workgroups read the KV cache: "grouped" (default) serves all the query heads of
-   * a kv head in one workgroup, so each kv head's cache is read once; "split" also gives each
-   * 128-column tile of a decode step's cache rows its own workgroup and adds the tiles' sums in a
-   * second pass (flash-decoding's split-K); "per_head" gives each query
+   * a kv head in one workgroup, so each kv head's cache is read once; "per_head" gives each query
    * head its own workgroup (it reads its kv head's cache again): the benchmark's comparison.
    */
-  attention?: DecodeAttention;
+  attention?: "grouped" | "per_head";
 }
 
 interface ReplayOptions { on: boolean; maxHeldBytes: number; profileStep?: number }
@@ -107,9 +105,6 @@ export interface WebGpuDecodeStats {
   /** each dispatch's device time in the step named by profileStep (of the last sub-batch that reached it) */
   stepTimes?: DispatchTime[];
 }
-
-/** How the decode attention's workgroups take the cache (WebGpuDecodeOptions.attention). */
-export type DecodeAttention = "grouped" | "per_head" | "split";
 
 /** The decoder's products, by the weights they multiply. */
 export type DecodeProduct = "qkv" | "o_proj" | "gate_up" | "down_proj" | "lm_head";
@@ -147,9 +142,9 @@ export const DECODE_HEAD_TILE: DirectTile = { sgM: 1, sgN: 1, tm: 4, tn: 4, unro
 
 /**
  * gate/up's tile under the default DECODE_TILE: the same fragments with register prefetch and
- * baked strides. H200, 512 rows (2026-12-06, two calls): 4.92-4.95 ms a step against 5.31 without
- * (1x1x4x4: 5.45; 2x1x2x4: 5.15; 2x2x4x4 with both: 5.05). down_proj gains nothing from them
- * (2.51 against 2.44), and on the H100 they slowed the step when every product had them.
+ * baked strides. H200, 512 rows (2026-12-06, three calls): 4.90-4.95 ms a step against 5.31
+ * without (1x1x4x4: 5.45; 2x1x2x4: 5.15; 2x2x4x4 with both: 5.05). down_proj gains nothing from
+ * them (2.51 against 2.44), and on the H100 they slowed the step when every product had them.
  */
 export const DECODE_GATE_UP_TILE: DirectTile = { ...DECODE_TILE, prefetch: true, baked: true };
 
@@ -295,7 +290,7 @@ export class WebGpuDecoder {
       Math.floor(backend.device.limits.maxStorageBufferBindingSize / layerBytesPerRow)));
     const out = { responses: new Int32Array(B * R).fill(params.padTokenId), responseMask: new Int32Array(B * R), logProbs: new Float32Array(B * R) };
     const stats: WebGpuDecodeStats = { rows: B, steps: 0, readBacks: 0, tokens: 0, prefillMs: 0, decodeMs: 0, recordMs: 0, prefillRows: 0, replayed: 0, replay: "" };
-    const step = new DecodeStep(model, w, backend, half, this.opts.attention);
+    const step = new DecodeStep(model, w, backend, half, this.opts.attention === "per_head");
     const replay: ReplayOptions = {
       on: this.opts.replay ?? process.env.VERL_WEBGPU_DECODE_REPLAY !== "0",
       maxHeldBytes: (this.opts.replayMaxMiB ?? Number(process.env.VERL_WEBGPU_REPLAY_MB ?? 8192)) * 2 ** 20,
@@ -321,7 +316,7 @@ type Outputs = { responses: Int32Array; responseMask: Int32Array; logProbs: Floa
 class DecodeStep {
   private readonly s: DecodeShape;
   constructor(private readonly model: LlamaModel, readonly w: GpuWeights, private readonly backend: WebGpuBackendLike, private readonly kvHalf = false,
-    private readonly attention: DecodeAttention = "grouped") {
+    private readonly attentionPerHead = false) {
     const c = model.config;
     this.s = { dim: c.dim, hiddenDim: c.hiddenDim, nHeads: c.nHeads, nKvHeads: c.nKvHeads, headDim: c.headDim, vocabSize: c.vocabSize, normEps: c.normEps };
   }
@@ -358,21 +353,6 @@ class DecodeStep {
     if (!(w instanceof PackedMatrix) || rolloutQuantization(this.model)) return undefined;
     const { mP, kP } = w.leftPadding(rows);
     return { rowsP: mP, colsP: kP, rounding: w.rounding };
-  }
-
-  /**
-   * The attention of N tokens: [N, heads * headDim] float32, or o_proj's packed operand (`pk`).
-   * "split" cuts a decode step's cache rows (one token a row) into 128-column tiles, a workgroup
-   * each, and adds the tiles in a second pass.
-   */
-  private attend(placed: <T extends GpuProgram>(p: T) => T, inputs: tf.Tensor[], N: number, place: Placement, half: boolean, pk?: PackedOut): tf.Tensor {
-    const s = this.s, uni = placementUniforms(place), chunks = Math.ceil(place.maxLen / ATTENTION_TILE);
-    if (this.attention !== "split" || place.tPer !== 1 || chunks < 2) {
-      return this.program(placed(new AttentionProgram(s, N, half, this.attention === "per_head", pk)), inputs, pk ? "int32" : "float32", uni);
-    }
-    const part = this.program(placed(new AttentionProgram(s, N, half, false, undefined, chunks)), inputs, "float32", uni);
-    const combine = new AttentionCombineProgram(s, N, chunks, pk);
-    return this.program(combine, [part], pk ? "int32" : "float32", combine.uniformValues());
   }
 
   /** rmsNorm(x) times w (its input fp8-rounded under fp8 rollout, except for the LM head: `quantized` false). */
@@ -423,7 +403,7 @@ class DecodeStep {
         this.backend.runWebGPUProgram(placed(new CacheWriteProgram(s, N, cache.size, sess.half)), [qkv, L.bqkv, sess.rope, posT, ...extra], cache.dtype, uni, cache);
         // attention writes o_proj's packed operand itself where the weight is packed (no pack dispatch)
         const pk = this.packedOut(L.wo, N);
-        const att = this.attend(placed, [qkv, L.bqkv, sess.rope, posT, sess.mask, cache, ...extra], N, place, sess.half, pk);
+        const att = this.program(placed(new AttentionProgram(s, N, sess.half, this.attentionPerHead, pk)), [qkv, L.bqkv, sess.rope, posT, sess.mask, cache, ...extra], pk ? "int32" : "float32", uni);
         const h = pk ? (L.wo as PackedMatrix).matMulPacked(att, N, x) : this.mm(this.qa(att, N), L.wo, x);
         const gu = this.normProduct(h, p("post_attention_layernorm.weight"), N, L.wgu);
         return this.swiGluProduct(gu, N, L.wd, h);
@@ -626,7 +606,7 @@ export class WebGpuSlotDecoder implements SlotDecoder {
     if (layerBytes > limit) {
       throw new Error(`WebGPU slot decoder: ${slots} sequences x ${maxLen} positions need ${layerBytes} bytes of KV cache a layer, over the device's binding limit ${limit}; lower actor_rollout_ref.rollout.max_num_seqs or agent.max_concurrent_loops`);
     }
-    this.step = new DecodeStep(model, gpuWeights(model, true, this.precision, opts.tile, opts.productTiles), this.backend, this.half, opts.attention);
+    this.step = new DecodeStep(model, gpuWeights(model, true, this.precision, opts.tile, opts.productTiles), this.backend, this.half, opts.attention === "per_head");
     this.sess = {
       rows: slots, maxLen, ropeRows: maxLen, half: this.half,
       caches: Array.from({ length: c.nLayers }, () => cacheTensor(2 * slots * c.nKvHeads * maxLen * c.headDim, this.half)),
@@ -639,7 +619,7 @@ export class WebGpuSlotDecoder implements SlotDecoder {
   /** The decode step over the model's current weights (the layout is cached per model: rebuilt, or packed again, only when a parameter changed). */
   private current(): DecodeStep {
     const w = gpuWeights(this.model, true, this.precision, this.opts.tile, this.opts.productTiles);
-    if (this.step.w !== w) this.step = new DecodeStep(this.model, w, this.backend, this.half, this.opts.attention);
+    if (this.step.w !== w) this.step = new DecodeStep(this.model, w, this.backend, this.half, this.opts.attention === "per_head");
     return this.step;
   }
 

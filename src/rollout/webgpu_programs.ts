@@ -393,8 +393,6 @@ export class CacheCopyProgram extends FlatProgram {
 
 /** Invocations of a decode attention workgroup, and the cache columns it takes a tile. */
 const ATT_WG = 128;
-/** Cache columns a decode attention workgroup takes a tile (a split attention's chunk). */
-export const ATTENTION_TILE = ATT_WG;
 /** The widest head the decode attention takes: a value row's pairs must fit in one workgroup's invocations. */
 export const MAX_DECODE_HEAD_DIM = 2 * ATT_WG;
 /** Workgroup memory WebGPU guarantees (maxComputeWorkgroupStorageSize's default). */
@@ -414,7 +412,7 @@ export function attentionLoadElements(hd: number, half: boolean): number {
 /** Floats of workgroup memory an AttentionProgram serving `hg` query heads uses (see its layout). */
 function attentionSharedFloats(hd: number, hg: number, half: boolean): number {
   const phases = Math.floor(ATT_WG / (hd / attentionLoadElements(hd, half)));
-  return hg * hd + 2 * hg * ATT_WG + phases * hg + hg;
+  return hg * hd + 2 * hg * ATT_WG + phases * hg;
 }
 
 /**
@@ -447,13 +445,9 @@ export function attentionHeadsPerGroup(s: Pick<DecodeShape, "nHeads" | "nKvHeads
  * The phases' sums are added at the end, R phases a round through workgroup memory.
  * Output [nTok, heads * headDim], or with `packed` o_proj's padded f16 operand (the padding rows'
  * workgroups and the last head group write the zeros), so o_proj needs no pack dispatch.
- * With `chunks` > 1 (split: flash-decoding's split-K) workgroup (token, group, chunk k) takes only
- * the columns of tile k, so a short batch of decode tokens runs `chunks` times the workgroups, each
- * with one tile's chain; it writes [nTok, heads, chunks, headDim + 2]: the tile's unnormalised
- * output, its maximum and its sum (an empty tile: 0, -3e38, 0), which AttentionCombineProgram adds.
  * Workgroup memory: qs [HG, HD] (rotated queries), then sh: the weights [HG, T] and the
  * reduction [HG, T], at the end a round's sums [R, HG, HD] over the same floats; the phases'
- * weight sums [P, HG] and the heads' maxima [HG] after them.
+ * weight sums [P, HG] after them.
  */
 export class AttentionProgram implements GpuProgram {
   variableNames = ["qkv", "bias", "rope", "pos", "mask", "kv"];
@@ -469,8 +463,7 @@ export class AttentionProgram implements GpuProgram {
   /** cache elements a load */
   readonly loadElements: number;
   /** half: the cache holds f16 pairs in 32-bit words (see CacheWriteProgram); perHead: one query head a workgroup */
-  constructor(private readonly s: DecodeShape, N: number, private readonly half = false, perHead = false, private readonly packed?: PackedOut,
-    private readonly chunks = 1) {
+  constructor(private readonly s: DecodeShape, N: number, private readonly half = false, perHead = false, private readonly packed?: PackedOut) {
     // (even: the model config refuses odd head_dim for rotary embeddings)
     if (s.headDim > MAX_DECODE_HEAD_DIM) throw new Error(`decode attention: head_dim ${s.headDim} is over ${MAX_DECODE_HEAD_DIM}`);
     this.headsPerGroup = attentionHeadsPerGroup(s, perHead, half);
@@ -478,11 +471,10 @@ export class AttentionProgram implements GpuProgram {
     // the cache bound as vec4 words where a load takes 4 of them (placedByTensor appends its input as scalars)
     this.variableComponents = [1, 1, 1, 1, 1, this.loadElements / (half ? 2 : 1) === 4 ? 4 : 1];
     if (packed && packed.colsP < s.nHeads * s.headDim) throw new Error(`decode attention: a packed output of ${packed.colsP} columns cannot hold ${s.nHeads * s.headDim}`);
-    if (chunks > 1 && packed) throw new Error("decode attention: a split attention writes partial sums, not a packed operand (the combine program packs)");
-    this.outputShape = packed ? [(packed.rowsP * packed.colsP) / 2] : chunks > 1 ? [N * s.nHeads * chunks * (s.headDim + 2)] : [N, s.nHeads * s.headDim];
-    this.dispatch = grid((((packed ? packed.rowsP : N) * s.nHeads) / this.headsPerGroup) * chunks);
+    this.outputShape = packed ? [(packed.rowsP * packed.colsP) / 2] : [N, s.nHeads * s.headDim];
+    this.dispatch = grid(((packed ? packed.rowsP : N) * s.nHeads) / this.headsPerGroup);
     this.shaderKey = `verlAttention_${s.nHeads}_${s.nKvHeads}_${s.headDim}_g${this.headsPerGroup}_e${this.loadElements}${half ? "_f16" : ""}`
-      + (packed ? `_packed${packed.colsP}_${packed.rounding}` : "") + (chunks > 1 ? `_split${chunks}` : "");
+      + (packed ? `_packed${packed.colsP}_${packed.rounding}` : "");
   }
   /** WGSL returning the EU / 2 element pairs of cache load `u` (u counts loads: element u * EU). */
   private loadFn(): string {
@@ -498,24 +490,15 @@ export class AttentionProgram implements GpuProgram {
     const RED = HG * T, LS = 2 * HG * T, NG = NH / HG;
     // phases summed a round: their partial outputs [R, HG, HD] fit in the weights' and reduction's floats
     const R = Math.min(P, Math.floor((2 * T) / HD)), rounds = Math.ceil(P / R), NA = Math.ceil((HG * DP) / T);
-    const pk = this.packed, NK = this.chunks, PW = HD + 2;
-    // the output pair (o, o') of elements 2 * i2, 2 * i2 + 1 of the group's [HG, HD]: packed words, two floats,
-    // or (split) the chunk's unnormalised pair, with its head's maximum and sum after the head's elements
-    const partial = `((n * ${NH} + h0 + g) * ${NK} + gk) * ${PW}`;
+    const pk = this.packed;
+    // the output pair (o, o') of elements 2 * i2, 2 * i2 + 1 of the group's [HG, HD]: packed words or two floats
     const write = pk
-      ? `result[gq / ${NG} * ${pk.colsP / 2} + h0 * ${DP} + i2] = verlHalfPair(o.x, o.y);`
-      : NK > 1
-        ? `if (live) {
-              let at = ${partial};
-              result[at + 2 * (i2 % ${DP})] = acc[a].x;
-              result[at + 2 * (i2 % ${DP}) + 1] = acc[a].y;
-              if (i2 % ${DP} == 0) { result[at + ${HD}] = sh[${LS + P * HG} + g]; result[at + ${HD + 1}] = l; }
-            }`
-        : `if (live) { result[n * ${NH * HD} + h0 * ${HD} + 2 * i2] = o.x; result[n * ${NH * HD} + h0 * ${HD} + 2 * i2 + 1] = o.y; }`;
+      ? `result[gid / ${NG} * ${pk.colsP / 2} + h0 * ${DP} + i2] = verlHalfPair(o.x, o.y);`
+      : `if (live) { result[n * ${NH * HD} + h0 * ${HD} + 2 * i2] = o.x; result[n * ${NH * HD} + h0 * ${HD} + 2 * i2 + 1] = o.y; }`;
     // packed: the columns past the heads are zero, written by the last head group
     const padCols = pk && pk.colsP > NH * HD
       ? `if (h0 + ${HG} == ${NH}) {
-          for (var c = ${(NH * HD) / 2} + tid; c < ${pk.colsP / 2}; c = c + ${T}) { result[gq / ${NG} * ${pk.colsP / 2} + c] = 0; }
+          for (var c = ${(NH * HD) / 2} + tid; c < ${pk.colsP / 2}; c = c + ${T}) { result[gid / ${NG} * ${pk.colsP / 2} + c] = 0; }
         }`
       : "";
     const each = (f: (g: number) => string) => Array.from({ length: HG }, (_, g) => f(g)).join("\n          ");
@@ -529,11 +512,9 @@ export class AttentionProgram implements GpuProgram {
         let tid = i32(localIndex);
         if (tid == 0) { groupShared = i32(workgroupId.y * numWorkgroups.x + workgroupId.x); }
         let gid = workgroupUniformLoad(&groupShared);
-        let gk = gid % ${NK};
-        let gq = gid / ${NK};
-        let live = gq < uniforms.nTok * ${NG};
-        let n = min(gq / ${NG}, uniforms.nTok - 1);
-        let h0 = (gq % ${NG}) * ${HG};
+        let live = gid < uniforms.nTok * ${NG};
+        let n = min(gid / ${NG}, uniforms.nTok - 1);
+        let h0 = (gid % ${NG}) * ${HG};
         let j = h0 / ${G};
         let b = n / uniforms.tPer;
         let slot = uniforms.slot0 + n % uniforms.tPer;
@@ -552,7 +533,7 @@ export class AttentionProgram implements GpuProgram {
         let ph = tid / ${UR};
         ${each((g) => `var m${g} = -3.0e38; var l${g} = 0.0;`)}
         ${each((g) => Array.from({ length: EP }, (_, q) => `var o${g}_${q} = vec2<f32>(0.0);`).join(" "))}
-        for (var t0 = ${NK > 1 ? `gk * ${T}` : "0"}; t0 <= ${NK > 1 ? `min(slot, gk * ${T} + ${T - 1})` : "slot"}; t0 = t0 + ${T}) {
+        for (var t0 = 0; t0 <= slot; t0 = t0 + ${T}) {
           let cnt = min(${T}, slot + 1 - t0);
           ${each((g) => `var s${g} = -3.0e38;`)}
           if (tid < cnt && mask[mBase + t0 + tid] != 0) {
@@ -587,9 +568,6 @@ export class AttentionProgram implements GpuProgram {
         if (ph < ${P} && du == 0) {
           ${each((g) => `sh[${LS} + ph * ${HG} + ${g}] = l${g};`)}
         }
-        if (tid == 0) {
-          ${each((g) => `sh[${LS + P * HG} + ${g}] = m${g};`)}
-        }
         // the phases' outputs summed ${R} a round: invocation tid keeps element pairs tid + a * ${T} of [HG, HD]
         var acc : array<vec2<f32>, ${NA}>;
         for (var r = 0; r < ${rounds}; r = r + 1) {
@@ -622,58 +600,6 @@ export class AttentionProgram implements GpuProgram {
           }
         }
         ${padCols}
-      }`;
-  }
-}
-
-/**
- * The split attention's tiles added (AttentionProgram with chunks > 1): for each token and head,
- * M = max_k m_k, o = sum_k o_k e^(m_k - M) / sum_k l_k e^(m_k - M). One invocation a pair of
- * output elements, or with `packed` a word of o_proj's padded f16 operand (zero past the rows and
- * heads).
- */
-export class AttentionCombineProgram extends FlatProgram {
-  variableNames = ["part"];
-  uniforms = "nTok : i32, nUnits : i32,";
-  shaderKey: string;
-  private readonly units: number;
-  constructor(private readonly s: DecodeShape, private readonly N: number, private readonly chunks: number, private readonly packed?: PackedOut) {
-    const pairs = (s.nHeads * s.headDim) / 2, units = packed ? (packed.rowsP * packed.colsP) / 2 : N * pairs;
-    super(packed ? [units] : [N, s.nHeads * s.headDim], units);
-    this.units = units;
-    this.shaderKey = `verlAttentionCombine_${s.nHeads}_${s.headDim}_c${chunks}${packed ? `_packed${packed.colsP}_${packed.rounding}` : ""}`;
-  }
-  uniformValues(): UniformValue[] {
-    return [{ type: "int32", data: [this.N] }, { type: "int32", data: [this.units] }];
-  }
-  getUserCode(): string {
-    const { nHeads: NH, headDim: HD } = this.s, DP = HD / 2, NK = this.chunks, PW = HD + 2, pk = this.packed;
-    const rowUnits = pk ? pk.colsP / 2 : NH * DP;
-    return `${pk ? halfPairFn(pk.rounding) : ""}
-      fn verlPair(n : i32, j : i32) -> vec2<f32> {
-        if (n >= uniforms.nTok || j >= ${NH * DP}) { return vec2<f32>(0.0); }
-        let base = (n * ${NH} + j / ${DP}) * ${NK} * ${PW};
-        let d = 2 * (j % ${DP});
-        var mx = -3.0e38;
-        for (var k = 0; k < ${NK}; k = k + 1) { mx = max(mx, part[base + k * ${PW} + ${HD}]); }
-        var l = 0.0;
-        var o = vec2<f32>(0.0);
-        for (var k = 0; k < ${NK}; k = k + 1) {
-          let at = base + k * ${PW};
-          let e = exp(part[at + ${HD}] - mx);
-          l = l + part[at + ${HD + 1}] * e;
-          o = o + vec2<f32>(part[at + d], part[at + d + 1]) * e;
-        }
-        if (l > 0.0) { return o / l; }
-        return vec2<f32>(0.0);
-      }
-      fn main(index : i32) {
-        if (index < uniforms.nUnits) {
-          let n = index / ${rowUnits};
-          let j = index - n * ${rowUnits};
-          let o = verlPair(n, j);
-          ${pk ? "result[index] = verlHalfPair(o.x, o.y);" : "result[2 * index] = o.x; result[2 * index + 1] = o.y;"}
-        }
       }`;
   }
 }
