@@ -533,7 +533,9 @@ export class AttentionProgram implements GpuProgram {
         let ph = tid / ${UR};
         ${each((g) => `var m${g} = -3.0e38; var l${g} = 0.0;`)}
         ${each((g) => Array.from({ length: EP }, (_, q) => `var o${g}_${q} = vec2<f32>(0.0);`).join(" "))}
-        for (var t0 = 0; t0 <= slot; t0 = t0 + ${T}) {
+        // a packed output's padding rows (live false) only write zeros: no columns for them
+        let last = select(-1, slot, live);
+        for (var t0 = 0; t0 <= last; t0 = t0 + ${T}) {
           let cnt = min(${T}, slot + 1 - t0);
           ${each((g) => `var s${g} = -3.0e38;`)}
           if (tid < cnt && mask[mBase + t0 + tid] != 0) {
@@ -756,10 +758,7 @@ export class SamplerProgram implements GpuProgram {
         ${sum("rf", "seAll", "se * exp(bm - m)")}
         let logZ = m + log(seAll);
         var token = arg;
-        if (plain) {
-          ${argMax("drawnPlain", "gb", "gi")}
-          token = drawnPlain;
-        } else if (greedy == 0) {
+        if (greedy == 0 && !plain) {
           var low = 0u;
           if (topK > 0 && topK < ${V}) {
             var prefix = 0u;
@@ -789,6 +788,8 @@ export class SamplerProgram implements GpuProgram {
             low = max(prefix, low);
           }
           ${each(`if (verlKey(z) >= low) { ${draw} }`)}
+        }
+        if (greedy == 0) {
           ${argMax("drawn", "gb", "gi")}
           token = drawn;
         }
