@@ -13,6 +13,10 @@
 #   torch   HF generate at the same shapes on the same GPU (bench/pytorch_gpu_table.py --only rollout; vocabularies
 #           VOCAB, the best of TORCH_REPS runs each)
 #   grpo    recipes/qwen05b_shape_grpo, 16-bit, full fine-tuning and LoRA (bench/gpu_round3_session.sh's grpo part)
+#   update  bench/gpu_decode.ts's actor update at 64 x 96 tokens, f16 products, full fine-tuning and LoRA r=32, once per
+#           setting of HOST_AB (default new,old,new): new = as built, old = the host-side caches of 2026-12-07 off
+#           (VERL_WEBGPU_POOL_ORDER=0 VERL_WEBGPU_UNIFORM_CACHE=0 VERL_FROZEN_PACK=0); TORCH_UPDATE=1 adds PyTorch's
+#           update at the same shape (bench/pytorch_gpu_table.py --only update)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/replay_session}"
@@ -41,4 +45,26 @@ if [[ $PARTS == *,torch,* ]]; then
 fi
 if [[ $PARTS == *,grpo,* ]]; then
   OUT="$OUT/grpo" PARTS=grpo STEPS="${STEPS:-4}" GRPO_PARTS="${GRPO_PARTS:-full,lora}" FULL_S="${FULL_S:-110}" LORA_S="${LORA_S:-110}" bash bench/gpu_round3_session.sh
+fi
+if [[ $PARTS == *,update,* ]]; then
+  IFS=, read -ra settings <<< "${HOST_AB:-new,old,new}"
+  i=0
+  for setting in "${settings[@]}"; do
+    i=$((i + 1))
+    envs=()
+    [[ $setting == old ]] && envs=(VERL_WEBGPU_POOL_ORDER=0 VERL_WEBGPU_UNIFORM_CACHE=0 VERL_FROZEN_PACK=0)
+    env ${envs[@]+"${envs[@]}"} timeout "${UPDATE_S:-120}" bash scripts/gpu-run.sh node dist/bench/gpu_decode.js --only update --updates 64x64 --submit 0 \
+      --precision f16 --lora 0,32 --budget-s "$(( ${UPDATE_S:-120} - 20 ))" > "$OUT/update_${i}_$setting.jsonl" 2> "$OUT/update_${i}_$setting.log"
+    echo "== update ($setting) exit $?"
+    grep '"update_0.5B' "$OUT/update_${i}_$setting.jsonl" | python3 -c '
+import json, sys
+for line in sys.stdin:
+    d = json.loads(line); c, f = d["config"], d["figures"]
+    print(json.dumps({"lora": c.get("lora_rank"), "ms": round(f["ms"], 1), "tokens_per_s": round(f["tokens_per_s"]), "dispatches": f["dispatches"], "submits": f["submits"], "writes": f["writes"], "bind_groups": f.get("bind_groups"), "uniforms": f.get("uniforms"), "ms_next": round(f.get("ms_next", 0), 1), "bind_groups_next": f.get("bind_groups_next")}))'
+    grep -h '"error"' "$OUT/update_${i}_$setting.jsonl" | cut -c1-600
+  done
+  if [[ ${TORCH_UPDATE:-0} == 1 ]]; then
+    timeout 150 python3 bench/pytorch_gpu_table.py --only update > "$OUT/torch_update.jsonl" 2> "$OUT/torch_update.log"
+    echo "== torch update exit $?"; cut -c1-400 "$OUT/torch_update.jsonl"
+  fi
 fi

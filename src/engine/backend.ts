@@ -81,6 +81,8 @@ export async function initBackend(requested: BackendName | string = "auto"): Pro
     const cap = freePoolCapBytes(env, gpu === undefined ? undefined : gpu / ranks);
     capFreeBufferPool((tf.backend() as unknown as { bufferManager: Parameters<typeof capFreeBufferPool>[0] }).bufferManager, cap);
     exactReadBack(tf.backend() as unknown as Parameters<typeof exactReadBack>[0]); // size classes: read back a tensor's bytes only
+    // the same uniforms bind the same buffer step after step, so bind groups are found again (uniform_cache.ts)
+    (await import("./uniform_cache.js")).cacheUniforms(tf.backend() as unknown as Parameters<typeof import("./uniform_cache.js").cacheUniforms>[0]);
     reportDeviceErrors((tf.backend() as unknown as { device?: DeviceWithErrors }).device);
     if (process.env.VERL_LOG_PIPELINES === "1") logPipelines(tf.backend() as unknown as Parameters<typeof logPipelines>[0]);
     // tfjs's atomic split-K float32 product is wrong on NVIDIA (docs/gpu.md): the guarded BatchMatMul avoids it

@@ -172,12 +172,26 @@ export function capFreeBufferPool(manager: BufferManagerLike, capBytes = freePoo
     if (!(k in manager)) throw new Error(`tfjs-backend-webgpu's BufferManager has no '${k}': the free-pool cap (src/engine/webgpu_buffer_pool.ts) needs updating for this tfjs version`);
   }
   const stats: FreePoolStats = { trims: 0, bytesDestroyed: 0, capBytes, created: 0, bytesCreated: 0 };
-  const parkedAt = new WeakMap<object, number>();
-  let releases = 0;
+  const parkedAt = new WeakMap<object, number>(), serial = new WeakMap<object, number>();
+  let releases = 0, serials = 0;
+  const ordered = process.env.VERL_WEBGPU_POOL_ORDER !== "0";
+  const serialOf = (b: object) => {
+    let i = serial.get(b);
+    if (i === undefined) serial.set(b, (i = serials++));
+    return i;
+  };
   const acquire = manager.acquireBuffer.bind(manager), release = manager.releaseBuffer.bind(manager);
   manager.releaseBuffer = (buffer, reuse = true) => {
     parkedAt.set(buffer, releases++);
     release(buffer, reuse);
+    // tfjs hands out the last buffer parked (pop): keep each free list ordered by the buffers'
+    // creation, newest first, so the oldest parked buffer of a size is handed out. Which buffer a
+    // tensor gets then depends on which are free, not on the order they came back: a loop binds the
+    // same buffers to the same dispatches step after step, and its bind groups are found again
+    // (bind_group_cache.ts; with tfjs's order most of a training step's groups were new each step)
+    // (VERL_WEBGPU_POOL_ORDER=0 keeps tfjs's order, for comparisons)
+    const list = reuse && ordered ? manager.freeBuffers.get(`${buffer.size}_${buffer.usage}`) : undefined;
+    if (list && list[list.length - 1] === buffer) orderLast(list, serialOf);
   };
   manager.acquireBuffer = (want, usage, mappedAtCreation = false, reuse = true) => {
     const size = sizeClasses && roundable(usage) ? sizeClass(want) : want;
@@ -192,12 +206,24 @@ export function capFreeBufferPool(manager: BufferManagerLike, capBytes = freePoo
       stats.trims++;
     }
     const buffer = acquire(size, usage, mappedAtCreation, reuse);
+    serialOf(buffer as object); // numbered when first handed out: creation order
     if (size !== want) acquiredBytes.set(buffer as object, want);
     else acquiredBytes.delete(buffer as object);
     return buffer;
   };
   installed.set(manager, stats);
   return stats;
+}
+
+/** Moves a free list's last buffer to its place in an order of falling serials (the rest is in that order). */
+export function orderLast<T extends object>(list: T[], serialOf: (b: T) => number): void {
+  const b = list.pop()!, s = serialOf(b);
+  let lo = 0, hi = list.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (serialOf(list[mid]!) > s) lo = mid + 1; else hi = mid;
+  }
+  list.splice(lo, 0, b);
 }
 
 /** The statistics of a manager the cap is installed on (undefined otherwise). */

@@ -141,3 +141,22 @@ test("size classes: nearby storage sizes reuse one parked buffer; uniform and ma
   for (const size of [40_000, 40_400]) off.manager.releaseBuffer(off.manager.acquireBuffer(size, STORAGE));
   assert.equal(offStats.created, 2, "switched off: exact sizes as before");
 });
+
+test("a size's free buffers are handed out oldest first, whatever order they came back in, so a loop's steps bind the same buffers", async (t) => {
+  const m = await tfjsBufferManager();
+  if (typeof m === "string") return t.skip(m);
+  const { manager } = m;
+  capFreeBufferPool(manager, 1 << 30);
+  const seen: Buf[][] = [];
+  for (let step = 0; step < 6; step++) {
+    // three live buffers of one size, released in an order that changes every step (as tfjs's deferred
+    // disposal after each submit gives), then asked for again
+    const bs = [0, 1, 2].map(() => manager.acquireBuffer(4096, STORAGE));
+    seen.push(bs);
+    const order = step % 2 ? [bs[2]!, bs[0]!, bs[1]!] : [bs[1]!, bs[2]!, bs[0]!];
+    for (const b of order) manager.releaseBuffer(b);
+  }
+  const ids = seen.map((bs) => bs.map((b) => m.created.indexOf(b)));
+  assert.deepEqual(ids[0], [0, 1, 2]);
+  for (let step = 1; step < ids.length; step++) assert.deepEqual(ids[step], ids[0], `step ${step}: the same buffer for each of the step's tensors`);
+});
