@@ -4,6 +4,7 @@
 // which fall to a scalar loop about 10x slower. These versions transpose
 // explicitly in the backward pass (a training step measured 3x faster).
 import * as tf from "@tensorflow/tfjs";
+import { frozenStackProduct, packsFrozenStacks } from "./frozen_weights.js";
 
 /** Whether the wasm backend runs (its fast matmul path takes no transposed operand). */
 export function onWasm(): boolean {
@@ -74,14 +75,17 @@ export function frozenLinear(x: tf.Tensor, w: tf.Tensor2D | tf.Tensor2D[]): tf.T
   if (x.shape[x.shape.length - 1] !== inF) {
     throw new Error(`frozenLinear: input last dim ${x.shape[x.shape.length - 1]} does not match weight [${outF}, ${inF}]`);
   }
-  // tfjs's own matMul gradient is lazy: an unrequested dW is skipped (and the stack is freed with the tape)
-  if (!onWasm()) return tf.tidy(() => linear(x, stack(parts)));
+  // tfjs's own matMul gradient is lazy: an unrequested dW is skipped (and the stack is freed with the
+  // tape); under 16-bit products the stack's packed copy is kept instead (frozen_weights.ts)
+  const packed = !onWasm() && packsFrozenStacks();
+  if (!onWasm() && !packed) return tf.tidy(() => linear(x, stack(parts)));
   const op = tf.customGrad((...args: GradArgs) => {
     const [xs, save] = args as [tf.Tensor2D, tf.GradSaveFunc];
     save(parts); // the weights themselves (they persist), not a temporary stack
     return {
-      value: tf.tidy(() => tf.matMul(xs, tf.transpose(stack(parts)))),
-      gradFunc: (dy: tf.Tensor | tf.Tensor[], saved: tf.Tensor[]) => [tf.tidy(() => tf.matMul(dy as tf.Tensor2D, stack(saved)))],
+      value: tf.tidy(() => (packed && frozenStackProduct(xs, parts, true)) || tf.matMul(xs, tf.transpose(stack(parts)))),
+      gradFunc: (dy: tf.Tensor | tf.Tensor[], saved: tf.Tensor[]) => [tf.tidy(() =>
+        (packed && frozenStackProduct(dy as tf.Tensor2D, saved as tf.Tensor2D[], false)) || tf.matMul(dy as tf.Tensor2D, stack(saved)))],
     };
   });
   const lead = x.shape.slice(0, -1);

@@ -193,23 +193,41 @@ function tfKernel(name: string): (a: object) => TensorInfo {
   return k.kernelFunc as unknown as (a: object) => TensorInfo;
 }
 
+/** A packed operand's layout: what identifies its words (rounding, batch, stored extents) and its padded extents. */
+export interface OperandLayout { base: string; batch: number; rowsP: number; colsP: number }
+
 /**
- * Packed f16 copies of weights, kept across the products of an optimizer step: the forward
- * product and the backward product with a weight pack it once each (two layouts) instead of once
- * a product. Only data that belongs to a tf.Variable, or is marked weight-like (engine/weight_like.ts),
- * is kept (activations change every product);
- * an optimizer update assigns a variable new data, so the next product packs again, and the old
- * copies are freed when the old data is released (the backend's disposeData is wrapped for that).
- * Nothing in verl-ts writes a variable's buffer in place (assign replaces the data).
- * VERL_GEMM_WEIGHT_CACHE=0 turns it off.
+ * Packed f16 copies of product operands, kept while their data lives.
+ *
+ * Weights: the forward product and the backward product with a weight pack it once each (two
+ * layouts) instead of once a product, for as long as the weight's data is unchanged. Only data that
+ * belongs to a tf.Variable, or is marked weight-like (engine/weight_like.ts), is kept this way; an
+ * optimizer update assigns a variable new data, so the next product packs again, and the old copies
+ * are freed when the old data is released (the backend's disposeData is wrapped for that). Nothing
+ * in verl-ts writes a variable's buffer in place (assign replaces the data).
+ *
+ * Activations (`activationBytes` > 0): a tensor's data never changes either, and a pass packs the
+ * same activation for several products: a linear layer's input for its forward product and again,
+ * as the other layout, for its weight gradient; the output gradient for the input gradient and the
+ * weight gradient; LoRA's input for the adapter's product and the frozen base product. Their copies
+ * are kept too, least recently used first out once they pass `activationBytes` (trimmed after each
+ * product, when nothing still to be recorded uses them), and freed with their data. A copy serves
+ * another layout of the same operand when its rows are padded at least as far and its columns
+ * alike (a K padded to 16 read from rows padded to 128: the rows past K are zeros no product
+ * reads). VERL_GEMM_WEIGHT_CACHE=0 turns both off; VERL_GEMM_ACTIVATION_PACK_MB sets the bound (0: off).
  */
 export class PackedWeightCache {
   /** copies packed so far (tests check that an unchanged weight is not packed again) */
   packs = 0;
-  private readonly byData = new Map<object, Map<string, TensorInfo>>();
+  /** activation copies found again instead of packed */
+  activationHits = 0;
+  private readonly byData = new Map<object, Map<string, { info: TensorInfo; layout: OperandLayout }>>();
+  /** activation copies, least recently used first: source data and layout key */
+  private readonly lru = new Map<TensorInfo, { id: object; key: string; bytes: number }>();
+  private heldBytes = 0;
   private readonly release: (id: object) => boolean;
 
-  constructor(backend: Backend & { disposeData(id: object, force?: boolean): boolean }) {
+  constructor(backend: Backend & { disposeData(id: object, force?: boolean): boolean }, public activationBytes = 0) {
     const dispose = backend.disposeData.bind(backend);
     this.release = dispose;
     backend.disposeData = (id: object, force?: boolean): boolean => {
@@ -219,24 +237,71 @@ export class PackedWeightCache {
     };
   }
 
-  /** x's packed copy in this layout: kept (owned false: the caller must not free it) when x is a variable's data. */
-  get(x: TensorInfo, layout: string, pack: () => TensorInfo): { info: TensorInfo; owned: boolean } {
-    if (!keepsPackedCopies(x.dataId)) { this.packs++; return { info: pack(), owned: true }; }
+  /**
+   * x's packed copy in this layout: kept (owned false: the caller must not free it) when x is a
+   * weight's data, or an activation while the bound allows; otherwise packed for the caller (owned).
+   */
+  get(x: TensorInfo, layout: OperandLayout | string, pack: () => TensorInfo): { info: TensorInfo; owned: boolean } {
+    const l: OperandLayout = typeof layout === "string" ? { base: layout, batch: 1, rowsP: 0, colsP: 0 } : layout;
+    const key = `${l.base}->${l.rowsP}x${l.colsP}`;
+    const weight = keepsPackedCopies(x.dataId);
+    if (!weight && this.activationBytes <= 0) { this.packs++; return { info: pack(), owned: true }; }
     let m = this.byData.get(x.dataId);
+    const hit = m?.get(key) ?? (weight ? undefined : this.wider(m, l));
+    if (hit) {
+      if (!weight) { this.activationHits++; this.touch(hit.info); }
+      return { info: hit.info, owned: false };
+    }
+    this.packs++;
+    const info = pack();
     if (!m) this.byData.set(x.dataId, (m = new Map()));
-    let info = m.get(layout);
-    if (!info) { this.packs++; info = pack(); m.set(layout, info); }
+    m.set(key, { info, layout: l });
+    if (!weight) {
+      const bytes = l.batch * l.rowsP * l.colsP * 2;
+      this.lru.set(info, { id: x.dataId, key, bytes });
+      this.heldBytes += bytes;
+    }
     return { info, owned: false };
   }
 
-  /** Weights with copies kept. */
+  /** A kept activation copy with the same words per row and at least as many padded rows (batch 1). */
+  private wider(m: Map<string, { info: TensorInfo; layout: OperandLayout }> | undefined, l: OperandLayout) {
+    if (!m || l.batch !== 1) return undefined;
+    for (const e of m.values()) if (e.layout.base === l.base && e.layout.colsP === l.colsP && e.layout.rowsP >= l.rowsP) return e;
+    return undefined;
+  }
+
+  private touch(info: TensorInfo): void {
+    const e = this.lru.get(info);
+    if (e) { this.lru.delete(info); this.lru.set(info, e); }
+  }
+
+  /** Frees the least recently used activation copies past the bound. Call once a product is recorded (its copies are then owned by the queue). */
+  trim(): void {
+    for (const [info, e] of this.lru) {
+      if (this.heldBytes <= this.activationBytes) break;
+      this.lru.delete(info);
+      this.heldBytes -= e.bytes;
+      this.byData.get(e.id)?.delete(e.key);
+      this.release(info.dataId);
+    }
+  }
+
+  /** Operands with copies kept. */
   get size(): number { return this.byData.size; }
+
+  /** Bytes of activation copies kept. */
+  get activationBytesHeld(): number { return this.heldBytes; }
 
   private forget(id: object): void {
     const m = this.byData.get(id);
     if (!m) return;
     this.byData.delete(id);
-    for (const info of m.values()) this.release(info.dataId);
+    for (const { info } of m.values()) {
+      const e = this.lru.get(info);
+      if (e) { this.lru.delete(info); this.heldBytes -= e.bytes; }
+      this.release(info.dataId);
+    }
   }
 }
 
@@ -262,11 +327,23 @@ function keepsPackedCopies(id: object): boolean {
 }
 
 const weightCaches = new WeakMap<object, PackedWeightCache>();
-/** This backend's weight cache (made on first use), or none under VERL_GEMM_WEIGHT_CACHE=0. */
+
+/** Default bound on kept activation copies (VERL_GEMM_ACTIVATION_PACK_MB overrides; 0 turns sharing off). */
+export const DEFAULT_ACTIVATION_PACK_MB = 4096;
+
+/** VERL_GEMM_ACTIVATION_PACK_MB as bytes (unset: the default), or an error naming the variable. */
+export function activationPackBytes(env: string | undefined = process.env.VERL_GEMM_ACTIVATION_PACK_MB): number {
+  if (env === undefined || env === "") return DEFAULT_ACTIVATION_PACK_MB * 2 ** 20;
+  const mb = Number(env);
+  if (!Number.isFinite(mb) || mb < 0) throw new Error(`VERL_GEMM_ACTIVATION_PACK_MB must be a number of MiB >= 0, got '${env}'`);
+  return Math.floor(mb * 2 ** 20);
+}
+
+/** This backend's operand cache (made on first use), or none under VERL_GEMM_WEIGHT_CACHE=0. */
 export function packedWeightCache(backend: Backend): PackedWeightCache | undefined {
   if (process.env.VERL_GEMM_WEIGHT_CACHE === "0") return undefined;
   let c = weightCaches.get(backend);
-  if (!c) weightCaches.set(backend, (c = new PackedWeightCache(backend)));
+  if (!c) weightCaches.set(backend, (c = new PackedWeightCache(backend, activationPackBytes())));
   return c;
 }
 
@@ -292,9 +369,9 @@ function operandExtents(s: GemmShape, kernel: PaddedGemmKernel, which: "a" | "b"
 }
 
 /** What identifies a packed operand's words: rounding, batch, extents and padding. */
-function operandLayout(s: GemmShape, kernel: PaddedGemmKernel, which: "a" | "b", rounding: Rounding): string {
+function operandLayout(s: GemmShape, kernel: PaddedGemmKernel, which: "a" | "b", rounding: Rounding): OperandLayout {
   const e = operandExtents(s, kernel, which);
-  return `${rounding}:${e.batch}:${e.rows}x${e.cols}->${e.rowsP}x${e.colsP}`;
+  return { base: `${rounding}:${e.batch}:${e.rows}x${e.cols}`, batch: e.batch, rowsP: e.rowsP, colsP: e.colsP };
 }
 
 /** One operand as the kernel's zero-padded f16 words (int32, two halves a word). */
@@ -318,17 +395,16 @@ export function paddedMatMul(backend: Backend, a: TensorInfo, b: TensorInfo, s: 
   // checked here: under skip_validation an oversized pipeline is built anyway and crashes the process (docs/gpu.md)
   if (limit > 0 && bytes > limit) throw new Error(`tensor-core kernel needs ${bytes} bytes of workgroup memory, the device allows ${limit}`);
   const { mP, nP } = kernel.padding(s);
-  const pa = opts.aPacked ? a : packOperand(backend, a, s, kernel, "a", rounding);
-  let pb = b, ownB = false;
-  if (!opts.bPacked) {
-    const got = opts.weights ? opts.weights.get(b, operandLayout(s, kernel, "b", rounding), () => packOperand(backend, b, s, kernel, "b", rounding))
-      : { info: packOperand(backend, b, s, kernel, "b", rounding), owned: true };
-    pb = got.info; ownB = got.owned;
-  }
+  const operand = (x: TensorInfo, which: "a" | "b") => opts.weights
+    ? opts.weights.get(x, operandLayout(s, kernel, which, rounding), () => packOperand(backend, x, s, kernel, which, rounding))
+    : { info: packOperand(backend, x, s, kernel, which, rounding), owned: true };
+  const ga = opts.aPacked ? { info: a, owned: false } : operand(a, "a");
+  const gb = opts.bPacked ? { info: b, owned: false } : operand(b, "b");
   const prog = kernel.program(s), splits = kernel.splits?.(s) ?? 1;
-  const full = backend.runWebGPUProgram(prog, [pa, pb], "float32", prog.uniformValues());
-  if (!opts.aPacked) backend.disposeData(pa.dataId);
-  if (ownB) backend.disposeData(pb.dataId);
+  const full = backend.runWebGPUProgram(prog, [ga.info, gb.info], "float32", prog.uniformValues());
+  if (ga.owned) backend.disposeData(ga.info.dataId);
+  if (gb.owned) backend.disposeData(gb.info.dataId);
+  opts.weights?.trim(); // kept copies past the bound go now that this product is recorded
   let out = full;
   if (splits > 1 || opts.residual) {
     // the parts' sum (and the residual), cut to [batch, m, n] in the same pass
@@ -368,6 +444,17 @@ function rowPrefix(backend: Backend, full: TensorInfo, shape: [number, number, n
 }
 
 /**
+ * Whether a stored [rows, cols] weight packs to the same words as the right operand of x W^T
+ * (rows are N, padded as N) and of x W (rows are K, padded as K): both of its extents must already
+ * be multiples of the N and the K padding of `tile`.
+ */
+export function layoutsShareWords(rows: number, cols: number, tile: DirectTile): boolean {
+  const pad = (k: number, n: number) => directPadding({ batch: 1, m: 1, n, k, transposeA: false, transposeB: false, batchA: 1, batchB: 1 }, tile);
+  const asNT = pad(cols, rows), asNN = pad(rows, cols); // NT: [nP, kP] stored; NN: [kP, nP]
+  return asNT.nP === asNN.kP && asNT.kP === asNN.nP;
+}
+
+/**
  * A float32 weight kept as the direct kernel's right operand: zero-padded f16 words (bf16
  * precision held in f16 for "bf16"), packed once so that products with it pack only their
  * left operand. The WebGPU decoder holds its weights this way under rollout.dtype=bf16/fp16.
@@ -391,14 +478,31 @@ export class PackedMatrix {
   }
 
   /**
+   * The same weight for the other product (x W where this is x W^T, or the reverse) sharing these
+   * words, where both layouts pad alike (each stored extent already a multiple of both paddings);
+   * undefined otherwise (pack it again). Disposing either disposes the shared words.
+   */
+  otherLayout(): PackedMatrix | undefined {
+    const rows = this.transposed ? this.n : this.k, cols = this.transposed ? this.k : this.n;
+    if (!layoutsShareWords(rows, cols, this.tile)) return undefined;
+    return new PackedMatrix(this.words, rows, cols, !this.transposed, this.rounding, this.tile);
+  }
+
+  /**
    * x [m, k] times the weight: float32 [m, n], accumulated in f32 on the tensor cores; plus
    * `residual` ([m, n] float32) where given, added in the pass that sums the split-K parts.
    */
-  matMul(x: tf.Tensor2D, residual?: tf.Tensor): tf.Tensor2D {
+  matMul(x: tf.Tensor2D, residual?: tf.Tensor, opts: { trainer?: boolean } = {}): tf.Tensor2D {
     const [m, k] = x.shape;
     if (k !== this.k) throw new Error(`PackedMatrix: product of [${m}, ${k}] with a weight of ${this.k} rows`);
     const s: GemmShape = { batch: 1, m, n: this.n, k, transposeA: false, transposeB: this.transposed, batchA: 1, batchB: 1 };
-    const info = directMatMul(tf.backend() as unknown as Backend, x, this.words, s, [m, this.n], { tile: this.tile, rounding: this.rounding, bPacked: true, residual: this.checkResidual(residual, m) });
+    const backend = tf.backend() as unknown as Backend;
+    // trainer: the trainer's products' rules, split-K where the product has few output tiles and a
+    // long K (the split kernel pads as the unsplit one does, so the packed words serve it unchanged)
+    // and x's packed copy shared with its other products (PackedWeightCache)
+    const info = opts.trainer
+      ? paddedMatMul(backend, x, this.words, s, [m, this.n], splitKernel(this.tile), { rounding: this.rounding, bPacked: true, weights: packedWeightCache(backend), residual: this.checkResidual(residual, m) })
+      : directMatMul(backend, x, this.words, s, [m, this.n], { tile: this.tile, rounding: this.rounding, bPacked: true, residual: this.checkResidual(residual, m) });
     return tf.engine().makeTensorFromTensorInfo(info as tf.TensorInfo) as tf.Tensor2D;
   }
 

@@ -3,6 +3,7 @@
 import * as tf from "@tensorflow/tfjs";
 import { onWasm } from "../engine/matmul.js";
 import { markWeightLike } from "../engine/weight_like.js";
+import { frozenStackProduct } from "../engine/frozen_weights.js";
 
 type GradArgs = (tf.Tensor | tf.GradSaveFunc)[];
 
@@ -84,7 +85,7 @@ export function loraLinear(x: tf.Tensor2D, blocks: LoraBlock[], scale: number, p
     const ins = args.slice(0, -1) as tf.Tensor[];
     save([...ins, ...ws, ...consts]);
     const value = tf.tidy(() => {
-      const y = matmulT(xs, stack(ws));
+      const y = frozenStackProduct(xs, ws, true) ?? matmulT(xs, stack(ws));
       const deltas = blocks.map((bl, j) => {
         const k = adapted.indexOf(j);
         if (k < 0) return tf.zeros([xs.shape[0], sizes[j]!]);
@@ -102,7 +103,7 @@ export function loraLinear(x: tf.Tensor2D, blocks: LoraBlock[], scale: number, p
       gradFunc: (dy: tf.Tensor | tf.Tensor[], saved: tf.Tensor[]) => tf.tidy(() => {
         const x0 = saved[0] as tf.Tensor2D, sin = saved.slice(0, n), sw = saved.slice(n, n + ws.length) as tf.Tensor2D[];
         const g = dy as tf.Tensor2D;
-        let dx = tf.matMul(g, stack(sw));
+        let dx: tf.Tensor = frozenStackProduct(g, sw, false) ?? tf.matMul(g, stack(sw));
         const parts = blocks.length === 1 ? [g] : tf.split(g, sizes, 1);
         const grads: tf.Tensor[] = [];
         adapted.forEach((j, k) => {
@@ -164,24 +165,29 @@ function batchPlan(blocks: LoraBlock[]): BatchPlan | undefined {
 
 /**
  * The batched form's constants for a block layout: `mask` [sum(out), slots * r] holds `scale` where
- * block j's rows meet its slot's columns (zero elsewhere).
+ * block j's rows meet its slot's columns (zero elsewhere); `own` [sum(out) * r] int32 indexes, in
+ * the flattened [sum(out), slots * r], each row's own slot's r entries.
  * Kept across calls (made once per layout and backend): uploading them every pass would cost what
  * the batching saves.
  */
-const layoutCache = new Map<string, { mask: tf.Tensor2D }>();
+const layoutCache = new Map<string, { mask: tf.Tensor2D; own: tf.Tensor1D }>();
 
 function layoutConstants(sizes: number[], slotOf: number[], rank: number, scale: number) {
   const u = Math.max(...slotOf) + 1, key = `${tf.getBackend()}|${sizes}|${slotOf}|${rank}|${scale}`;
   const hit = layoutCache.get(key);
-  if (hit && !hit.mask.isDisposed) return hit;
+  if (hit && !hit.mask.isDisposed && !hit.own.isDisposed) return hit;
   const rows = sizes.reduce((a, b) => a + b, 0), cols = u * rank;
-  const mask = new Float32Array(rows * cols);
+  const mask = new Float32Array(rows * cols), own = new Int32Array(rows * rank);
   let row = 0;
   sizes.forEach((n, j) => {
-    for (let o = row; o < row + n; o++) mask.fill(scale, o * cols + slotOf[j]! * rank, o * cols + (slotOf[j]! + 1) * rank);
+    const first = slotOf[j]! * rank;
+    for (let o = row; o < row + n; o++) {
+      mask.fill(scale, o * cols + first, o * cols + first + rank);
+      for (let c = 0; c < rank; c++) own[o * rank + c] = o * cols + first + c;
+    }
     row += n;
   });
-  const made = { mask: tf.keep(tf.tensor2d(mask, [rows, cols])) };
+  const made = { mask: tf.keep(tf.tensor2d(mask, [rows, cols])), own: tf.keep(tf.tensor1d(own, "int32")) };
   layoutCache.set(key, made);
   return made;
 }
@@ -261,7 +267,7 @@ function batchedLoraLinear(x: tf.Tensor2D, blocks: LoraBlock[], scale: number, p
       const l = matmulT(h, bd);
       // the saved tensors are x, the small H, A and Bd, the masks, and the frozen weights themselves (no [N, out] copy)
       save([xs, h, aCat, bd, ...(din ? [din] : []), ...(dout ? [dout] : []), ...ws]);
-      return tf.add(matmulT(xs, cat(ws, 0)), dout ? tf.mul(l, dout) : l);
+      return tf.add(frozenStackProduct(xs, ws, true) ?? matmulT(xs, cat(ws, 0)), dout ? tf.mul(l, dout) : l);
     });
     return {
       value,
@@ -272,10 +278,10 @@ function batchedLoraLinear(x: tf.Tensor2D, blocks: LoraBlock[], scale: number, p
         const g = dy as tf.Tensor2D, gl = dout ? (tf.mul(g, dout) as tf.Tensor2D) : g;
         const dh = tf.matMul(gl, bd) as tf.Tensor2D; // [N, u r]
         const gh = matmulTN(gl, h); // [out, u r]: block j's rows against every slot's columns
-        // each row keeps its own slot's r columns (the mask, times s), summed over the u slots: one
-        // term is non-zero, so the sum is exact (a product with stacked identities would round it to
-        // 16 bits under 16-bit products, and pack and pad two operands for it)
-        const dbCat = layout ? tf.sum(tf.mul(gh, layout.mask).reshape([-1, u, r]), 1) : tf.mul(gh, scale);
+        // each row keeps its own slot's r columns, times s: a gather (one kernel; a masked sum over
+        // the slots took a multiply, a transpose and a reduction; a product with stacked identities
+        // would round dB to 16 bits under 16-bit products, and pack and pad two operands for it)
+        const dbCat = layout ? tf.mul(tf.gather(gh.reshape([-1]), layout.own).reshape([-1, r]), scale) : tf.mul(gh, scale);
         const dbs = k === 1 ? [dbCat] : tf.split(dbCat, sizes, 0);
         let dxa: tf.Tensor, das: tf.Tensor[];
         if (stacked) {
@@ -288,7 +294,7 @@ function batchedLoraLinear(x: tf.Tensor2D, blocks: LoraBlock[], scale: number, p
           const daCat = matmulTN(dh, din ? (tf.mul(x0, din) as tf.Tensor2D) : x0); // [u r, in]
           das = u === 1 ? [daCat] : tf.split(daCat, u, 0);
         }
-        return [tf.add(tf.matMul(g, cat(sw, 0)), dxa), ...das, ...dbs];
+        return [tf.add(frozenStackProduct(g, sw, false) ?? tf.matMul(g, cat(sw, 0)), dxa), ...das, ...dbs];
       }),
     };
   });
