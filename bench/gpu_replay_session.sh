@@ -14,8 +14,9 @@
 #           VOCAB, the best of TORCH_REPS runs each)
 #   grpo    recipes/qwen05b_shape_grpo, 16-bit, full fine-tuning and LoRA (bench/gpu_round3_session.sh's grpo part)
 #   update  bench/gpu_decode.ts's actor update at 64 x 96 tokens, f16 products, full fine-tuning and LoRA r=32, once per
-#           setting of HOST_AB (default new,old,new): new = as built, old = the host-side caches of 2026-12-07 off
-#           (VERL_WEBGPU_POOL_ORDER=0 VERL_WEBGPU_UNIFORM_CACHE=0 VERL_FROZEN_PACK=0); TORCH_UPDATE=1 adds PyTorch's
+#           setting of HOST_AB (default new,old,new): new = as built, old = the changes of 2026-12-07 off
+#           (VERL_WEBGPU_POOL_ORDER=0 VERL_WEBGPU_UNIFORM_CACHE=0 VERL_FROZEN_PACK=0 VERL_LORA_PAD_SLOTS=0
+#           VERL_GEMM_ACTIVATION_PACK_MB=0), nohost = only the first two off; TORCH_UPDATE=1 adds PyTorch's
 #           update at the same shape (bench/pytorch_gpu_table.py --only update)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -52,7 +53,8 @@ if [[ $PARTS == *,update,* ]]; then
   for setting in "${settings[@]}"; do
     i=$((i + 1))
     envs=()
-    [[ $setting == old ]] && envs=(VERL_WEBGPU_POOL_ORDER=0 VERL_WEBGPU_UNIFORM_CACHE=0 VERL_FROZEN_PACK=0)
+    [[ $setting == old ]] && envs=(VERL_WEBGPU_POOL_ORDER=0 VERL_WEBGPU_UNIFORM_CACHE=0 VERL_FROZEN_PACK=0 VERL_LORA_PAD_SLOTS=0 VERL_GEMM_ACTIVATION_PACK_MB=0)
+    [[ $setting == nohost ]] && envs=(VERL_WEBGPU_POOL_ORDER=0 VERL_WEBGPU_UNIFORM_CACHE=0)
     env ${envs[@]+"${envs[@]}"} timeout "${UPDATE_S:-120}" bash scripts/gpu-run.sh node dist/bench/gpu_decode.js --only update --updates 64x64 --submit 0 \
       --precision f16 --lora 0,32 --budget-s "$(( ${UPDATE_S:-120} - 20 ))" > "$OUT/update_${i}_$setting.jsonl" 2> "$OUT/update_${i}_$setting.log"
     echo "== update ($setting) exit $?"

@@ -7,7 +7,7 @@
 // the 0.5B shape's 1152 x 896 and 9728 x 896, the two layouts share one set of words). Only the f16
 // words are kept (half the stack's float32 bytes), not the float32 stack itself.
 import * as tf from "@tensorflow/tfjs";
-import { matmulPrecision, PackedMatrix } from "./webgpu_kernels.js";
+import { matmulPrecision, onTensorCores, PackedMatrix } from "./webgpu_kernels.js";
 
 /** A stack's packed copies, per layout, and the data they were made from. */
 interface FrozenStack { ids: object[]; rounding: string; layouts: Map<boolean, PackedMatrix> }
@@ -19,7 +19,7 @@ const byData = new WeakMap<object, FrozenStack>();
 
 /** Whether frozen stacks are packed here: 16-bit products on WebGPU, unless VERL_FROZEN_PACK=0. */
 export function packsFrozenStacks(): boolean {
-  return process.env.VERL_FROZEN_PACK !== "0" && tf.getBackend() === "webgpu" && matmulPrecision() !== "f32";
+  return process.env.VERL_FROZEN_PACK !== "0" && onTensorCores();
 }
 
 const isFrozenVariable = (t: tf.Tensor) => t instanceof tf.Variable && !t.trainable;

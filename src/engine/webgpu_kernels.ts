@@ -41,6 +41,9 @@ export const tensorCoreSupport = { available: false, reason: "the WebGPU backend
 
 export function matmulPrecision(): MatmulPrecision { return state.precision; }
 
+/** Whether this thread's products run on the tensor cores now (16-bit products on the WebGPU backend). */
+export function onTensorCores(): boolean { return state.precision !== "f32" && state.installed && tf.getBackend() === "webgpu"; }
+
 /** Counters of the BatchMatMul override (products on the tensor cores, products sent to tfjs's kernel). */
 export function tensorCoreStats(): { calls: number; fallbacks: number } { return { calls: state.calls, fallbacks: state.fallbacks }; }
 

@@ -4,6 +4,7 @@ import * as tf from "@tensorflow/tfjs";
 import { onWasm } from "../engine/matmul.js";
 import { markWeightLike } from "../engine/weight_like.js";
 import { frozenStackProduct } from "../engine/frozen_weights.js";
+import { onTensorCores } from "../engine/webgpu_kernels.js";
 
 type GradArgs = (tf.Tensor | tf.GradSaveFunc)[];
 
@@ -164,6 +165,20 @@ function batchPlan(blocks: LoraBlock[]): BatchPlan | undefined {
 }
 
 /**
+ * The slots H is laid out in: the used ones (u), or more, empty, where that makes H's width u r a
+ * multiple of 64 (16-bit products on WebGPU, several flat slots, 64 a multiple of r or r of 64). The
+ * tensor-core products pad a width to 64 or 128 anyway; given as the operands' own width, H, dH and
+ * gl^T H come out of their products without a slice of the padding, and one packed copy of H (of dH)
+ * serves both products that read it (at the 0.5B shape, q/k/v's 3 x 32 = 96 columns: 5 kernels fewer a
+ * pass). The empty slots' A rows and Bd columns are zero, so the products are unchanged.
+ * VERL_LORA_PAD_SLOTS=0 keeps u slots.
+ */
+function slotCount(u: number, r: number, stacked: boolean): number {
+  if (stacked || u < 2 || (u * r) % 64 === 0 || (64 % r !== 0 && r % 64 !== 0) || !onTensorCores() || process.env.VERL_LORA_PAD_SLOTS === "0") return u;
+  return Math.ceil((u * r) / 64) * 64 / r;
+}
+
+/**
  * The batched form's constants for a block layout: `mask` [sum(out), slots * r] holds `scale` where
  * block j's rows meet its slot's columns (zero elsewhere); `own` [sum(out) * r] int32 indexes, in
  * the flattened [sum(out), slots * r], each row's own slot's r entries.
@@ -172,8 +187,9 @@ function batchPlan(blocks: LoraBlock[]): BatchPlan | undefined {
  */
 const layoutCache = new Map<string, { mask: tf.Tensor2D; own: tf.Tensor1D }>();
 
-function layoutConstants(sizes: number[], slotOf: number[], rank: number, scale: number) {
-  const u = Math.max(...slotOf) + 1, key = `${tf.getBackend()}|${sizes}|${slotOf}|${rank}|${scale}`;
+/** `slots` (at least the blocks' slots): columns of empty slots past the used ones pad H to it (see slotCount). */
+function layoutConstants(sizes: number[], slotOf: number[], rank: number, scale: number, slots: number) {
+  const u = slots, key = `${tf.getBackend()}|${sizes}|${slotOf}|${rank}|${scale}|${u}`;
   const hit = layoutCache.get(key);
   if (hit && !hit.mask.isDisposed && !hit.own.isDisposed) return hit;
   const rows = sizes.reduce((a, b) => a + b, 0), cols = u * rank;
@@ -201,15 +217,15 @@ function layoutConstants(sizes: number[], slotOf: number[], rank: number, scale:
  * on copies of the variables (recomputed layers) build their own.
  */
 interface AdapterOperands { ids: object[]; scale: number; aCat: tf.Tensor; bd: tf.Tensor2D }
-/** Per call site (its first B variable): the operands in each A layout (stacked for pre-dropout training passes, flat otherwise). */
-const adapterOperandCache = new WeakMap<tf.Tensor, { stacked?: AdapterOperands; flat?: AdapterOperands }>();
+/** Per call site (its first B variable): the operands in each A layout (stacked for pre-dropout training passes, flat otherwise, by slot count). */
+const adapterOperandCache = new WeakMap<tf.Tensor, Map<string, AdapterOperands>>();
 
-function adapterOperands(as: tf.Tensor2D[], bs: tf.Tensor2D[], stacked: boolean, scale: number, build: () => { aCat: tf.Tensor; bd: tf.Tensor2D }): { aCat: tf.Tensor; bd: tf.Tensor2D } {
+function adapterOperands(as: tf.Tensor2D[], bs: tf.Tensor2D[], layoutName: string, scale: number, build: () => { aCat: tf.Tensor; bd: tf.Tensor2D }): { aCat: tf.Tensor; bd: tf.Tensor2D } {
   const vars = [...as, ...bs];
   if (!vars.every((v) => v instanceof tf.Variable)) return build();
   let site = adapterOperandCache.get(bs[0]!);
-  if (!site) adapterOperandCache.set(bs[0]!, (site = {}));
-  const which = stacked ? "stacked" : "flat", ids = vars.map((v) => v.dataId), hit = site[which];
+  if (!site) adapterOperandCache.set(bs[0]!, (site = new Map()));
+  const ids = vars.map((v) => v.dataId), hit = site.get(layoutName);
   if (hit && hit.scale === scale && !hit.aCat.isDisposed && !hit.bd.isDisposed && hit.ids.length === ids.length && hit.ids.every((id, i) => id === ids[i])) return hit;
   // a saved clone of the old ones (the backward pass of a call before the step) keeps its own
   // reference; a lone A is the variable itself (no concatenation), never disposed here
@@ -217,7 +233,7 @@ function adapterOperands(as: tf.Tensor2D[], bs: tf.Tensor2D[], stacked: boolean,
   const made = build(), entry = { ids, scale, aCat: tf.keep(made.aCat), bd: tf.keep(made.bd) };
   markWeightLike(entry.aCat);
   markWeightLike(entry.bd);
-  site[which] = entry;
+  site.set(layoutName, entry);
   return entry;
 }
 
@@ -242,7 +258,8 @@ function batchedLoraLinear(x: tf.Tensor2D, blocks: LoraBlock[], scale: number, p
   const u = slotBlock.length, k = blocks.length, N = x.shape[0];
   const sizes = blocks.map((bl) => bl.w.shape[0]), ws = blocks.map((bl) => bl.w);
   const cat = (parts: tf.Tensor[], axis: number) => (parts.length === 1 ? parts[0]! : tf.concat(parts, axis)) as tf.Tensor2D;
-  const layout = u > 1 ? layoutConstants(sizes, slotOf, r, scale) : undefined;
+  const slots = slotCount(u, r, stacked), inF = x.shape[1];
+  const layout = u > 1 ? layoutConstants(sizes, slotOf, r, scale, slots) : undefined;
   const inMasks = blocks[0]!.dropIn ? slotBlock.map((j) => blocks[j]!.dropIn!) : undefined;
   const outMasks = blocks[0]!.dropOut ? blocks.map((bl) => bl.dropOut!) : undefined;
   const op = tf.customGrad((...args: GradArgs) => {
@@ -251,12 +268,13 @@ function batchedLoraLinear(x: tf.Tensor2D, blocks: LoraBlock[], scale: number, p
     const value = tf.tidy(() => {
       const din = inMasks && (stacked ? tf.stack(inMasks) : inMasks[0]!);
       const dout = outMasks && cat(outMasks, 1);
-      const { aCat, bd } = adapterOperands(as, bs, stacked, scale, () => {
+      const { aCat, bd } = adapterOperands(as, bs, stacked ? "stacked" : `flat${slots}`, scale, () => {
         const bCat = cat(bs, 0);
-        // [out, 1, r] against the mask as [out, u, r]: the broadcast places B in every slot, the mask keeps its own
+        const empty = slots > u ? [tf.zeros([(slots - u) * r, inF])] : [];
+        // [out, 1, r] against the mask as [out, slots, r]: the broadcast places B in every slot, the mask keeps its own
         return {
-          aCat: stacked ? tf.stack(as) : cat(as, 0), // [u, r, in] or [u r, in]
-          bd: (layout ? tf.mul(bCat.reshape([-1, 1, r]), layout.mask.reshape([-1, u, r])).reshape([-1, u * r]) : tf.mul(bCat, scale)) as tf.Tensor2D,
+          aCat: stacked ? tf.stack(as) : cat([...as, ...empty], 0), // [u, r, in] or [slots r, in]
+          bd: (layout ? tf.mul(bCat.reshape([-1, 1, r]), layout.mask.reshape([-1, slots, r])).reshape([-1, slots * r]) : tf.mul(bCat, scale)) as tf.Tensor2D,
         };
       });
       let h: tf.Tensor2D;
@@ -291,8 +309,8 @@ function batchedLoraLinear(x: tf.Tensor2D, blocks: LoraBlock[], scale: number, p
         } else {
           const dxd = tf.matMul(dh, aCat as tf.Tensor2D);
           dxa = din ? tf.mul(dxd, din) : dxd;
-          const daCat = matmulTN(dh, din ? (tf.mul(x0, din) as tf.Tensor2D) : x0); // [u r, in]
-          das = u === 1 ? [daCat] : tf.split(daCat, u, 0);
+          const daCat = matmulTN(dh, din ? (tf.mul(x0, din) as tf.Tensor2D) : x0); // [slots r, in]
+          das = u === 1 ? [daCat] : slots === u ? tf.split(daCat, u, 0) : slotBlock.map((_, i) => tf.slice(daCat, [i * r, 0], [r, inF]));
         }
         return [tf.add(frozenStackProduct(g, sw, false) ?? tf.matMul(g, cat(sw, 0)), dxa), ...das, ...dbs];
       }),

@@ -1,6 +1,7 @@
 // Frozen stacks packed once (src/engine/frozen_weights.ts): LoRA's fused base weights under 16-bit
-// products. Where an adapter has the tensor cores: loraLinear's value and gradients equal the
-// per-pass concatenation's (VERL_FROZEN_PACK=0) within f16 rounding; a second pass packs nothing
+// products, with H padded to empty slots (lora_linear.ts's slotCount: 3 slots of rank 8 laid out as 8).
+// Where an adapter has the tensor cores: loraLinear's value and gradients equal the per-pass
+// concatenation's with u slots (VERL_FROZEN_PACK=0 VERL_LORA_PAD_SLOTS=0) within f16 rounding; a second pass packs nothing
 // and runs fewer kernels; weights given new data are seen, and the old words freed; the live tensor
 // count stays flat. The layouts' padding rule is checked on any machine.
 import { test } from "node:test";
@@ -20,10 +21,13 @@ test("a weight's two product layouts share packed words only where both pad alik
   assert.equal(layoutsShareWords(200, 896, t), false, "200 rows pad to 208 as K, 256 as N");
 });
 
+/** Runs fn with the frozen stacks and the padded slots on, or both off (the per-pass stack and u slots, as before). */
 function withFrozenPack<T>(on: boolean, fn: () => T): T {
-  const before = process.env.VERL_FROZEN_PACK;
-  process.env.VERL_FROZEN_PACK = on ? "1" : "0";
-  try { return fn(); } finally { if (before === undefined) delete process.env.VERL_FROZEN_PACK; else process.env.VERL_FROZEN_PACK = before; }
+  const before = [process.env.VERL_FROZEN_PACK, process.env.VERL_LORA_PAD_SLOTS];
+  process.env.VERL_FROZEN_PACK = process.env.VERL_LORA_PAD_SLOTS = on ? "1" : "0";
+  try { return fn(); } finally {
+    ["VERL_FROZEN_PACK", "VERL_LORA_PAD_SLOTS"].forEach((k, i) => { if (before[i] === undefined) delete process.env[k]; else process.env[k] = before[i]; });
+  }
 }
 
 test("LoRA's fused base weights packed once: same values and gradients as the per-pass stack, fewer kernels, new data seen, flat tensors", async (t) => {
@@ -53,7 +57,7 @@ test("LoRA's fused base weights packed once: same values and gradients as the pe
     const n0 = tf.memory().numTensors;
     const second = withFrozenPack(true, () => dispatches(run));
     assert.equal(frozenStackCounts.packs, packsAfterFirst, "the second pass packs nothing");
-    t.diagnostic(`kernels a pass: ${ref.n} with the stack concatenated and packed each pass, ${second.n} packed once`);
+    t.diagnostic(`kernels a pass: ${ref.n} with the stack concatenated and packed each pass and u slots, ${second.n} packed once and padded slots`);
     assert.ok(second.n < ref.n, `${second.n} kernels against ${ref.n}`);
     const e = await relErr(second.out.y, ref.out.y);
     t.diagnostic(`value against the per-pass stack: ${e.toExponential(2)}`);
