@@ -261,7 +261,12 @@ export class LoraAdapter {
   mergedWeight(name: string, w: tf.Tensor2D): tf.Tensor2D {
     const m = this.modules.get(name)!;
     return tf.tidy(() => {
-      const merged = tf.add(w, tf.matMul(m.b, m.a).mul(this.scale)) as tf.Tensor2D;
+      // on WebGPU one fused product with W as its bias (the GPU merges every adapted module for
+      // every rollout: a product, a scale and an add were three kernels each); wasm's fused product
+      // takes no matrix bias
+      const merged = (tf.getBackend() === "webgpu"
+        ? tf.fused.matMul({ a: this.scale === 1 ? m.b : (tf.mul(m.b, this.scale) as tf.Tensor2D), b: m.a, bias: w })
+        : tf.add(w, tf.matMul(m.b, m.a).mul(this.scale))) as tf.Tensor2D;
       if (!m.magnitude) return merged;
       const norm = tf.sqrt(tf.sum(tf.square(merged), 1, true));
       return tf.mul(merged, tf.div(m.magnitude.reshape([-1, 1]), norm)) as tf.Tensor2D;
