@@ -34,6 +34,7 @@ import { Rng } from "../src/utils/rng.js";
 import { LoraAdapter } from "../src/models/lora.js";
 import { bindGroupStats } from "../src/engine/bind_group_cache.js";
 import { uniformCacheStats } from "../src/engine/uniform_cache.js";
+import { freePoolStats } from "../src/engine/webgpu_buffer_pool.js";
 import { buildActor, DeviceStep, deviceModel, qwenHalfB, rolloutBatch, sync } from "./gpu.js";
 import { matmulPrecision, parsePrecision, setMatmulPrecision, tensorCoreStats, tensorCoreSupport, type MatmulPrecision } from "../src/engine/webgpu_kernels.js";
 import { webGpuSummary } from "../src/engine/webgpu.js";
@@ -378,13 +379,14 @@ async function updateOnce(a: Args, model: LlamaModel, ins: ReturnType<typeof ins
   const ms = performance.now() - t0;
   // bind groups found again / made, uniform blocks found / written, over the timed update
   const delta = <T extends object>(a: T | undefined, b: T | undefined) => (a && b ? Object.fromEntries(Object.entries(b).map(([k, v]) => [k, (v as number) - ((a as Record<string, number>)[k] ?? 0)])) : undefined);
-  const host = { bind_groups: delta(bg0, bindGroupStats()), uniforms: delta(uc0, uniformCacheStats()) };
+  const pool = () => ({ ...freePoolStats((tf.backend() as unknown as { bufferManager: object }).bufferManager) });
+  const host = { bind_groups: delta(bg0, bindGroupStats()), uniforms: delta(uc0, uniformCacheStats()), pool: pool() };
   const counted = ins.reset();
   // a second timed update: a loop's steady state (uniform blocks are kept from their second sight,
   // so the first timed update still makes bind groups for them)
   const bg1 = bindGroupStats(), t1 = performance.now();
   await actor.updatePolicy(data);
-  const again = { ms_next: performance.now() - t1, dispatches_next: ins.reset().dispatches, bind_groups_next: delta(bg1, bindGroupStats()) };
+  const again = { ms_next: performance.now() - t1, dispatches_next: ins.reset().dispatches, bind_groups_next: delta(bg1, bindGroupStats()), pool_next: pool() };
   emit("update_0.5B_worker_path", { B: rows, P, R, micro: mb, lora_rank: rank, host_only: a.assumeTensorCores, optimizer: onDevice ? "device" : "host", params: numParams(cfg), matmul: matmulPrecision(), tensor_core_calls: tensorCoreStats().calls, submit_batch: tf.env().get("WEBGPU_DEFERRED_SUBMIT_BATCH_SIZE") },
     { ...fig(ms, counted), ...host, ...again, forward_only_ms: fwdMs, forward_tflops: flop / 3 / (fwdMs / 1e3) / 1e12, forward_dispatches: fwd.dispatches, forward_reads: fwd.reads, ...(fwd.by_program ? { forward_by_program: fwd.by_program } : {}) });
   actor.optimizer?.dispose();

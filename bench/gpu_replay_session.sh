@@ -62,7 +62,7 @@ if [[ $PARTS == *,update,* ]]; then
 import json, sys
 for line in sys.stdin:
     d = json.loads(line); c, f = d["config"], d["figures"]
-    print(json.dumps({"lora": c.get("lora_rank"), "ms": round(f["ms"], 1), "tokens_per_s": round(f["tokens_per_s"]), "dispatches": f["dispatches"], "submits": f["submits"], "writes": f["writes"], "bind_groups": f.get("bind_groups"), "uniforms": f.get("uniforms"), "ms_next": round(f.get("ms_next", 0), 1), "bind_groups_next": f.get("bind_groups_next")}))'
+    print(json.dumps({"lora": c.get("lora_rank"), "ms": round(f["ms"], 1), "tokens_per_s": round(f["tokens_per_s"]), "dispatches": f["dispatches"], "submits": f["submits"], "writes": f["writes"], "bind_groups": f.get("bind_groups"), "uniforms": f.get("uniforms"), "ms_next": round(f.get("ms_next", 0), 1), "bind_groups_next": f.get("bind_groups_next"), "pool": f.get("pool"), "pool_next": f.get("pool_next")}))'
     grep -h '"error"' "$OUT/update_${i}_$setting.jsonl" | cut -c1-600
   done
   if [[ ${TORCH_UPDATE:-0} == 1 ]]; then

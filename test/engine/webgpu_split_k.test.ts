@@ -8,7 +8,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import * as tf from "@tensorflow/tfjs";
 import { dispatches, hostRows, relErr, relToHost, webgpuOrReason } from "./webgpu_adapter.js";
-import { PackedMatrix, setMatmulPrecision, tensorCoreSupport } from "../../src/engine/webgpu_kernels.js";
+import { PackedMatrix, packedWeightCache, setMatmulPrecision, tensorCoreSupport } from "../../src/engine/webgpu_kernels.js";
 import { DEFAULT_DIRECT_TILE, SplitKSumProgram, THIN_DIRECT_TILE, directSplits, isThinProduct, setSplitKCap, type DirectTile, type GemmShape } from "../../src/engine/webgpu_gemm.js";
 
 /** LoRA's shapes at the 0.5B widths, over fewer tokens: dA = dH^T x, dB = g^T H, and a full dW of the attention block. */
@@ -28,6 +28,11 @@ test("split-K products on the tensor cores: close to the host's float64 product,
   const why = await webgpuOrReason();
   if (why) return t.skip(why);
   if (!tensorCoreSupport.available) return t.skip(`no tensor cores on this adapter (${tensorCoreSupport.reason})`);
+  // every product packs its own operands here (the dispatch counts compare split and unsplit); shared
+  // activation copies are test/engine/webgpu_operand_cache.test.ts's
+  const cache = packedWeightCache(tf.backend() as unknown as Parameters<typeof packedWeightCache>[0]), bound = cache?.activationBytes ?? 0;
+  if (cache) cache.activationBytes = 0;
+  t.after(() => { if (cache) cache.activationBytes = bound; });
   const failures: string[] = [];
   for (const sh of SHAPES) {
     const a = tf.randomNormal(sh.a, 0, 1, "float32", 1) as tf.Tensor2D, b = tf.randomNormal(sh.b, 0, 1, "float32", 2) as tf.Tensor2D;
