@@ -10,7 +10,35 @@ import * as tf from "@tensorflow/tfjs";
 import { matmulPrecision, onTensorCores, PackedMatrix } from "./webgpu_kernels.js";
 
 /** A stack's packed copies, per layout, and the data they were made from. */
-interface FrozenStack { ids: object[]; rounding: string; layouts: Map<boolean, PackedMatrix> }
+interface FrozenStack { ids: object[]; rounding: string; layouts: Map<boolean, PackedMatrix>; dropped: boolean }
+
+/** Frees a stack's words (once: the layouts may share them). */
+function drop(stack: FrozenStack): void {
+  if (stack.dropped) return;
+  stack.dropped = true;
+  for (const m of stack.layouts.values()) m.dispose();
+}
+
+/** What runs when a data object is released by the backend (a disposed model's weights free their stacks). */
+const releaseHooks = new WeakMap<object, (() => void)[]>();
+const hookedBackends = new WeakSet<object>();
+
+/** Runs `fn` once the current backend releases `dataId` (its last reference disposed). */
+export function onRelease(dataId: object, fn: () => void): void {
+  const be = tf.backend() as unknown as { disposeData(id: object, force?: boolean): boolean };
+  if (!hookedBackends.has(be)) {
+    const dispose = be.disposeData.bind(be);
+    be.disposeData = (id: object, force?: boolean): boolean => {
+      const gone = dispose(id, force);
+      const fns = gone ? releaseHooks.get(id) : undefined;
+      if (fns) { releaseHooks.delete(id); for (const f of fns) f(); }
+      return gone;
+    };
+    hookedBackends.add(be);
+  }
+  const fns = releaseHooks.get(dataId);
+  if (fns) fns.push(fn); else releaseHooks.set(dataId, [fn]);
+}
 
 /** By the first part's variable: a site's current stack (replaced, and the old one freed, when the weights' data changes). */
 const bySite = new WeakMap<tf.Tensor, FrozenStack>();
@@ -29,16 +57,18 @@ export const frozenStackCounts = { stacks: 0, packs: 0 };
 
 function stackFor(parts: tf.Tensor2D[]): FrozenStack | undefined {
   const ids = parts.map((p) => p.dataId), rounding = matmulPrecision();
-  const same = (s: FrozenStack | undefined) => s !== undefined && s.rounding === rounding && s.ids.length === ids.length && s.ids.every((id, i) => id === ids[i]);
+  const same = (s: FrozenStack | undefined) => s !== undefined && !s.dropped && s.rounding === rounding && s.ids.length === ids.length && s.ids.every((id, i) => id === ids[i]);
   const known = byData.get(ids[0]!);
   if (same(known)) return known;
   // only the frozen variables themselves start a stack: their data changes only by assignment
   if (!parts.every(isFrozenVariable)) return undefined;
   const old = bySite.get(parts[0]!);
-  if (old) for (const m of old.layouts.values()) m.dispose();
-  const made: FrozenStack = { ids, rounding, layouts: new Map() };
+  if (old) drop(old);
+  const made: FrozenStack = { ids, rounding, layouts: new Map(), dropped: false };
   bySite.set(parts[0]!, made);
   byData.set(ids[0]!, made);
+  // the words go with the weights: when any part's data is released (a disposed model, new data)
+  for (const id of ids) onRelease(id, () => drop(made));
   frozenStackCounts.stacks++;
   return made;
 }

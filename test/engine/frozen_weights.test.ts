@@ -10,7 +10,7 @@ import * as tf from "@tensorflow/tfjs";
 import { dispatches, relErr, webgpuOrReason } from "./webgpu_adapter.js";
 import { setMatmulPrecision, tensorCoreSupport, layoutsShareWords } from "../../src/engine/webgpu_kernels.js";
 import { DEFAULT_DIRECT_TILE } from "../../src/engine/webgpu_gemm.js";
-import { frozenStackCounts } from "../../src/engine/frozen_weights.js";
+import { frozenStackCounts, onRelease } from "../../src/engine/frozen_weights.js";
 import { loraLinear, type LoraBlock } from "../../src/models/lora_linear.js";
 
 test("a weight's two product layouts share packed words only where both pad alike", () => {
@@ -22,6 +22,21 @@ test("a weight's two product layouts share packed words only where both pad alik
 });
 
 /** Runs fn with the frozen stacks and the padded slots on, or both off (the per-pass stack and u slots, as before). */
+test("onRelease: runs once the backend releases the data, after its last reference (a clone) is gone", async () => {
+  await tf.setBackend("cpu");
+  const w = tf.ones([4, 4]), copy = tf.clone(w), other = tf.zeros([2]);
+  let calls = 0;
+  onRelease(w.dataId, () => calls++);
+  other.dispose();
+  w.dispose();
+  assert.equal(calls, 0, "the clone still holds the data");
+  copy.dispose();
+  assert.equal(calls, 1);
+  const x = tf.ones([2]);
+  x.dispose();
+  assert.equal(calls, 1, "once");
+});
+
 function withFrozenPack<T>(on: boolean, fn: () => T): T {
   const before = [process.env.VERL_FROZEN_PACK, process.env.VERL_LORA_PAD_SLOTS];
   process.env.VERL_FROZEN_PACK = process.env.VERL_LORA_PAD_SLOTS = on ? "1" : "0";
@@ -83,6 +98,10 @@ test("LoRA's fused base weights packed once: same values and gradients as the pe
     tf.dispose([ref.out.y, ...ref.out.g]);
   } finally {
     setMatmulPrecision("f32");
-    tf.dispose([...ws, ...as, ...bs, x, dy]);
+    tf.dispose([...as, ...bs, x, dy]);
   }
+  // the weights' release frees the stack's words too: one tensor more than the three disposed here
+  const before = tf.memory().numTensors;
+  tf.dispose(ws);
+  assert.equal(tf.memory().numTensors, before - 3 - 1, "disposed weights take their packed stack with them");
 });
