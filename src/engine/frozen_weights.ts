@@ -8,6 +8,7 @@
 // words are kept (half the stack's float32 bytes), not the float32 stack itself.
 import * as tf from "@tensorflow/tfjs";
 import { matmulPrecision, onTensorCores, PackedMatrix } from "./webgpu_kernels.js";
+import { onRelease } from "./data_release.js";
 
 /** A stack's packed copies, per layout, and the data they were made from. */
 interface FrozenStack { ids: object[]; rounding: string; layouts: Map<boolean, PackedMatrix>; dropped: boolean }
@@ -19,30 +20,7 @@ function drop(stack: FrozenStack): void {
   for (const m of stack.layouts.values()) m.dispose();
 }
 
-/** What runs when a data object is released by the backend (a disposed model's weights free their stacks). */
-const releaseHooks = new WeakMap<object, (() => void)[]>();
-const hookedBackends = new WeakSet<object>();
-
-/** Runs `fn` once the current backend releases `dataId` (its last reference disposed). */
-export function onRelease(dataId: object, fn: () => void): void {
-  const be = tf.backend() as unknown as { disposeData(id: object, force?: boolean): boolean };
-  if (!hookedBackends.has(be)) {
-    const dispose = be.disposeData.bind(be);
-    be.disposeData = (id: object, force?: boolean): boolean => {
-      const gone = dispose(id, force);
-      const fns = gone ? releaseHooks.get(id) : undefined;
-      if (fns) { releaseHooks.delete(id); for (const f of fns) f(); }
-      return gone;
-    };
-    hookedBackends.add(be);
-  }
-  const fns = releaseHooks.get(dataId);
-  if (fns) fns.push(fn); else releaseHooks.set(dataId, [fn]);
-}
-
-/** By the first part's variable: a site's current stack (replaced, and the old one freed, when the weights' data changes). */
-const bySite = new WeakMap<tf.Tensor, FrozenStack>();
-/** By the first part's data: the same stacks, found from copies of the variables (the tensors a backward pass saved). */
+/** By the first part's data: found from the variables and from their copies (the tensors a backward pass saved). */
 const byData = new WeakMap<object, FrozenStack>();
 
 /** Whether frozen stacks are packed here: 16-bit products on WebGPU, unless VERL_FROZEN_PACK=0. */
@@ -62,13 +40,12 @@ function stackFor(parts: tf.Tensor2D[]): FrozenStack | undefined {
   if (same(known)) return known;
   // only the frozen variables themselves start a stack: their data changes only by assignment
   if (!parts.every(isFrozenVariable)) return undefined;
-  const old = bySite.get(parts[0]!);
-  if (old) drop(old);
   const made: FrozenStack = { ids, rounding, layouts: new Map(), dropped: false };
-  bySite.set(parts[0]!, made);
   byData.set(ids[0]!, made);
-  // the words go with the weights: when any part's data is released (a disposed model, new data)
-  for (const id of ids) onRelease(id, () => drop(made));
+  // the words go with the weights: when any part's data is released (a disposed model, or new data
+  // assigned and the old data's last copy freed), which also retires the stack a change replaced
+  const be = tf.backend() as unknown as Parameters<typeof onRelease>[0];
+  for (const id of ids) onRelease(be, id, () => drop(made));
   frozenStackCounts.stacks++;
   return made;
 }

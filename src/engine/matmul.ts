@@ -77,15 +77,14 @@ export function frozenLinear(x: tf.Tensor, w: tf.Tensor2D | tf.Tensor2D[]): tf.T
   }
   // tfjs's own matMul gradient is lazy: an unrequested dW is skipped (and the stack is freed with the
   // tape); under 16-bit products the stack's packed copy is kept instead (frozen_weights.ts)
-  const packed = !onWasm() && packsFrozenStacks();
-  if (!onWasm() && !packed) return tf.tidy(() => linear(x, stack(parts)));
+  if (!onWasm() && !packsFrozenStacks()) return tf.tidy(() => linear(x, stack(parts)));
   const op = tf.customGrad((...args: GradArgs) => {
     const [xs, save] = args as [tf.Tensor2D, tf.GradSaveFunc];
     save(parts); // the weights themselves (they persist), not a temporary stack
     return {
-      value: tf.tidy(() => (packed && frozenStackProduct(xs, parts, true)) || tf.matMul(xs, tf.transpose(stack(parts)))),
+      value: tf.tidy(() => frozenStackProduct(xs, parts, true) ?? tf.matMul(xs, tf.transpose(stack(parts)))),
       gradFunc: (dy: tf.Tensor | tf.Tensor[], saved: tf.Tensor[]) => [tf.tidy(() =>
-        (packed && frozenStackProduct(dy as tf.Tensor2D, saved as tf.Tensor2D[], false)) || tf.matMul(dy as tf.Tensor2D, stack(saved)))],
+        frozenStackProduct(dy as tf.Tensor2D, saved as tf.Tensor2D[], false) ?? tf.matMul(dy as tf.Tensor2D, stack(saved)))],
     };
   });
   const lead = x.shape.slice(0, -1);

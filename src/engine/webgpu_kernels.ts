@@ -15,6 +15,7 @@ import { GemmAutotuner, productClass, type ErrorCapture, type GemmCandidate, typ
 import { logger } from "../utils/logger.js";
 import { isWeightLike } from "./weight_like.js";
 import { holdPrefix } from "./webgpu_buffer_pool.js";
+import { onDataReleased } from "./data_release.js";
 import { submitRecorded } from "./webgpu_replay.js";
 
 export type MatmulPrecision = "f32" | "f16" | "bf16";
@@ -222,8 +223,6 @@ export interface OperandLayout { base: string; batch: number; rowsP: number; col
 export class PackedWeightCache {
   /** copies packed so far (tests check that an unchanged weight is not packed again) */
   packs = 0;
-  /** activation copies found again instead of packed */
-  activationHits = 0;
   private readonly byData = new Map<object, Map<string, { info: TensorInfo; layout: OperandLayout }>>();
   /** activation copies, least recently used first: source data and layout key */
   private readonly lru = new Map<TensorInfo, { id: object; key: string; bytes: number }>();
@@ -231,28 +230,22 @@ export class PackedWeightCache {
   private readonly release: (id: object) => boolean;
 
   constructor(backend: Backend & { disposeData(id: object, force?: boolean): boolean }, public activationBytes = 0) {
-    const dispose = backend.disposeData.bind(backend);
-    this.release = dispose;
-    backend.disposeData = (id: object, force?: boolean): boolean => {
-      const gone = dispose(id, force);
-      if (gone) this.forget(id);
-      return gone;
-    };
+    this.release = backend.disposeData.bind(backend);
+    onDataReleased(backend, (id) => this.forget(id));
   }
 
   /**
    * x's packed copy in this layout: kept (owned false: the caller must not free it) when x is a
    * weight's data, or an activation while the bound allows; otherwise packed for the caller (owned).
    */
-  get(x: TensorInfo, layout: OperandLayout | string, pack: () => TensorInfo): { info: TensorInfo; owned: boolean } {
-    const l: OperandLayout = typeof layout === "string" ? { base: layout, batch: 1, rowsP: 0, colsP: 0 } : layout;
+  get(x: TensorInfo, l: OperandLayout, pack: () => TensorInfo): { info: TensorInfo; owned: boolean } {
     const key = `${l.base}->${l.rowsP}x${l.colsP}`;
     const weight = keepsPackedCopies(x.dataId);
     if (!weight && this.activationBytes <= 0) { this.packs++; return { info: pack(), owned: true }; }
     let m = this.byData.get(x.dataId);
     const hit = m?.get(key) ?? (weight ? undefined : this.wider(m, l));
     if (hit) {
-      if (!weight) { this.activationHits++; this.touch(hit.info); }
+      if (!weight) this.touch(hit.info);
       return { info: hit.info, owned: false };
     }
     this.packs++;

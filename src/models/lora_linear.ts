@@ -189,10 +189,10 @@ const layoutCache = new Map<string, { mask: tf.Tensor2D; own: tf.Tensor1D }>();
 
 /** `slots` (at least the blocks' slots): columns of empty slots past the used ones pad H to it (see slotCount). */
 function layoutConstants(sizes: number[], slotOf: number[], rank: number, scale: number, slots: number) {
-  const u = slots, key = `${tf.getBackend()}|${sizes}|${slotOf}|${rank}|${scale}|${u}`;
+  const key = `${tf.getBackend()}|${sizes}|${slotOf}|${rank}|${scale}|${slots}`;
   const hit = layoutCache.get(key);
   if (hit && !hit.mask.isDisposed && !hit.own.isDisposed) return hit;
-  const rows = sizes.reduce((a, b) => a + b, 0), cols = u * rank;
+  const rows = sizes.reduce((a, b) => a + b, 0), cols = slots * rank;
   const mask = new Float32Array(rows * cols), own = new Int32Array(rows * rank);
   let row = 0;
   sizes.forEach((n, j) => {

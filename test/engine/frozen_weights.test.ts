@@ -10,7 +10,8 @@ import * as tf from "@tensorflow/tfjs";
 import { dispatches, relErr, webgpuOrReason } from "./webgpu_adapter.js";
 import { setMatmulPrecision, tensorCoreSupport, layoutsShareWords } from "../../src/engine/webgpu_kernels.js";
 import { DEFAULT_DIRECT_TILE } from "../../src/engine/webgpu_gemm.js";
-import { frozenStackCounts, onRelease } from "../../src/engine/frozen_weights.js";
+import { frozenStackCounts } from "../../src/engine/frozen_weights.js";
+import { onRelease } from "../../src/engine/data_release.js";
 import { loraLinear, type LoraBlock } from "../../src/models/lora_linear.js";
 
 test("a weight's two product layouts share packed words only where both pad alike", () => {
@@ -26,7 +27,7 @@ test("onRelease: runs once the backend releases the data, after its last referen
   await tf.setBackend("cpu");
   const w = tf.ones([4, 4]), copy = tf.clone(w), other = tf.zeros([2]);
   let calls = 0;
-  onRelease(w.dataId, () => calls++);
+  onRelease(tf.backend() as unknown as Parameters<typeof onRelease>[0], w.dataId, () => calls++);
   other.dispose();
   w.dispose();
   assert.equal(calls, 0, "the clone still holds the data");

@@ -104,13 +104,15 @@ test("packed weight copies: kept per layout while the weight is unchanged, packe
   const cache = new PackedWeightCache(be as unknown as ConstructorParameters<typeof PackedWeightCache>[0]);
   // stands in for PackPadProgram: a backend-owned buffer, as runWebGPUProgram returns
   const pack = () => ({ dataId: be.write(new Float32Array(8), [8], "float32"), shape: [8], dtype: "float32" });
+  // a product's two layouts of one [4, 4] operand (padded as N to 128 and as K to 16)
+  const NT = { base: "f16:1:4x4", batch: 1, rowsP: 128, colsP: 16 }, NN = { base: "f16:1:4x4", batch: 1, rowsP: 16, colsP: 128 };
   const init = tf.ones([4, 4]), w = tf.variable(init, true, "cache_test_w");
   init.dispose(); // the variable is the data's only holder, as a model's weights are
-  const first = cache.get(w, "f16:NT", pack);
+  const first = cache.get(w, NT, pack);
   assert.equal(first.owned, false);
-  assert.equal(cache.get(w, "f16:NT", pack).info, first.info, "unchanged weight: the same copy");
+  assert.equal(cache.get(w, NT, pack).info, first.info, "unchanged weight: the same copy");
   assert.equal(cache.packs, 1);
-  cache.get(w, "f16:NN", pack); // the backward product's layout
+  cache.get(w, NN, pack); // the backward product's layout
   assert.equal(cache.packs, 2);
   const ids = be.numDataIds();
   const next = tf.zeros([4, 4]);
@@ -118,13 +120,13 @@ test("packed weight copies: kept per layout while the weight is unchanged, packe
   next.dispose();
   assert.equal(cache.size, 0);
   assert.equal(be.numDataIds(), ids - 2, "the old data's two copies are freed with it (the new data replaces the old)");
-  const again = cache.get(w, "f16:NT", pack);
+  const again = cache.get(w, NT, pack);
   assert.notEqual(again.info, first.info);
   assert.equal(cache.packs, 3, "a changed weight is packed again");
   // an activation (not a variable's data) is packed every product and owned by the caller
   const x = tf.ones([4, 4]);
-  assert.equal(cache.get(x, "f16:NT", pack).owned, true);
-  cache.get(x, "f16:NT", pack);
+  assert.equal(cache.get(x, NT, pack).owned, true);
+  cache.get(x, NT, pack);
   assert.equal(cache.packs, 5);
   assert.equal(cache.size, 1);
   w.dispose();
