@@ -9,11 +9,15 @@
 //                            sgMxsgNxtmxtn, +p register prefetch, +b baked strides, +u2/+u4 K unrolled, +s<workgroups>:<min K> split-K targets, +nosplit;
 //                            or products' own tiles, the rest default: gate_up=1x1x4x4+p/down_proj=1x1x2x4+b, products
 //                            qkv, o_proj, gate_up, down_proj, lm_head)
+//     [--cpu-profile DIR]  (the update part: a V8 CPU profile of each steady update, for bench/profile_summary.ts)
 //     [--profile-step 128]  (the decode part times each dispatch of that replayed step; VERL_DAWN_FLAGS needs
 //                            disable-dawn-features=timestamp_quantization for sub-microsecond times)
 // (after scripts/gpu-bundle.sh; the device tool carries .gpu and .gl). Runs on any backend with an
 // adapter, e.g. here on llvmpipe with small sizes. One JSON line per measurement; each part is
 // caught on its own, so one failure never loses the others' figures.
+import inspector from "node:inspector";
+import { mkdirSync, writeFileSync } from "node:fs";
+import { dirname, join } from "node:path";
 import * as tf from "@tensorflow/tfjs";
 import { initBackend } from "../src/engine/backend.js";
 import { makeConfig, numParams, type ModelConfig } from "../src/models/config.js";
@@ -99,6 +103,8 @@ interface Args {
   assumeTensorCores: boolean;
   /** the decode part times every dispatch of this replayed step on the device (timestamp queries) */
   profileStep?: number;
+  /** the update part writes a V8 CPU profile of each steady (second timed) update into this folder (bench/profile_summary.ts reads it) */
+  cpuProfile?: string;
 }
 
 function parseArgs(argv: string[]): Args {
@@ -127,6 +133,7 @@ function parseArgs(argv: string[]): Args {
     else if (k === "--lora") a.lora = list(v);
     else if (k === "--assume-tensor-cores") a.assumeTensorCores = v === "1";
     else if (k === "--profile-step") a.profileStep = Number(v);
+    else if (k === "--cpu-profile") a.cpuProfile = v;
     else if (k === "--precision") a.precisions = v.split(",").map((x) => parsePrecision(x, "--precision"));
     else throw new Error(`bench/gpu_decode: unknown argument '${k}'`);
   }
@@ -384,12 +391,33 @@ async function updateOnce(a: Args, model: LlamaModel, ins: ReturnType<typeof ins
   const counted = ins.reset();
   // a second timed update: a loop's steady state (uniform blocks are kept from their second sight,
   // so the first timed update still makes bind groups for them)
+  const profiler = a.cpuProfile ? await startCpuProfile() : undefined;
   const bg1 = bindGroupStats(), t1 = performance.now();
   await actor.updatePolicy(data);
-  const again = { ms_next: performance.now() - t1, dispatches_next: ins.reset().dispatches, bind_groups_next: delta(bg1, bindGroupStats()), pool_next: pool() };
+  const msNext = performance.now() - t1;
+  if (profiler) await profiler.stop(join(a.cpuProfile!, `update_lora${rank}_${spec}.cpuprofile`));
+  const again = { ms_next: msNext, dispatches_next: ins.reset().dispatches, bind_groups_next: delta(bg1, bindGroupStats()), pool_next: pool() };
   emit("update_0.5B_worker_path", { B: rows, P, R, micro: mb, lora_rank: rank, host_only: a.assumeTensorCores, optimizer: onDevice ? "device" : "host", params: numParams(cfg), matmul: matmulPrecision(), tensor_core_calls: tensorCoreStats().calls, submit_batch: tf.env().get("WEBGPU_DEFERRED_SUBMIT_BATCH_SIZE") },
     { ...fig(ms, counted), ...host, ...again, forward_only_ms: fwdMs, forward_tflops: flop / 3 / (fwdMs / 1e3) / 1e12, forward_dispatches: fwd.dispatches, forward_reads: fwd.reads, ...(fwd.by_program ? { forward_by_program: fwd.by_program } : {}) });
   actor.optimizer?.dispose();
+}
+
+/** V8's sampling profiler on this thread from now until stop(file) (100 us samples), for a steady update's host time. */
+async function startCpuProfile(): Promise<{ stop(file: string): Promise<void> }> {
+  const session = new inspector.Session();
+  session.connect();
+  const post = <T>(method: string, params: object = {}) => new Promise<T>((res, rej) => session.post(method, params, (e, v) => (e ? rej(e) : res(v as T))));
+  await post("Profiler.enable");
+  await post("Profiler.setSamplingInterval", { interval: 100 });
+  await post("Profiler.start");
+  return {
+    async stop(file: string) {
+      const { profile } = await post<{ profile: object }>("Profiler.stop");
+      session.disconnect();
+      mkdirSync(dirname(file), { recursive: true });
+      writeFileSync(file, JSON.stringify(profile));
+    },
+  };
 }
 
 async function updateProfile(a: Args): Promise<void> {

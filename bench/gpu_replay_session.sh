@@ -16,8 +16,12 @@
 #   update  bench/gpu_decode.ts's actor update at 64 x 96 tokens, f16 products, full fine-tuning and LoRA r=32, once per
 #           setting of HOST_AB (default new,old,new): new = as built, old = the changes of 2026-12-07 off
 #           (VERL_WEBGPU_POOL_ORDER=0 VERL_WEBGPU_UNIFORM_CACHE=0 VERL_FROZEN_PACK=0 VERL_LORA_PAD_SLOTS=0
-#           VERL_GEMM_ACTIVATION_PACK_MB=0), nohost = only the first two off; TORCH_UPDATE=1 adds PyTorch's
+#           VERL_GEMM_ACTIVATION_PACK_MB=0), nohost = only the first two off, each = every micro-batch's scalars read
+#           before the next is recorded (VERL_READ_EACH_MICRO_BATCH=1); UPDATES (default 64x64: ROWSxMICRO, a list) and
+#           UPDATE_LORA (default 0,32) pick the shapes; TORCH_UPDATE=1 adds PyTorch's
 #           update at the same shape (bench/pytorch_gpu_table.py --only update)
+#   hostprof the same update (full and LoRA r=32) with a V8 CPU profile of the steady update and every Dawn call named
+#           (VERL_PROFILE_GPU_CALLS=1): bench/profile_summary.ts's top functions per profile, printed
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/replay_session}"
@@ -55,18 +59,33 @@ if [[ $PARTS == *,update,* ]]; then
     envs=()
     [[ $setting == old ]] && envs=(VERL_WEBGPU_POOL_ORDER=0 VERL_WEBGPU_UNIFORM_CACHE=0 VERL_FROZEN_PACK=0 VERL_LORA_PAD_SLOTS=0 VERL_GEMM_ACTIVATION_PACK_MB=0)
     [[ $setting == nohost ]] && envs=(VERL_WEBGPU_POOL_ORDER=0 VERL_WEBGPU_UNIFORM_CACHE=0)
-    env ${envs[@]+"${envs[@]}"} timeout "${UPDATE_S:-120}" bash scripts/gpu-run.sh node dist/bench/gpu_decode.js --only update --updates 64x64 --submit 0 \
-      --precision f16 --lora 0,32 --budget-s "$(( ${UPDATE_S:-120} - 20 ))" > "$OUT/update_${i}_$setting.jsonl" 2> "$OUT/update_${i}_$setting.log"
+    [[ $setting == each ]] && envs=(VERL_READ_EACH_MICRO_BATCH=1)
+    env ${envs[@]+"${envs[@]}"} timeout "${UPDATE_S:-120}" bash scripts/gpu-run.sh node dist/bench/gpu_decode.js --only update --updates "${UPDATES:-64x64}" --submit 0 \
+      --precision f16 --lora "${UPDATE_LORA:-0,32}" --budget-s "$(( ${UPDATE_S:-120} - 20 ))" > "$OUT/update_${i}_$setting.jsonl" 2> "$OUT/update_${i}_$setting.log"
     echo "== update ($setting) exit $?"
     grep '"update_0.5B' "$OUT/update_${i}_$setting.jsonl" | python3 -c '
 import json, sys
 for line in sys.stdin:
     d = json.loads(line); c, f = d["config"], d["figures"]
-    print(json.dumps({"lora": c.get("lora_rank"), "ms": round(f["ms"], 1), "tokens_per_s": round(f["tokens_per_s"]), "dispatches": f["dispatches"], "submits": f["submits"], "writes": f["writes"], "bind_groups": f.get("bind_groups"), "uniforms": f.get("uniforms"), "ms_next": round(f.get("ms_next", 0), 1), "bind_groups_next": f.get("bind_groups_next"), "pool": f.get("pool"), "pool_next": f.get("pool_next")}))'
+    print(json.dumps({"lora": c.get("lora_rank"), "micro": c.get("micro"), "ms": round(f["ms"], 1), "tokens_per_s": round(f["tokens_per_s"]), "dispatches": f["dispatches"], "submits": f["submits"], "writes": f["writes"], "bind_groups": f.get("bind_groups"), "uniforms": f.get("uniforms"), "ms_next": round(f.get("ms_next", 0), 1), "bind_groups_next": f.get("bind_groups_next"), "pool": f.get("pool"), "pool_next": f.get("pool_next")}))'
     grep -h '"error"' "$OUT/update_${i}_$setting.jsonl" | cut -c1-600
   done
   if [[ ${TORCH_UPDATE:-0} == 1 ]]; then
     timeout 150 python3 bench/pytorch_gpu_table.py --only update > "$OUT/torch_update.jsonl" 2> "$OUT/torch_update.log"
     echo "== torch update exit $?"; cut -c1-400 "$OUT/torch_update.jsonl"
   fi
+fi
+if [[ $PARTS == *,hostprof,* ]]; then
+  VERL_PROFILE_GPU_CALLS=1 timeout "${PROF_S:-100}" bash scripts/gpu-run.sh node dist/bench/gpu_decode.js --only update --updates 64x64 --submit 0 \
+    --precision f16 --lora "${PROF_LORA:-0,32}" --budget-s "$(( ${PROF_S:-100} - 20 ))" --cpu-profile "$OUT/cpu" > "$OUT/hostprof.jsonl" 2> "$OUT/hostprof.log"
+  echo "== hostprof exit $?"
+  grep '"update_0.5B' "$OUT/hostprof.jsonl" | python3 -c '
+import json, sys
+for line in sys.stdin:
+    d = json.loads(line); c, f = d["config"], d["figures"]
+    print(json.dumps({"lora": c.get("lora_rank"), "ms": round(f["ms"], 1), "ms_next (profiled)": round(f.get("ms_next", 0), 1), "dispatches": f["dispatches"]}))'
+  for f in "$OUT"/cpu/*.cpuprofile; do
+    [ -f "$f" ] && bash scripts/gpu-run.sh node dist/bench/profile_summary.js "$f" --top "${PROF_TOP:-30}" | head -$(( ${PROF_TOP:-30} + 24 ))
+  done
+  xz -T4 -6 "$OUT"/cpu/*.cpuprofile 2>/dev/null
 fi

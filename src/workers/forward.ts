@@ -65,20 +65,45 @@ export async function inferInMicroBatches(
   const { batches, indices } = microBatches(data, spec);
   let outs: (Float32Array | Int32Array)[] | undefined;
   let shapes: number[][] = [], widths: number[] = [];
-  for (const [k, micro] of batches.entries()) {
-    heartbeat();
-    const results = tf.tidy(() => fn(micro));
-    // async reads: the only kind a GPU backend offers under Node (and as cheap on wasm)
-    const host = (await Promise.all(results.map((t) => t.data()))) as (Float32Array | Int32Array)[];
+  const place = (k: number, results: tf.Tensor[], host: (Float32Array | Int32Array)[]) => {
     if (!outs) {
       shapes = results.map((t) => (t.rank === 1 ? [] : t.shape.slice(1)));
       widths = shapes.map((s) => s.reduce((a, b) => a * b, 1));
       outs = results.map((t, j) => (t.dtype === "int32" ? new Int32Array(data.length * widths[j]!) : new Float32Array(data.length * widths[j]!)));
     }
-    tf.dispose(results);
     indices[k]!.forEach((row, i) => {
       host.forEach((h, j) => outs![j]!.set(h.subarray(i * widths[j]!, (i + 1) * widths[j]!), row * widths[j]!));
     });
+  };
+  // A micro-batch's read is awaited after the next one is recorded, so the host records while the
+  // device computes (a GPU backend reads only asynchronously; awaiting each read at once left the
+  // device idle while the host recorded the next micro-batch). Two micro-batches' outputs are alive at most.
+  let previous: { k: number; results: tf.Tensor[]; reads: Promise<(Float32Array | Int32Array)[]> } | undefined;
+  const finish = async (p: NonNullable<typeof previous>) => {
+    try {
+      place(p.k, p.results, await p.reads);
+    } finally {
+      tf.dispose(p.results);
+    }
+  };
+  try {
+    for (const [k, micro] of batches.entries()) {
+      heartbeat();
+      const results = tf.tidy(() => fn(micro));
+      // async reads: the only kind a GPU backend offers under Node (and as cheap on wasm)
+      const reads = Promise.all(results.map((t) => t.data())) as Promise<(Float32Array | Int32Array)[]>;
+      reads.catch(() => undefined); // awaited below; a rejection before then is not unhandled
+      const done = previous;
+      previous = { k, results, reads };
+      if (done) await finish(done);
+    }
+    if (previous) {
+      const last = previous;
+      previous = undefined;
+      await finish(last);
+    }
+  } finally {
+    if (previous) tf.dispose(previous.results);
   }
   return (outs ?? []).map((o, j) => tensor(o, [data.length, ...(shapes[j]!.length ? shapes[j]! : [1])], o instanceof Int32Array ? "int32" : "float32"));
 }

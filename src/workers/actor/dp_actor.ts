@@ -65,20 +65,52 @@ export interface RoutingPass { record?: boolean; replay?: boolean }
 /** Per-mini-batch and per-micro-batch metric lists (reduced by the driver). */
 export type MetricLists = Record<string, number[]>;
 
+/** A micro-batch recorded but not yet read: its loss terms, kept metrics and (bypass mode) current log-probs. */
+interface PendingMicro {
+  parts: tf.Scalar[];
+  kept: LossMetrics;
+  current: tf.Tensor | null;
+  micro: DataProto;
+}
+
+/** A micro-batch's loss terms and kept metrics, as numbers. */
+interface MicroRead { terms: Float32Array; metrics: Record<string, number> }
+
+/** VERL_READ_EACH_MICRO_BATCH=1: read each micro-batch's scalars before recording the next (the old order, for comparisons). */
+function readEachMicroBatch(env: string | undefined = process.env.VERL_READ_EACH_MICRO_BATCH): boolean {
+  if (env === undefined || env === "" || env === "0") return false;
+  if (env === "1") return true;
+  throw new Error(`VERL_READ_EACH_MICRO_BATCH must be 0 or 1, got '${env}'`);
+}
+
 /**
- * The micro-batch's loss terms and kept loss-metric scalars as numbers, in one async
- * read (a GPU backend has no synchronous one; one read is one device round trip).
- * Disposes the metric tensors; the terms stay with the caller.
+ * Every pending micro-batch's loss terms and kept metric scalars as numbers, in one async read (a
+ * GPU backend has no synchronous one; one read is one device round trip); disposes those tensors.
  */
-async function readMicroScalars(terms: tf.Scalar[], kept: LossMetrics): Promise<{ terms: Float32Array; metrics: Record<string, number> }> {
-  const entries = Object.entries(kept);
-  const tensors = entries.filter(([, v]) => typeof v !== "number").map(([, v]) => v as tf.Tensor);
-  const vals = await readScalars([...terms, ...tensors]);
-  tf.dispose(tensors);
-  const metrics: Record<string, number> = {};
-  let at = terms.length;
-  for (const [k, v] of entries) metrics[k] = typeof v === "number" ? v : vals[at++]!;
-  return { terms: vals.subarray(0, terms.length), metrics };
+async function readPendingScalars(pending: PendingMicro[]): Promise<MicroRead[]> {
+  const tensors: tf.Tensor[] = [], layout: { terms: number; keys: [string, number | null][] }[] = [];
+  for (const p of pending) {
+    tensors.push(...p.parts);
+    const keys: [string, number | null][] = [];
+    for (const [k, v] of Object.entries(p.kept)) {
+      if (typeof v === "number") keys.push([k, v]);
+      else { keys.push([k, null]); tensors.push(v as tf.Tensor); }
+    }
+    layout.push({ terms: p.parts.length, keys });
+  }
+  try {
+    const vals = await readScalars(tensors);
+    let at = 0;
+    return layout.map(({ terms, keys }) => {
+      const t = vals.slice(at, at + terms);
+      at += terms;
+      const metrics: Record<string, number> = {};
+      for (const [k, v] of keys) metrics[k] = v ?? vals[at++]!;
+      return { terms: t, metrics };
+    });
+  } finally {
+    tf.dispose([...new Set(tensors)]);
+  }
 }
 
 /** The actor config with verl's bypass-mode override: loss_mode bypass_mode, the section passed inside policy_loss. */
@@ -199,6 +231,19 @@ export class DataParallelPPOActor {
         const mtpMicros = mtp ? (() => { const n = Float64Array.of(micros.length); optimizer.allReduceSum(n); return n[0]!; })() : 1;
         let pgSum = 0, klSum = 0, entSum = 0, auxSum = 0, loadSum = 0, mtpSum = 0;
         const means = new TokenWeightedMeans();
+        // Each micro-batch's loss terms and metrics stay on the device until the last one is recorded:
+        // a read per micro-batch made the host wait for the device before recording the next one, and
+        // the device wait for the host after it (VERL_READ_EACH_MICRO_BATCH=1 reads each one, as before).
+        const pending: PendingMicro[] = [];
+        const settle = async (p: PendingMicro & { read: MicroRead }) => {
+          const vals = p.read.terms;
+          pgSum += vals[0]!; klSum += vals[1]!; entSum += vals[2]!; auxSum += vals[3]!; loadSum += vals[4]!; mtpSum += vals[5]!;
+          if (bypassCfg && p.current) {
+            Object.assign(p.read.metrics, await bypassMetrics(p.current, onPolicy ? null : column(p.micro, "old_log_probs"), column(p.micro, "response_mask"), bypassCfg));
+            p.current.dispose();
+          }
+          means.add(p.read.metrics, tokenAndSequenceCounts(column(p.micro, "response_mask")).tokens);
+        };
         for (const micro of micros) {
           const mtpTokens = mtp ? Math.max(1, sumOf(mtpTokenMask(micro).data)) : 1;
           heartbeat();
@@ -254,19 +299,24 @@ export class DataParallelPPOActor {
           // scaled gradients are summed as they are; the step divides the sum by the scale once
           optimizer.accumulate(grads);
           prof?.mark("record_accumulate");
-          const read = await readMicroScalars(parts, kept);
-          prof?.mark("wait_micro_batch");
-          const vals = read.terms;
-          // `value` may be one of `parts` (the bare policy loss): dispose each once.
-          tf.dispose([...new Set<tf.Tensor>([value, ...parts, ...Object.values(grads)])]);
-          pgSum += vals[0]!; klSum += vals[1]!; entSum += vals[2]!; auxSum += vals[3]!; loadSum += vals[4]!; mtpSum += vals[5]!;
-          if (bypassCfg && current) {
-            Object.assign(read.metrics, await bypassMetrics(current, onPolicy ? null : column(micro, "old_log_probs"), column(micro, "response_mask"), bypassCfg));
-            current.dispose();
+          // `value` may be one of `parts` (the bare policy loss): dispose each once
+          tf.dispose([...new Set<tf.Tensor>([value, ...Object.values(grads)])].filter((t) => !parts.includes(t as tf.Scalar)));
+          const recorded = { parts, kept, current, micro };
+          if (readEachMicroBatch()) {
+            const [read] = await readPendingScalars([recorded]);
+            prof?.mark("wait_micro_batch");
+            await settle({ ...recorded, read: read! });
+          } else {
+            pending.push(recorded);
           }
-          means.add(read.metrics, tokenAndSequenceCounts(column(micro, "response_mask")).tokens);
         }
         prof?.mark("micro_batch_rest");
+        if (pending.length) {
+          // one read for all of the mini-batch's micro-batches, in their order
+          const reads = await readPendingScalars(pending);
+          prof?.mark("wait_micro_batches");
+          for (const [i, p] of pending.entries()) await settle({ ...p, read: reads[i]! });
+        }
         const res = await optimizer.step([pgSum, klSum, entSum, auxSum, loadSum, mtpSum, ...means.pack()], 1 / lossScale);
         prof?.mark("optimizer_step");
         scaler?.update(res.skipped);
