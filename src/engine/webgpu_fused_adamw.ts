@@ -13,7 +13,22 @@ const f32 = (x: number): UniformValue => ({ type: "float32", data: [x] });
 const WG = 256;
 
 /** The scaled gradient, as the composite forms it: (raw * gradScale) * clip. */
-const GRAD = "(g[index] * uniforms.gradScale) * uniforms.clip";
+const GRAD = "(g[index] * uniforms.gradScale) * clip";
+
+/**
+ * The clip factor and whether the step applies. With the norm on the host, both come as uniforms
+ * (clip, and a step that is skipped is not recorded). With the norm on the device (`deviceClip`:
+ * the norm tensor bound as `norm`, `maxNorm` the clip threshold, 0 for none), each thread derives
+ * them from it, so the step is recorded before the norm is read back: clip = maxNorm / (norm +
+ * 1e-6) where that is below 1, as the host computes it (in f32 here, f64 there: at most an ulp
+ * apart), and a non-finite norm (its exponent bits all ones) leaves moments and parameters as they were.
+ */
+function clipAndApply(deviceClip: boolean): string {
+  if (!deviceClip) return "let clip = uniforms.clip; let apply = true;";
+  return `let nrm = norm[0];
+          let apply = (bitcast<u32>(nrm) & 0x7f800000u) != 0x7f800000u;
+          let clip = select(1.0, min(1.0, uniforms.maxNorm / (nrm + 1e-6)), uniforms.maxNorm > 0.0);`;
+}
 
 /** One element-wise program over `total` values: `body` assigns result[index]. */
 class ElementWise extends FusedProgram {
@@ -30,17 +45,22 @@ class ElementWise extends FusedProgram {
   }
 }
 
-const SCALE = "total : i32, gradScale : f32, clip : f32,";
+const SCALE = (deviceClip: boolean) => `total : i32, gradScale : f32, ${deviceClip ? "maxNorm" : "clip"} : f32,`;
+const suffix = (deviceClip: boolean) => (deviceClip ? "DeviceClip" : "");
+const inputs = (names: string[], deviceClip: boolean) => (deviceClip ? [...names, "norm"] : names);
 // the composite's order: m b1 + g (1 - b1); v b2 + g^2 (1 - b2); p decay - (m / (sqrt(v) / sqrt(bc2) + eps)) stepSize
-const moment1 = (n: number) => new ElementWise(n, "verlAdamWMoment1", ["m", "g"], `${SCALE} b : f32, oneMinusB : f32,`,
-  `let gi = ${GRAD};
-          result[index] = m[index] * uniforms.b + gi * uniforms.oneMinusB;`);
-const moment2 = (n: number) => new ElementWise(n, "verlAdamWMoment2", ["v", "g"], `${SCALE} b : f32, oneMinusB : f32,`,
-  `let gi = ${GRAD};
-          result[index] = v[index] * uniforms.b + (gi * gi) * uniforms.oneMinusB;`);
-const params = (n: number) => new ElementWise(n, "verlAdamWParams", ["p", "m", "v"], "total : i32, decay : f32, sqrtBc2 : f32, eps : f32, stepSize : f32,",
+const moment1 = (n: number, dc: boolean) => new ElementWise(n, `verlAdamWMoment1${suffix(dc)}`, inputs(["m", "g"], dc), `${SCALE(dc)} b : f32, oneMinusB : f32,`,
+  `${clipAndApply(dc)}
+          let gi = ${GRAD};
+          result[index] = select(m[index], m[index] * uniforms.b + gi * uniforms.oneMinusB, apply);`);
+const moment2 = (n: number, dc: boolean) => new ElementWise(n, `verlAdamWMoment2${suffix(dc)}`, inputs(["v", "g"], dc), `${SCALE(dc)} b : f32, oneMinusB : f32,`,
+  `${clipAndApply(dc)}
+          let gi = ${GRAD};
+          result[index] = select(v[index], v[index] * uniforms.b + (gi * gi) * uniforms.oneMinusB, apply);`);
+const params = (n: number, dc: boolean) => new ElementWise(n, `verlAdamWParams${suffix(dc)}`, inputs(["p", "m", "v"], dc), "total : i32, decay : f32, sqrtBc2 : f32, eps : f32, stepSize : f32,",
   `let denom = sqrt(v[index]) / uniforms.sqrtBc2 + uniforms.eps;
-          result[index] = p[index] * uniforms.decay - (m[index] / denom) * uniforms.stepSize;`);
+          ${dc ? "let apply = (bitcast<u32>(norm[0]) & 0x7f800000u) != 0x7f800000u;" : "let apply = true;"}
+          result[index] = select(p[index], p[index] * uniforms.decay - (m[index] / denom) * uniforms.stepSize, apply);`);
 
 /** Values a workgroup of the norm's first pass sums (16 per thread, strided). */
 const NORM_CHUNK = 16 * WG;
@@ -97,12 +117,12 @@ class SqrtSum extends FusedProgram {
 
 const KERNELS: Record<string, Kernel> = {
   // three outputs: [m', v', p'] (tfjs kernels may return several)
-  VerlAdamW: (({ inputs: { p, m, v, g }, backend, attrs: a }: Parameters<Kernel>[0]) => {
-    const n = p!.shape[0]!, num = (k: string) => a[k] as number;
-    const scale = [int(n), f32(num("gradScale")), f32(num("clip"))];
-    const m2 = backend.runWebGPUProgram(moment1(n), [m!, g!], "float32", [...scale, f32(num("beta1")), f32(1 - num("beta1"))]);
-    const v2 = backend.runWebGPUProgram(moment2(n), [v!, g!], "float32", [...scale, f32(num("beta2")), f32(1 - num("beta2"))]);
-    const p2 = backend.runWebGPUProgram(params(n), [p!, m2, v2], "float32",
+  VerlAdamW: (({ inputs: { p, m, v, g, norm }, backend, attrs: a }: Parameters<Kernel>[0]) => {
+    const n = p!.shape[0]!, num = (k: string) => a[k] as number, dc = norm !== undefined;
+    const scale = [int(n), f32(num("gradScale")), f32(dc ? num("maxNorm") : num("clip"))];
+    const m2 = backend.runWebGPUProgram(moment1(n, dc), dc ? [m!, g!, norm] : [m!, g!], "float32", [...scale, f32(num("beta1")), f32(1 - num("beta1"))]);
+    const v2 = backend.runWebGPUProgram(moment2(n, dc), dc ? [v!, g!, norm] : [v!, g!], "float32", [...scale, f32(num("beta2")), f32(1 - num("beta2"))]);
+    const p2 = backend.runWebGPUProgram(params(n, dc), dc ? [p!, m2, v2, norm] : [p!, m2, v2], "float32",
       [int(n), f32(num("decay")), f32(num("sqrtBc2")), f32(num("eps")), f32(num("stepSize"))]);
     return [m2, v2, p2];
   }) as unknown as Kernel,
@@ -134,10 +154,22 @@ export interface AdamWScalars {
   clip: number;
 }
 
-/** [m', v', p'] of one AdamW step over flat float32 vectors: three dispatches, three new buffers. */
-export function fusedAdamW(p: tf.Tensor1D, m: tf.Tensor1D, v: tf.Tensor1D, g: tf.Tensor1D, s: AdamWScalars): [tf.Tensor1D, tf.Tensor1D, tf.Tensor1D] {
+/**
+ * The clip decided on the device: `norm` ([1], ||g gradScale||) gives clip = maxNorm / (norm + 1e-6)
+ * where below 1 (maxNorm 0: no clip), and a non-finite norm makes the step leave everything unchanged.
+ */
+export interface DeviceClip { norm: tf.Tensor1D; maxNorm: number }
+
+/**
+ * [m', v', p'] of one AdamW step over flat float32 vectors: three dispatches, three new buffers.
+ * With `deviceClip`, s.clip is ignored: the clip and the skip come from the norm on the device.
+ */
+export function fusedAdamW(p: tf.Tensor1D, m: tf.Tensor1D, v: tf.Tensor1D, g: tf.Tensor1D, s: AdamWScalars, deviceClip?: DeviceClip): [tf.Tensor1D, tf.Tensor1D, tf.Tensor1D] {
   ensureRegistered();
-  return tf.engine().runKernel("VerlAdamW", { p, m, v, g }, { ...s }) as unknown as [tf.Tensor1D, tf.Tensor1D, tf.Tensor1D];
+  const inputs: tf.NamedTensorMap = deviceClip ? { p, m, v, g, norm: deviceClip.norm } : { p, m, v, g };
+  const maxNorm = deviceClip ? deviceClip.maxNorm : 0;
+  if (!(maxNorm >= 0)) throw new Error(`fusedAdamW: maxNorm must be >= 0 (0: no clip), got ${maxNorm}`);
+  return tf.engine().runKernel("VerlAdamW", inputs, { ...s, maxNorm }) as unknown as [tf.Tensor1D, tf.Tensor1D, tf.Tensor1D];
 }
 
 /** ||g gradScale||_2 as a [1] tensor: two dispatches, a partial-sum buffer of n / 4096 values. */

@@ -136,6 +136,13 @@ export async function reduceGradient(collective: AllReducer, buf: Float32Array, 
   return acc;
 }
 
+/** VERL_DEVICE_CLIP=0: the one-rank fused step reads the norm before it records the update (the old order, for comparisons). */
+function deviceClipEnabled(env: string | undefined = process.env.VERL_DEVICE_CLIP): boolean {
+  if (env === undefined || env === "" || env === "1") return true;
+  if (env === "0") return false;
+  throw new Error(`VERL_DEVICE_CLIP must be 0 or 1, got '${env}'`);
+}
+
 /**
  * Whether an optimizer name means AdamW: torch's class name in any case (FSDP, VeOmni) or Megatron's
  * `adam` (verl's Megatron default), whose weight decay is decoupled, i.e. AdamW.
@@ -303,9 +310,13 @@ export class DataParallelOptimizer {
    * End of a mini-batch: all-reduce (with `scalars` appended), clip, step. `gradScale` multiplies
    * the summed gradient first: 1 / the loss scale of 16-bit products, applied once to the sum
    * rather than to every micro-batch's gradients (a power of two, so the same bits either way).
+   * `scalars` may come as a function that reads them: the on-device step records its norm and
+   * update before it waits for them, so the device runs on from the backward pass into the step
+   * while the host waits for one read of both.
    */
-  async step(scalars: number[] = [], gradScale = 1): Promise<StepResult> {
+  async step(scalars: number[] | (() => Promise<number[]>) = [], gradScale = 1): Promise<StepResult> {
     if (this.onDevice) return this.stepOnDevice(scalars, gradScale);
+    if (typeof scalars === "function") scalars = await scalars();
     // VERL_PROFILE_UPDATE=1: where a host-reduced step's time goes (read-back waits, the collective
     // with its wait for the other ranks, the norm, the optimizer and its upload)
     const prof = phaseProfile(`optimizer.step rank ${this.rank}`);
@@ -411,12 +422,14 @@ export class DataParallelOptimizer {
   }
 
   /** The same step with the gradient left on the backend (one rank): the norm is the only read. */
-  private async stepOnDevice(scalars: number[], gradScale: number): Promise<StepResult> {
+  private async stepOnDevice(scalarsIn: number[] | (() => Promise<number[]>), gradScale: number): Promise<StepResult> {
     const taken = this.acc.takeTensor();
-    if (fusedLayersFor(taken)) return this.stepOnDeviceFused(taken, scalars, gradScale);
+    const readScalars = async () => Float64Array.from(typeof scalarsIn === "function" ? await scalarsIn() : scalarsIn);
+    if (fusedLayersFor(taken)) return this.stepOnDeviceFused(taken, readScalars, gradScale);
     const grad = gradScale === 1 ? taken : tf.tidy(() => taken.mul(gradScale) as tf.Tensor1D);
     if (grad !== taken) taken.dispose();
     try {
+      const scalars = await readScalars();
       const normT = tf.tidy(() => grad.square().sum().sqrt());
       const gradNorm = (await normT.data())[0]!;
       normT.dispose();
@@ -425,29 +438,43 @@ export class DataParallelOptimizer {
         const clip = this.gradClip !== null && this.gradClip > 0 ? this.gradClip / (gradNorm + 1e-6) : 1;
         tf.tidy(() => this.optimizer.stepFlat(clip < 1 ? grad.mul(clip) as tf.Tensor1D : grad, this.scheduler.lr));
       }
-      return { gradNorm, skipped, scalars: Float64Array.from(scalars) };
+      return { gradNorm, skipped, scalars };
     } finally {
       grad.dispose();
     }
   }
 
   /**
-   * stepOnDevice with the fused WebGPU kernels: the norm of (grad gradScale) in two dispatches and
-   * the update with the scale and clip applied inside it, so no scaled or squared gradient copies.
+   * stepOnDevice with the fused WebGPU kernels: the norm of (grad gradScale) in two dispatches, and
+   * the update with the scale inside it and the clip (and the skip of a non-finite norm) decided on
+   * the device from that norm. Everything is recorded before the one wait for the norm and the
+   * scalars, so the device goes from the backward pass into the step without a round trip to the
+   * host (VERL_DEVICE_CLIP=0: the norm read first, the clip passed in, as before). A skipped step's
+   * count is taken back once the norm is read.
    */
-  private async stepOnDeviceFused(taken: tf.Tensor1D, scalars: number[], gradScale: number): Promise<StepResult> {
+  private async stepOnDeviceFused(taken: tf.Tensor1D, readScalars: () => Promise<Float64Array>, gradScale: number): Promise<StepResult> {
+    const normT = fusedGradNorm(taken, gradScale);
     try {
-      const normT = fusedGradNorm(taken, gradScale);
+      const maxNorm = this.gradClip !== null && this.gradClip > 0 ? this.gradClip : 0;
+      if (deviceClipEnabled() && this.optimizer.takesDeviceClip(taken)) {
+        this.optimizer.stepFlat(taken, this.scheduler.lr, [gradScale, 1], { norm: normT, maxNorm });
+        taken.dispose();
+        const [scalars, norm] = await Promise.all([readScalars(), normT.data()]);
+        const gradNorm = norm[0]!, skipped = !Number.isFinite(gradNorm);
+        if (skipped) this.optimizer.revertSkippedStep();
+        return { gradNorm, skipped, scalars };
+      }
+      const scalars = await readScalars();
       const gradNorm = (await normT.data())[0]!;
-      normT.dispose();
       const skipped = !Number.isFinite(gradNorm);
       if (!skipped) {
-        const clip = this.gradClip !== null && this.gradClip > 0 ? this.gradClip / (gradNorm + 1e-6) : 1;
-        this.optimizer.stepFlat(taken, this.scheduler.lr, [gradScale, clip < 1 ? clip : 1]);
+        const clip = clipCoefficient(gradNorm, maxNorm);
+        this.optimizer.stepFlat(taken, this.scheduler.lr, [gradScale, clip]);
       }
-      return { gradNorm, skipped, scalars: Float64Array.from(scalars) };
+      return { gradNorm, skipped, scalars };
     } finally {
-      taken.dispose();
+      normT.dispose();
+      if (!taken.isDisposed) taken.dispose();
     }
   }
 

@@ -128,3 +128,44 @@ test("the one-rank on-device step: fused norm and update agree with the composit
   // (the two tensors w and u were made from stay registered, in both)
   assert.equal(f.tensors, r.tensors, "tensors left behind: fused as many as composite");
 });
+
+test("the on-device clip: the step recorded before its norm is read matches the host's clip, and a non-finite norm skips it on the device", gpu, async () => {
+  const cfg = loadConfig({ configName: "ppo_trainer", overrides: ["actor_rollout_ref.actor.optim.lr=0.1"] });
+  // gradient scales per step: clip active (norm above 1), inactive, a NaN (skipped), active again
+  const scales = [3, 0.01, NaN, 2];
+  const run = async (deviceClip: boolean) => {
+    const prev = process.env.VERL_DEVICE_CLIP;
+    process.env.VERL_DEVICE_CLIP = deviceClip ? "1" : "0";
+    const before = tf.memory().numTensors;
+    const w = tf.variable(tf.tensor1d([1, -2, 3, 0.5]), true), u = tf.variable(tf.tensor2d([[0.3, -0.1], [2, 1]]), true);
+    const opt = new DataParallelOptimizer([w, u], new ConfigView(cfg, "actor_rollout_ref.actor.optim"), 10, Collective.single(), 1.0, { onDevice: true });
+    const steps: { norm: number; skipped: boolean; scalars: number[]; weights: number[] }[] = [];
+    try {
+      for (const scale of scales) {
+        const g = tf.variableGrads(() => w.square().sum().add(u.mul(w.slice(0, 2).reshape([1, 2])).sum()).mul(tf.scalar(scale)) as tf.Scalar, [w, u]);
+        opt.accumulate(g.grads);
+        tf.dispose([g.value, ...Object.values(g.grads)]);
+        // the scalars come through the reader the actor passes
+        const r = await opt.step(async () => [scale, 2 * scale], 2 ** -3);
+        steps.push({ norm: r.gradNorm, skipped: r.skipped, scalars: Array.from(r.scalars), weights: [...(await w.data()), ...(await u.data())] });
+      }
+    } finally {
+      opt.dispose(); w.dispose(); u.dispose();
+      if (prev === undefined) delete process.env.VERL_DEVICE_CLIP; else process.env.VERL_DEVICE_CLIP = prev;
+    }
+    return { steps, tensors: tf.memory().numTensors - before };
+  };
+  await run(true); // first use: pipelines compiled
+  const host = await run(false), device = await run(true);
+  assert.deepEqual(device.steps.map((s) => s.skipped), [false, false, true, false]);
+  assert.deepEqual(host.steps.map((s) => s.skipped), [false, false, true, false]);
+  device.steps.forEach((s, i) => {
+    assert.deepEqual(s.scalars, host.steps[i]!.scalars, `step ${i}: scalars`);
+    if (!s.skipped) assert.equal(s.norm, host.steps[i]!.norm, `step ${i}: the same norm kernel`);
+    // the clip factor is formed in f32 on the device, in f64 on the host: an ulp apart at most
+    s.weights.forEach((x, j) => assert.ok(Math.abs(x - host.steps[i]!.weights[j]!) <= 1e-6 * Math.max(1, Math.abs(x)), `step ${i} weight ${j}: ${x} vs ${host.steps[i]!.weights[j]}`));
+  });
+  // the skipped step left every weight as it was, and the step after it used the same bias correction as the host's
+  assert.deepEqual(device.steps[2]!.weights, device.steps[1]!.weights, "a skipped step changes no weight");
+  assert.equal(device.tensors, host.tensors, "tensors left behind: as many as the host-clip step");
+});

@@ -11,7 +11,7 @@
 // programs (engine/webgpu_fused_adamw.ts), in the same arithmetic order.
 import * as tf from "@tensorflow/tfjs";
 import { fusedLayersFor } from "../webgpu_fused.js";
-import { fusedAdamW } from "../webgpu_fused_adamw.js";
+import { fusedAdamW, type DeviceClip } from "../webgpu_fused_adamw.js";
 
 export interface AdamWOptions {
   lr: number;
@@ -112,10 +112,10 @@ export class AdamW {
    * clip]: the gradient used is (grad gradScale) clip (inside the fused kernel on WebGPU, as two
    * element-wise ops elsewhere), so the caller need not make scaled copies.
    */
-  stepFlat(grad: Float32Array | tf.Tensor1D, lr: number = this.lr, gradMul?: [number, number]): void {
+  stepFlat(grad: Float32Array | tf.Tensor1D, lr: number = this.lr, gradMul?: [number, number], deviceClip?: DeviceClip): void {
     if (this.sliceSize !== this.numel) throw new Error(`AdamW.stepFlat: this optimizer owns [${this.range[0]}, ${this.range[1]}) of ${this.numel} parameters; use stepSlice`);
     tf.tidy(() => {
-      const pNew = this.update(grad, lr, gradMul);
+      const pNew = this.update(grad, lr, gradMul, deviceClip);
       const parts = tf.split(pNew, this.sizes);
       parts.forEach((part, i) => this.vars[i]!.assign(part.reshape(this.vars[i]!.shape)));
     });
@@ -137,8 +137,25 @@ export class AdamW {
     });
   }
 
+  /**
+   * Whether stepFlat can take a DeviceClip for this gradient: the fused WebGPU kernels, where the
+   * clip and the skip of a non-finite norm happen on the device.
+   */
+  takesDeviceClip(grad: tf.Tensor1D): boolean {
+    return this.sliceSize === this.numel && fusedLayersFor(grad);
+  }
+
+  /**
+   * Takes back the step count of a step that a DeviceClip skipped on the device (its norm was not
+   * finite): found after it was recorded, it must not advance the bias corrections.
+   */
+  revertSkippedStep(): void {
+    if (this.stepCount === 0) throw new Error("AdamW.revertSkippedStep: no step to take back");
+    this.stepCount -= 1;
+  }
+
   /** Moments updated, new parameter values of the slice returned (inside the caller's tidy). */
-  private update(grad: Float32Array | tf.Tensor1D, lr: number, gradMul?: [number, number]): tf.Tensor1D {
+  private update(grad: Float32Array | tf.Tensor1D, lr: number, gradMul?: [number, number], deviceClip?: DeviceClip): tf.Tensor1D {
     const n = grad instanceof Float32Array ? grad.length : grad.size;
     if (n !== this.sliceSize) {
       const slice = this.sliceSize === this.numel ? "" : ` (its slice [${this.range[0]}, ${this.range[1]}) of ${this.numel})`;
@@ -162,11 +179,12 @@ export class AdamW {
     if (fusedLayersFor(g0, p)) {
       // three dispatches and three full-size buffers instead of about a dozen (webgpu_fused_adamw.ts)
       const [m, v, pNew] = fusedAdamW(p, this.expAvg as tf.Tensor1D, this.expAvgSq as tf.Tensor1D, g0,
-        { beta1, beta2, eps, stepSize, sqrtBc2: Math.sqrt(bc2), decay, gradScale, clip });
+        { beta1, beta2, eps, stepSize, sqrtBc2: Math.sqrt(bc2), decay, gradScale, clip }, deviceClip);
       this.expAvg.assign(m);
       this.expAvgSq.assign(v);
       return pNew;
     }
+    if (deviceClip) throw new Error("AdamW: a device clip needs the fused WebGPU kernels (takesDeviceClip)");
     const g1 = gradScale === 1 ? g0 : g0.mul(gradScale);
     const g = clip === 1 ? g1 : g1.mul(clip);
     const m = this.expAvg.mul(beta1).add(g.mul(1 - beta1));

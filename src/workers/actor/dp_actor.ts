@@ -311,13 +311,17 @@ export class DataParallelPPOActor {
           }
         }
         prof?.mark("micro_batch_rest");
-        if (pending.length) {
-          // one read for all of the mini-batch's micro-batches, in their order
-          const reads = await readPendingScalars(pending);
-          prof?.mark("wait_micro_batches");
-          for (const [i, p] of pending.entries()) await settle({ ...p, read: reads[i]! });
-        }
-        const res = await optimizer.step([pgSum, klSum, entSum, auxSum, loadSum, mtpSum, ...means.pack()], 1 / lossScale);
+        // The scalars are read when the optimizer asks: the on-device step records its norm and
+        // update first, so one wait covers the micro-batches' scalars and the norm.
+        const scalars = async () => {
+          if (pending.length) {
+            // one read for all of the mini-batch's micro-batches, in their order
+            const reads = await readPendingScalars(pending);
+            for (const [i, p] of pending.entries()) await settle({ ...p, read: reads[i]! });
+          }
+          return [pgSum, klSum, entSum, auxSum, loadSum, mtpSum, ...means.pack()];
+        };
+        const res = await optimizer.step(scalars, 1 / lossScale);
         prof?.mark("optimizer_step");
         scaler?.update(res.skipped);
         for (const [k, v] of Object.entries(means.read(res.scalars.subarray(6)))) push(metrics, k, v);
