@@ -108,6 +108,16 @@ export async function inferInMicroBatches(
   return (outs ?? []).map((o, j) => tensor(o, [data.length, ...(shapes[j]!.length ? shapes[j]! : [1])], o instanceof Int32Array ? "int32" : "float32"));
 }
 
+/**
+ * VERL_READ_EACH_MICRO_BATCH=1: an update reads each micro-batch's scalars before it records the
+ * next (the old order, for comparisons); by default they are read once, at the end of the mini-batch.
+ */
+export function readEachMicroBatch(env: string | undefined = process.env.VERL_READ_EACH_MICRO_BATCH): boolean {
+  if (env === undefined || env === "" || env === "0") return false;
+  if (env === "1") return true;
+  throw new Error(`VERL_READ_EACH_MICRO_BATCH must be 0 or 1, got '${env}'`);
+}
+
 /** Read scalar tensors in one async transfer (the tensors stay alive; the caller disposes them). */
 export async function readScalars(xs: tf.Tensor[]): Promise<Float32Array> {
   if (xs.length === 0) return new Float32Array(0);

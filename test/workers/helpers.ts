@@ -1,5 +1,6 @@
 // Shared fixtures for the worker tests: a tiny Llama config, and a synthetic rollout
 // batch in verl's layout (left-padded prompts, right-padded responses).
+import * as tf from "@tensorflow/tfjs";
 import { DataProto } from "../../src/protocol/index.js";
 import { tensor } from "../../src/protocol/tensor.js";
 import { makeConfig, type ModelConfig } from "../../src/models/config.js";
@@ -50,4 +51,23 @@ export function maxAbsDiff(a: ArrayLike<number>, b: ArrayLike<number>): number {
   let m = 0;
   for (let i = 0; i < a.length; i++) m = Math.max(m, Math.abs(a[i]! - b[i]!));
   return m;
+}
+
+/**
+ * Runs `fn` with VERL_READ_EACH_MICRO_BATCH set to `each` and counts the async reads (`data()`)
+ * it makes after it calls `startCounting` (the env and data() restored after).
+ */
+export async function countingReads<T>(each: boolean, fn: (startCounting: () => void) => Promise<T>): Promise<{ out: T; reads: number }> {
+  const proto = Object.getPrototypeOf(tf.scalar(0)) as { data(): Promise<unknown> };
+  const data0 = proto.data, prev = process.env.VERL_READ_EACH_MICRO_BATCH;
+  process.env.VERL_READ_EACH_MICRO_BATCH = each ? "1" : "0";
+  let reads = 0, counting = false;
+  proto.data = function (this: tf.Tensor) { if (counting) reads++; return data0.call(this); };
+  try {
+    const out = await fn(() => { counting = true; });
+    return { out, reads };
+  } finally {
+    proto.data = data0;
+    if (prev === undefined) delete process.env.VERL_READ_EACH_MICRO_BATCH; else process.env.VERL_READ_EACH_MICRO_BATCH = prev;
+  }
 }

@@ -26,7 +26,7 @@ import type { LlamaModel } from "../../models/index.js";
 import { trainingForward } from "../../models/lora.js";
 import { responseLogProbs } from "../../rollout/index.js";
 import { mtpTokenMask } from "../../rollout/log_probs.js";
-import { inferInMicroBatches, readScalars } from "../forward.js";
+import { inferInMicroBatches, readEachMicroBatch, readScalars } from "../forward.js";
 import { computeRolloutCorrection, rolloutCorrectionConfig, type RolloutCorrectionConfig } from "../../trainer/ppo/rollout_corr.js";
 
 export interface DpActorOptions {
@@ -75,13 +75,6 @@ interface PendingMicro {
 
 /** A micro-batch's loss terms and kept metrics, as numbers. */
 interface MicroRead { terms: Float32Array; metrics: Record<string, number> }
-
-/** VERL_READ_EACH_MICRO_BATCH=1: read each micro-batch's scalars before recording the next (the old order, for comparisons). */
-function readEachMicroBatch(env: string | undefined = process.env.VERL_READ_EACH_MICRO_BATCH): boolean {
-  if (env === undefined || env === "" || env === "0") return false;
-  if (env === "1") return true;
-  throw new Error(`VERL_READ_EACH_MICRO_BATCH must be 0 or 1, got '${env}'`);
-}
 
 /**
  * Every pending micro-batch's loss terms and kept metric scalars as numbers, in one async read (a

@@ -11,7 +11,7 @@ import { Rng } from "../../utils/rng.js";
 import { column, miniBatches, microBatches, toTf, tokenAndSequenceCounts, TokenWeightedMeans, type MicroBatchSpec } from "../batching.js";
 import type { ConfigView } from "../config_view.js";
 import type { DataParallelOptimizer } from "../dp_optimizer.js";
-import { inferInMicroBatches, readScalars, responseValues, type ValueModel } from "../forward.js";
+import { inferInMicroBatches, readEachMicroBatch, readScalars, responseValues, type ValueModel } from "../forward.js";
 import { push, type MetricLists } from "../actor/dp_actor.js";
 
 export interface DpCriticOptions {
@@ -62,6 +62,12 @@ export class DataParallelPPOCritic {
         const info = optimizer.globalLossNorm(column(mini, "response_mask"), null);
         let lossSum = 0;
         const means = new TokenWeightedMeans();
+        // as the actor's: the micro-batches' scalars stay on the device until the optimizer asks (one read)
+        const pending: { kept: tf.Scalar[]; micro: DataProto }[] = [];
+        const settle = (vals: Float32Array, micro: DataProto) => {
+          lossSum += vals[0]!;
+          means.add({ "critic/vf_clipfrac": vals[1]!, "critic/vpred_mean": vals[2]! }, tokenAndSequenceCounts(column(micro, "response_mask")).tokens);
+        };
         for (const micro of microBatches(mini, spec).batches) {
           heartbeat();
           let kept: tf.Scalar[] = [];
@@ -76,13 +82,26 @@ export class DataParallelPPOCritic {
             return vfLoss;
           }, optimizer.vars);
           optimizer.accumulate(grads);
-          const vals = await readScalars(kept);
-          // `value` is kept[0] (the value loss): dispose each tensor once.
-          tf.dispose([...new Set<tf.Tensor>([value, ...kept, ...Object.values(grads)])]);
-          lossSum += vals[0]!;
-          means.add({ "critic/vf_clipfrac": vals[1]!, "critic/vpred_mean": vals[2]! }, tokenAndSequenceCounts(column(micro, "response_mask")).tokens);
+          // `value` is kept[0] (the value loss): dispose each tensor once
+          tf.dispose([...new Set<tf.Tensor>([value, ...Object.values(grads)])].filter((t) => !kept.includes(t as tf.Scalar)));
+          if (readEachMicroBatch()) {
+            try { settle(await readScalars(kept), micro); } finally { tf.dispose(kept); }
+          } else {
+            pending.push({ kept, micro });
+          }
         }
-        const res = await optimizer.step([lossSum, ...means.pack()]);
+        const scalars = async () => {
+          const all = pending.flatMap((p) => p.kept);
+          try {
+            const vals = await readScalars(all);
+            let at = 0;
+            for (const p of pending) { settle(vals.subarray(at, at + p.kept.length), p.micro); at += p.kept.length; }
+          } finally {
+            tf.dispose(all);
+          }
+          return [lossSum, ...means.pack()];
+        };
+        const res = await optimizer.step(scalars);
         for (const [k, v] of Object.entries(means.read(res.scalars.subarray(1)))) push(metrics, k, v);
         push(metrics, "critic/vf_loss", res.scalars[0]!);
         push(metrics, "critic/grad_norm", res.gradNorm);

@@ -10,7 +10,7 @@ import { Rng } from "../../../src/utils/rng.js";
 import { DataParallelPPOActor } from "../../../src/workers/actor/dp_actor.js";
 import { ConfigView } from "../../../src/workers/config_view.js";
 import { DataParallelOptimizer } from "../../../src/workers/dp_optimizer.js";
-import { maxAbsDiff, syntheticBatch, tinyConfig } from "../helpers.js";
+import { countingReads, maxAbsDiff, syntheticBatch, tinyConfig } from "../helpers.js";
 
 function actorConfig(extra: string[] = []) {
   return loadConfig({
@@ -107,36 +107,23 @@ test("policy updates keep the live tensor count flat", async () => {
 
 test("micro-batch reads deferred to the end of the mini-batch: the same metrics and weights, one read instead of one per micro-batch", async () => {
   await initBackend("cpu");
-  // on the cpu backend every read goes through dataSync or data(); count the async ones the update makes
-  const proto = Object.getPrototypeOf(tf.scalar(0)) as { data(): Promise<unknown> };
-  const data0 = proto.data;
-  const run = async (each: boolean) => {
-    const prev = process.env.VERL_READ_EACH_MICRO_BATCH;
-    process.env.VERL_READ_EACH_MICRO_BATCH = each ? "1" : "0";
-    let reads = 0;
-    proto.data = function (this: tf.Tensor) { reads++; return data0.call(this); };
-    try {
-      const over = ["actor_rollout_ref.actor.entropy_coeff=0.01", "actor_rollout_ref.actor.use_kl_loss=true"];
-      const { actor, model } = build(over, 8, 2);
-      const data = syntheticBatch(8, 5, 6, 32, 13);
-      data.batch.old_log_probs = (await actor.computeLogProb(data, { microBatchSize: 3, maxTokenLen: null }, 1.0, false)).logProbs;
-      data.batch.ref_log_prob = data.batch.old_log_probs;
-      const before = tf.memory().numTensors;
-      reads = 0;
-      const metrics = await actor.updatePolicy(data);
-      const updateReads = reads;
-      assert.equal(tf.memory().numTensors, before, `${each ? "each" : "deferred"}: no tensor left behind`);
-      const weights = flatWeights(model);
-      model.dispose();
-      return { metrics, weights, reads: updateReads };
-    } finally {
-      proto.data = data0;
-      if (prev === undefined) delete process.env.VERL_READ_EACH_MICRO_BATCH; else process.env.VERL_READ_EACH_MICRO_BATCH = prev;
-    }
-  };
+  const run = (each: boolean) => countingReads(each, async (startCounting) => {
+    const over = ["actor_rollout_ref.actor.entropy_coeff=0.01", "actor_rollout_ref.actor.use_kl_loss=true"];
+    const { actor, model } = build(over, 8, 2);
+    const data = syntheticBatch(8, 5, 6, 32, 13);
+    data.batch.old_log_probs = (await actor.computeLogProb(data, { microBatchSize: 3, maxTokenLen: null }, 1.0, false)).logProbs;
+    data.batch.ref_log_prob = data.batch.old_log_probs;
+    const before = tf.memory().numTensors;
+    startCounting();
+    const metrics = await actor.updatePolicy(data);
+    assert.equal(tf.memory().numTensors, before, `${each ? "each" : "deferred"}: no tensor left behind`);
+    const weights = flatWeights(model);
+    model.dispose();
+    return { metrics, weights };
+  });
   const each = await run(true), deferred = await run(false);
-  assert.deepEqual(deferred.metrics, each.metrics, "metrics equal to the bit");
-  assert.equal(maxAbsDiff(deferred.weights, each.weights), 0, "weights equal to the bit");
+  assert.deepEqual(deferred.out.metrics, each.out.metrics, "metrics equal to the bit");
+  assert.equal(maxAbsDiff(deferred.out.weights, each.out.weights), 0, "weights equal to the bit");
   // four micro-batches: four scalar reads before, one now (the optimizer's own reads are the same in both)
   assert.equal(each.reads - deferred.reads, 3, `reads: ${each.reads} per micro-batch against ${deferred.reads} deferred`);
 });
