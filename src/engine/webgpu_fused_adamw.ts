@@ -6,7 +6,7 @@
 // sums in a fixed order, then one workgroup over the partials (no atomics: the same bits every
 // time). Registered by name on the "webgpu" backend; the switch is webgpu_fused.ts's.
 import * as tf from "@tensorflow/tfjs";
-import { FusedProgram, int, registerWebGPUKernels, run, type Kernel } from "./webgpu_fused.js";
+import { FusedProgram, int, registerWebGPUKernels, run, type Kernel, type TensorInfo } from "./webgpu_fused.js";
 import type { UniformValue } from "../rollout/webgpu_programs.js";
 
 const f32 = (x: number): UniformValue => ({ type: "float32", data: [x] });
@@ -115,6 +115,45 @@ class SqrtSum extends FusedProgram {
   }
 }
 
+/** The tfjs WebGPU backend's members the split by copies uses (tfjs-backend-webgpu 4.22). */
+interface CopyBackend {
+  makeTensorInfo(shape: number[], dtype: string, values?: number[]): TensorInfo;
+  uploadToGPU(dataId: object): void;
+  tensorMap: { get(dataId: object): { resource?: unknown } | undefined };
+  ensureCommandEncoderReady(): void;
+  endComputePassEncoder(): void;
+  commandEncoder: { copyBufferToBuffer(src: unknown, srcOffset: number, dst: unknown, dstOffset: number, size: number): void };
+  commandQueueOwnedIds: WeakSet<object>;
+}
+
+/**
+ * flat split into pieces of `sizes` values by buffer copies on the command encoder: one copy a
+ * piece, not a slice dispatch (the optimizer's new parameters: one piece a variable, ~290 at the
+ * 0.5B shape). A copy costs the host one Dawn call, where a dispatch costs a program, uniforms and
+ * a bind group. The pieces and flat are marked as owned by the unsubmitted commands, as tfjs marks
+ * a dispatch's, so neither buffer is handed out again before the copies run.
+ */
+const splitByCopies = (({ inputs: { x }, backend, attrs }: { inputs: Record<string, TensorInfo>; backend: unknown; attrs: Record<string, unknown> }) => {
+  const be = backend as CopyBackend, sizes = attrs.sizes as number[];
+  be.uploadToGPU(x!.dataId);
+  const src = be.tensorMap.get(x!.dataId)!.resource;
+  be.ensureCommandEncoderReady();
+  be.endComputePassEncoder();
+  be.commandQueueOwnedIds.add(x!.dataId);
+  let at = 0;
+  return sizes.map((n) => {
+    // an empty piece holds no buffer (as tfjs's slice makes it)
+    const out = be.makeTensorInfo([n], "float32", n > 0 ? undefined : []);
+    if (n > 0) {
+      be.uploadToGPU(out.dataId);
+      be.commandEncoder.copyBufferToBuffer(src, 4 * at, be.tensorMap.get(out.dataId)!.resource, 0, 4 * n);
+      be.commandQueueOwnedIds.add(out.dataId);
+    }
+    at += n;
+    return out;
+  });
+}) as unknown as Kernel;
+
 const KERNELS: Record<string, Kernel> = {
   // three outputs: [m', v', p'] (tfjs kernels may return several)
   VerlAdamW: (({ inputs: { p, m, v, g, norm }, backend, attrs: a }: Parameters<Kernel>[0]) => {
@@ -126,6 +165,7 @@ const KERNELS: Record<string, Kernel> = {
       [int(n), f32(num("decay")), f32(num("sqrtBc2")), f32(num("eps")), f32(num("stepSize"))]);
     return [m2, v2, p2];
   }) as unknown as Kernel,
+  VerlSplitByCopies: splitByCopies,
   VerlGradNorm: ({ inputs: { g }, backend, attrs }) => {
     const n = g!.shape[0]!, groups = Math.ceil(n / NORM_CHUNK);
     const part = backend.runWebGPUProgram(new SumSquaresPartial(groups), [g!], "float32", [int(n), f32(attrs.gradScale as number)]);
@@ -176,4 +216,16 @@ export function fusedAdamW(p: tf.Tensor1D, m: tf.Tensor1D, v: tf.Tensor1D, g: tf
 export function fusedGradNorm(g: tf.Tensor1D, gradScale = 1): tf.Tensor1D {
   ensureRegistered();
   return run("VerlGradNorm", { g }, { gradScale }) as tf.Tensor1D;
+}
+
+/**
+ * A flat float32 vector split into pieces of `sizes` values (1-D; the caller reshapes): buffer
+ * copies on WebGPU (VERL_SPLIT_BY_COPIES=0: tf.split's slice dispatches, for comparisons).
+ */
+export function splitFlat(flat: tf.Tensor1D, sizes: number[]): tf.Tensor1D[] {
+  const total = sizes.reduce((a, b) => a + b, 0);
+  if (total !== flat.size) throw new Error(`splitFlat: pieces of ${total} values in all, the vector has ${flat.size}`);
+  if (tf.getBackend() !== "webgpu" || flat.dtype !== "float32" || process.env.VERL_SPLIT_BY_COPIES === "0") return tf.split(flat, sizes) as tf.Tensor1D[];
+  ensureRegistered();
+  return tf.engine().runKernel("VerlSplitByCopies", { x: flat }, { sizes }) as unknown as tf.Tensor1D[];
 }

@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import * as tf from "@tensorflow/tfjs";
 import { dispatches, relErr, webgpuOrReason, withFused } from "./webgpu_adapter.js";
 import { setFusedLayers } from "../../src/engine/webgpu_fused.js";
-import { fusedGradNorm } from "../../src/engine/webgpu_fused_adamw.js";
+import { fusedGradNorm, splitFlat } from "../../src/engine/webgpu_fused_adamw.js";
 import { AdamW } from "../../src/engine/optim/adamw.js";
 import { loadConfig } from "../../src/config/index.js";
 import { Collective } from "../../src/single_controller/collective.js";
@@ -168,4 +168,46 @@ test("the on-device clip: the step recorded before its norm is read matches the 
   // the skipped step left every weight as it was, and the step after it used the same bias correction as the host's
   assert.deepEqual(device.steps[2]!.weights, device.steps[1]!.weights, "a skipped step changes no weight");
   assert.equal(device.tensors, host.tensors, "tensors left behind: as many as the host-clip step");
+});
+
+test("the optimizer's split by buffer copies: the same bits as tf.split, no dispatch; the source freed and new work recorded before the copies run", gpu, async () => {
+  const sizes = [5, 0, 4096, 1, 300001, 7, 64];
+  const total = sizes.reduce((a, b) => a + b, 0);
+  const flatT = tf.randomNormal([total], 0, 1, "float32", 77) as tf.Tensor1D;
+  const before = tf.memory().numTensors;
+  const ref = tf.split(flatT, sizes) as tf.Tensor1D[];
+  const counted = dispatches(() => splitFlat(flatT, sizes));
+  assert.equal(counted.n, 0, "buffer copies, no dispatch");
+  const pieces = counted.out;
+  // the source is freed at once and its buffer reused by new work recorded before any submit:
+  // the copies must still read the old values
+  const src2 = tf.tidy(() => flatT.mul(2));
+  flatT.dispose();
+  const reuse = tf.tidy(() => tf.fill([total], 9, "float32").add(src2));
+  for (const [i, p] of pieces.entries()) {
+    assert.deepEqual(p.shape, [sizes[i]!]);
+    assert.deepEqual(await p.data(), await ref[i]!.data(), `piece ${i}`);
+  }
+  tf.dispose([...pieces, ...ref, src2, reuse]);
+  assert.equal(tf.memory().numTensors, before - 1, "no tensor left behind (the source was disposed)");
+  // the AdamW step with and without it: the same bits
+  const steps = async (copies: boolean) => {
+    const prev = process.env.VERL_SPLIT_BY_COPIES;
+    process.env.VERL_SPLIT_BY_COPIES = copies ? "1" : "0";
+    try {
+      const vs = makeVars(9, 30000, 5, copies ? "c" : "s"), opt = new AdamW(vs, { lr: 0.01, weightDecay: 0.1 });
+      for (let k = 0; k < 3; k++) {
+        const g = tf.randomNormal([opt.numel], 0, 1, "float32", 40 + k) as tf.Tensor1D;
+        opt.stepFlat(g, 0.01, [1, 0.5]);
+        g.dispose();
+      }
+      const out = await flat(vs).data();
+      tf.dispose(vs);
+      opt.dispose();
+      return out;
+    } finally {
+      if (prev === undefined) delete process.env.VERL_SPLIT_BY_COPIES; else process.env.VERL_SPLIT_BY_COPIES = prev;
+    }
+  };
+  assert.deepEqual(await steps(true), await steps(false), "AdamW's parameters: the same bits");
 });

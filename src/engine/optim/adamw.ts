@@ -11,7 +11,7 @@
 // programs (engine/webgpu_fused_adamw.ts), in the same arithmetic order.
 import * as tf from "@tensorflow/tfjs";
 import { fusedLayersFor } from "../webgpu_fused.js";
-import { fusedAdamW, type DeviceClip } from "../webgpu_fused_adamw.js";
+import { fusedAdamW, splitFlat, type DeviceClip } from "../webgpu_fused_adamw.js";
 
 export interface AdamWOptions {
   lr: number;
@@ -116,7 +116,7 @@ export class AdamW {
     if (this.sliceSize !== this.numel) throw new Error(`AdamW.stepFlat: this optimizer owns [${this.range[0]}, ${this.range[1]}) of ${this.numel} parameters; use stepSlice`);
     tf.tidy(() => {
       const pNew = this.update(grad, lr, gradMul, deviceClip);
-      const parts = tf.split(pNew, this.sizes);
+      const parts = splitFlat(pNew, this.sizes);
       parts.forEach((part, i) => this.vars[i]!.assign(part.reshape(this.vars[i]!.shape)));
     });
   }
