@@ -18,7 +18,7 @@
 #           (VERL_WEBGPU_POOL_ORDER=0 VERL_WEBGPU_UNIFORM_CACHE=0 VERL_FROZEN_PACK=0 VERL_LORA_PAD_SLOTS=0
 #           VERL_GEMM_ACTIVATION_PACK_MB=0), nohost = only the first two off, each = every micro-batch's scalars read
 #           before the next is recorded and the norm read before the update is recorded (VERL_READ_EACH_MICRO_BATCH=1
-#           VERL_DEVICE_CLIP=0 VERL_SPLIT_BY_COPIES=0); UPDATES (default 64x64: ROWSxMICRO, a list) and
+#           VERL_DEVICE_CLIP=0 VERL_FLAT_BY_COPIES=0); UPDATES (default 64x64: ROWSxMICRO, a list) and
 #           UPDATE_LORA (default 0,32) pick the shapes; TORCH_UPDATE=1 adds PyTorch's
 #           update at the same shape (bench/pytorch_gpu_table.py --only update)
 #   hostprof the same update (full and LoRA r=32) with a V8 CPU profile of the steady update and every Dawn call named
@@ -60,7 +60,7 @@ if [[ $PARTS == *,update,* ]]; then
     envs=()
     [[ $setting == old ]] && envs=(VERL_WEBGPU_POOL_ORDER=0 VERL_WEBGPU_UNIFORM_CACHE=0 VERL_FROZEN_PACK=0 VERL_LORA_PAD_SLOTS=0 VERL_GEMM_ACTIVATION_PACK_MB=0)
     [[ $setting == nohost ]] && envs=(VERL_WEBGPU_POOL_ORDER=0 VERL_WEBGPU_UNIFORM_CACHE=0)
-    [[ $setting == each ]] && envs=(VERL_READ_EACH_MICRO_BATCH=1 VERL_DEVICE_CLIP=0 VERL_SPLIT_BY_COPIES=0)
+    [[ $setting == each ]] && envs=(VERL_READ_EACH_MICRO_BATCH=1 VERL_DEVICE_CLIP=0 VERL_FLAT_BY_COPIES=0)
     env ${envs[@]+"${envs[@]}"} timeout "${UPDATE_S:-120}" bash scripts/gpu-run.sh node dist/bench/gpu_decode.js --only update --updates "${UPDATES:-64x64}" --submit 0 \
       --precision f16 --lora "${UPDATE_LORA:-0,32}" --budget-s "$(( ${UPDATE_S:-120} - 20 ))" > "$OUT/update_${i}_$setting.jsonl" 2> "$OUT/update_${i}_$setting.log"
     echo "== update ($setting) exit $?"

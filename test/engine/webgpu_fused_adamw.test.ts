@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import * as tf from "@tensorflow/tfjs";
 import { dispatches, relErr, webgpuOrReason, withFused } from "./webgpu_adapter.js";
 import { setFusedLayers } from "../../src/engine/webgpu_fused.js";
-import { fusedGradNorm, splitFlat } from "../../src/engine/webgpu_fused_adamw.js";
+import { concatFlat, fusedGradNorm, splitFlat } from "../../src/engine/webgpu_fused_adamw.js";
 import { AdamW } from "../../src/engine/optim/adamw.js";
 import { loadConfig } from "../../src/config/index.js";
 import { Collective } from "../../src/single_controller/collective.js";
@@ -170,7 +170,7 @@ test("the on-device clip: the step recorded before its norm is read matches the 
   assert.equal(device.tensors, host.tensors, "tensors left behind: as many as the host-clip step");
 });
 
-test("the optimizer's split by buffer copies: the same bits as tf.split, no dispatch; the source freed and new work recorded before the copies run", gpu, async () => {
+test("the optimizer's flat vectors by buffer copies: split and concatenation the same bits as tf.split and tf.concat, no dispatch; AdamW the same bits", gpu, async () => {
   const sizes = [5, 0, 4096, 1, 300001, 7, 64];
   const total = sizes.reduce((a, b) => a + b, 0);
   const flatT = tf.randomNormal([total], 0, 1, "float32", 77) as tf.Tensor1D;
@@ -188,12 +188,19 @@ test("the optimizer's split by buffer copies: the same bits as tf.split, no disp
     assert.deepEqual(p.shape, [sizes[i]!]);
     assert.deepEqual(await p.data(), await ref[i]!.data(), `piece ${i}`);
   }
-  tf.dispose([...pieces, ...ref, src2, reuse]);
+  // concatenation: shapes of all kinds, an empty one, a tensor still on the host, and a view (reshape) of another
+  const parts = [tf.randomNormal([3, 5], 0, 1, "float32", 3), tf.zeros([0]), tf.tensor1d([1.5, -2, 7]), tf.randomNormal([2, 2, 300], 0, 1, "float32", 4)];
+  parts.push(parts[0]!.reshape([15]));
+  const cat = dispatches(() => concatFlat(parts));
+  assert.equal(cat.n, 0, "concatenation: buffer copies, no dispatch");
+  const refCat = tf.tidy(() => tf.concat(parts.map((p) => p.reshape([-1]))));
+  assert.deepEqual(await cat.out.data(), await refCat.data(), "concatenation: the same bits");
+  tf.dispose([...pieces, ...ref, src2, reuse, ...parts, cat.out, refCat]);
   assert.equal(tf.memory().numTensors, before - 1, "no tensor left behind (the source was disposed)");
   // the AdamW step with and without it: the same bits
   const steps = async (copies: boolean) => {
-    const prev = process.env.VERL_SPLIT_BY_COPIES;
-    process.env.VERL_SPLIT_BY_COPIES = copies ? "1" : "0";
+    const prev = process.env.VERL_FLAT_BY_COPIES;
+    process.env.VERL_FLAT_BY_COPIES = copies ? "1" : "0";
     try {
       const vs = makeVars(9, 30000, 5, copies ? "c" : "s"), opt = new AdamW(vs, { lr: 0.01, weightDecay: 0.1 });
       for (let k = 0; k < 3; k++) {
@@ -206,7 +213,7 @@ test("the optimizer's split by buffer copies: the same bits as tf.split, no disp
       opt.dispose();
       return out;
     } finally {
-      if (prev === undefined) delete process.env.VERL_SPLIT_BY_COPIES; else process.env.VERL_SPLIT_BY_COPIES = prev;
+      if (prev === undefined) delete process.env.VERL_FLAT_BY_COPIES; else process.env.VERL_FLAT_BY_COPIES = prev;
     }
   };
   assert.deepEqual(await steps(true), await steps(false), "AdamW's parameters: the same bits");

@@ -11,7 +11,7 @@
 // programs (engine/webgpu_fused_adamw.ts), in the same arithmetic order.
 import * as tf from "@tensorflow/tfjs";
 import { fusedLayersFor } from "../webgpu_fused.js";
-import { fusedAdamW, splitFlat, type DeviceClip } from "../webgpu_fused_adamw.js";
+import { concatFlat, fusedAdamW, splitFlat, type DeviceClip } from "../webgpu_fused_adamw.js";
 
 export interface AdamWOptions {
   lr: number;
@@ -171,10 +171,10 @@ export class AdamW {
     const { beta1, beta2, eps } = this;
     const decay = 1 - lr * this.weightDecay;
     const g0 = grad instanceof Float32Array ? tf.tensor1d(grad) : grad;
-    const p = tf.concat(this.pieces.map((pc) => {
+    const p = concatFlat(this.pieces.map((pc) => {
       const flat = this.vars[pc.index]!.reshape([-1]);
       return pc.whole ? flat : flat.slice(pc.from, pc.to - pc.from);
-    })) as tf.Tensor1D;
+    }));
     const [gradScale, clip] = gradMul ?? [1, 1];
     if (fusedLayersFor(g0, p)) {
       // three dispatches and three full-size buffers instead of about a dozen (webgpu_fused_adamw.ts)

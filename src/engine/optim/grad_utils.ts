@@ -2,6 +2,7 @@
 // accumulated as one flat vector on the backend, read back asynchronously once per
 // mini-batch (for the cross-rank all-reduce), and clipped by their global norm on the host.
 import * as tf from "@tensorflow/tfjs";
+import { concatFlat } from "../webgpu_fused_adamw.js";
 import { syncReadsForbidden } from "../sync_reads.js";
 
 interface WasmBackendMemory {
@@ -45,10 +46,7 @@ export class FlatGradAccumulator {
   /** Add one micro-batch's gradients (a map keyed by variable name, as tf.variableGrads returns). */
   add(grads: tf.NamedTensorMap): void {
     const next = tf.tidy(() => {
-      const flat = tf.concat(this.vars.map((v) => {
-        const g = grads[v.name];
-        return g ? g.reshape([-1]) : tf.zeros([v.size]);
-      })) as tf.Tensor1D;
+      const flat = concatFlat(this.vars.map((v) => grads[v.name] ?? tf.zeros([v.size])));
       return this.acc ? this.acc.add(flat) as tf.Tensor1D : flat;
     });
     this.acc?.dispose();
