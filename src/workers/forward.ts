@@ -118,6 +118,39 @@ export function readEachMicroBatch(env: string | undefined = process.env.VERL_RE
   throw new Error(`VERL_READ_EACH_MICRO_BATCH must be 0 or 1, got '${env}'`);
 }
 
+/**
+ * The scalars an update's micro-batches report (loss terms, metrics), kept on the device until the
+ * mini-batch's last micro-batch is recorded and then read in one transfer. A read per micro-batch
+ * made the host wait for the device before recording the next one, and the device wait for the
+ * host after it. Each micro-batch's values are handed to its `settle` in recording order.
+ */
+export class MicroBatchScalars {
+  private pending: { tensors: tf.Tensor[]; settle: (values: Float32Array) => void | Promise<void> }[] = [];
+
+  /** One micro-batch's scalar tensors (disposed once read) and what to do with their values. */
+  async add(tensors: tf.Tensor[], settle: (values: Float32Array) => void | Promise<void>): Promise<void> {
+    this.pending.push({ tensors, settle });
+    if (readEachMicroBatch()) await this.flush();
+  }
+
+  /** Reads every pending micro-batch's scalars in one transfer and settles them, in order. */
+  async flush(): Promise<void> {
+    const pending = this.pending, all = pending.flatMap((p) => p.tensors);
+    this.pending = [];
+    let values: Float32Array;
+    try {
+      values = await readScalars(all);
+    } finally {
+      tf.dispose([...new Set(all)]); // a tensor may be reported twice (the loss as a term and a metric)
+    }
+    let at = 0;
+    for (const p of pending) {
+      await p.settle(values.subarray(at, at + p.tensors.length));
+      at += p.tensors.length;
+    }
+  }
+}
+
 /** Read scalar tensors in one async transfer (the tensors stay alive; the caller disposes them). */
 export async function readScalars(xs: tf.Tensor[]): Promise<Float32Array> {
   if (xs.length === 0) return new Float32Array(0);

@@ -179,8 +179,8 @@ test("the optimizer's flat vectors by buffer copies: split and concatenation the
   const counted = dispatches(() => splitFlat(flatT, sizes));
   assert.equal(counted.n, 0, "buffer copies, no dispatch");
   const pieces = counted.out;
-  // the source is freed at once and its buffer reused by new work recorded before any submit:
-  // the copies must still read the old values
+  // the source freed at once and new work of its size recorded before any submit: the copies are
+  // encoded in order with tfjs's own commands, so the pieces still hold the source's values
   const src2 = tf.tidy(() => flatT.mul(2));
   flatT.dispose();
   const reuse = tf.tidy(() => tf.fill([total], 9, "float32").add(src2));

@@ -26,7 +26,7 @@ import type { LlamaModel } from "../../models/index.js";
 import { trainingForward } from "../../models/lora.js";
 import { responseLogProbs } from "../../rollout/index.js";
 import { mtpTokenMask } from "../../rollout/log_probs.js";
-import { inferInMicroBatches, readEachMicroBatch, readScalars } from "../forward.js";
+import { inferInMicroBatches, MicroBatchScalars } from "../forward.js";
 import { computeRolloutCorrection, rolloutCorrectionConfig, type RolloutCorrectionConfig } from "../../trainer/ppo/rollout_corr.js";
 
 export interface DpActorOptions {
@@ -64,47 +64,6 @@ export interface RoutingPass { record?: boolean; replay?: boolean }
 
 /** Per-mini-batch and per-micro-batch metric lists (reduced by the driver). */
 export type MetricLists = Record<string, number[]>;
-
-/** A micro-batch recorded but not yet read: its loss terms, kept metrics and (bypass mode) current log-probs. */
-interface PendingMicro {
-  parts: tf.Scalar[];
-  kept: LossMetrics;
-  current: tf.Tensor | null;
-  micro: DataProto;
-}
-
-/** A micro-batch's loss terms and kept metrics, as numbers. */
-interface MicroRead { terms: Float32Array; metrics: Record<string, number> }
-
-/**
- * Every pending micro-batch's loss terms and kept metric scalars as numbers, in one async read (a
- * GPU backend has no synchronous one; one read is one device round trip); disposes those tensors.
- */
-async function readPendingScalars(pending: PendingMicro[]): Promise<MicroRead[]> {
-  const tensors: tf.Tensor[] = [], layout: { terms: number; keys: [string, number | null][] }[] = [];
-  for (const p of pending) {
-    tensors.push(...p.parts);
-    const keys: [string, number | null][] = [];
-    for (const [k, v] of Object.entries(p.kept)) {
-      if (typeof v === "number") keys.push([k, v]);
-      else { keys.push([k, null]); tensors.push(v as tf.Tensor); }
-    }
-    layout.push({ terms: p.parts.length, keys });
-  }
-  try {
-    const vals = await readScalars(tensors);
-    let at = 0;
-    return layout.map(({ terms, keys }) => {
-      const t = vals.slice(at, at + terms);
-      at += terms;
-      const metrics: Record<string, number> = {};
-      for (const [k, v] of keys) metrics[k] = v ?? vals[at++]!;
-      return { terms: t, metrics };
-    });
-  } finally {
-    tf.dispose([...new Set(tensors)]);
-  }
-}
 
 /** The actor config with verl's bypass-mode override: loss_mode bypass_mode, the section passed inside policy_loss. */
 function bypassLossConfig(section: ActorLossConfig, bypass: Record<string, unknown> | undefined): ActorLossConfig {
@@ -224,19 +183,7 @@ export class DataParallelPPOActor {
         const mtpMicros = mtp ? (() => { const n = Float64Array.of(micros.length); optimizer.allReduceSum(n); return n[0]!; })() : 1;
         let pgSum = 0, klSum = 0, entSum = 0, auxSum = 0, loadSum = 0, mtpSum = 0;
         const means = new TokenWeightedMeans();
-        // Each micro-batch's loss terms and metrics stay on the device until the last one is recorded:
-        // a read per micro-batch made the host wait for the device before recording the next one, and
-        // the device wait for the host after it (VERL_READ_EACH_MICRO_BATCH=1 reads each one, as before).
-        const pending: PendingMicro[] = [];
-        const settle = async (p: PendingMicro & { read: MicroRead }) => {
-          const vals = p.read.terms;
-          pgSum += vals[0]!; klSum += vals[1]!; entSum += vals[2]!; auxSum += vals[3]!; loadSum += vals[4]!; mtpSum += vals[5]!;
-          if (bypassCfg && p.current) {
-            Object.assign(p.read.metrics, await bypassMetrics(p.current, onPolicy ? null : column(p.micro, "old_log_probs"), column(p.micro, "response_mask"), bypassCfg));
-            p.current.dispose();
-          }
-          means.add(p.read.metrics, tokenAndSequenceCounts(column(p.micro, "response_mask")).tokens);
-        };
+        const reads = new MicroBatchScalars();
         for (const micro of micros) {
           const mtpTokens = mtp ? Math.max(1, sumOf(mtpTokenMask(micro).data)) : 1;
           heartbeat();
@@ -292,29 +239,31 @@ export class DataParallelPPOActor {
           // scaled gradients are summed as they are; the step divides the sum by the scale once
           optimizer.accumulate(grads);
           prof?.mark("record_accumulate");
-          // `value` may be one of `parts` (the bare policy loss): dispose each once
+          // `value` may be one of `parts` (the bare policy loss), which the reads dispose
           tf.dispose([...new Set<tf.Tensor>([value, ...Object.values(grads)])].filter((t) => !parts.includes(t as tf.Scalar)));
-          const recorded = { parts, kept, current, micro };
-          if (readEachMicroBatch()) {
-            const [read] = await readPendingScalars([recorded]);
-            prof?.mark("wait_micro_batch");
-            await settle({ ...recorded, read: read! });
-          } else {
-            pending.push(recorded);
-          }
+          // the loss terms, then the kept metrics that are tensors, in the order of `kept`
+          const metricTensors = Object.values(kept).filter((v): v is tf.Scalar => typeof v !== "number");
+          const bypassed = current as tf.Tensor | null;
+          await reads.add([...parts, ...metricTensors], async (vals) => {
+            pgSum += vals[0]!; klSum += vals[1]!; entSum += vals[2]!; auxSum += vals[3]!; loadSum += vals[4]!; mtpSum += vals[5]!;
+            let at = parts.length;
+            const read: Record<string, number> = {};
+            for (const [k, v] of Object.entries(kept)) read[k] = typeof v === "number" ? v : vals[at++]!;
+            if (bypassCfg && bypassed) {
+              Object.assign(read, await bypassMetrics(bypassed, onPolicy ? null : column(micro, "old_log_probs"), column(micro, "response_mask"), bypassCfg));
+              bypassed.dispose();
+            }
+            means.add(read, tokenAndSequenceCounts(column(micro, "response_mask")).tokens);
+          });
+          prof?.mark("record_reads");
         }
         prof?.mark("micro_batch_rest");
-        // The scalars are read when the optimizer asks: the on-device step records its norm and
-        // update first, so one wait covers the micro-batches' scalars and the norm.
-        const scalars = async () => {
-          if (pending.length) {
-            // one read for all of the mini-batch's micro-batches, in their order
-            const reads = await readPendingScalars(pending);
-            for (const [i, p] of pending.entries()) await settle({ ...p, read: reads[i]! });
-          }
+        // read when the optimizer asks: the on-device step records its norm and update first, so
+        // one wait covers the micro-batches' scalars and the norm
+        const res = await optimizer.step(async () => {
+          await reads.flush();
           return [pgSum, klSum, entSum, auxSum, loadSum, mtpSum, ...means.pack()];
-        };
-        const res = await optimizer.step(scalars, 1 / lossScale);
+        }, 1 / lossScale);
         prof?.mark("optimizer_step");
         scaler?.update(res.skipped);
         for (const [k, v] of Object.entries(means.read(res.scalars.subarray(6)))) push(metrics, k, v);

@@ -11,7 +11,7 @@ import { Rng } from "../../utils/rng.js";
 import { column, miniBatches, microBatches, toTf, tokenAndSequenceCounts, TokenWeightedMeans, type MicroBatchSpec } from "../batching.js";
 import type { ConfigView } from "../config_view.js";
 import type { DataParallelOptimizer } from "../dp_optimizer.js";
-import { inferInMicroBatches, readEachMicroBatch, readScalars, responseValues, type ValueModel } from "../forward.js";
+import { inferInMicroBatches, MicroBatchScalars, responseValues, type ValueModel } from "../forward.js";
 import { push, type MetricLists } from "../actor/dp_actor.js";
 
 export interface DpCriticOptions {
@@ -62,12 +62,7 @@ export class DataParallelPPOCritic {
         const info = optimizer.globalLossNorm(column(mini, "response_mask"), null);
         let lossSum = 0;
         const means = new TokenWeightedMeans();
-        // as the actor's: the micro-batches' scalars stay on the device until the optimizer asks (one read)
-        const pending: { kept: tf.Scalar[]; micro: DataProto }[] = [];
-        const settle = (vals: Float32Array, micro: DataProto) => {
-          lossSum += vals[0]!;
-          means.add({ "critic/vf_clipfrac": vals[1]!, "critic/vpred_mean": vals[2]! }, tokenAndSequenceCounts(column(micro, "response_mask")).tokens);
-        };
+        const reads = new MicroBatchScalars();
         for (const micro of microBatches(mini, spec).batches) {
           heartbeat();
           let kept: tf.Scalar[] = [];
@@ -82,26 +77,15 @@ export class DataParallelPPOCritic {
             return vfLoss;
           }, optimizer.vars);
           optimizer.accumulate(grads);
-          // `value` is kept[0] (the value loss): dispose each tensor once
-          tf.dispose([...new Set<tf.Tensor>([value, ...Object.values(grads)])].filter((t) => !kept.includes(t as tf.Scalar)));
-          if (readEachMicroBatch()) {
-            try { settle(await readScalars(kept), micro); } finally { tf.dispose(kept); }
-          } else {
-            pending.push({ kept, micro });
-          }
+          // `value` is kept[0] (the value loss), which the reads dispose
+          tf.dispose(Object.values(grads));
+          await reads.add(kept, (vals) => {
+            lossSum += vals[0]!;
+            means.add({ "critic/vf_clipfrac": vals[1]!, "critic/vpred_mean": vals[2]! }, tokenAndSequenceCounts(column(micro, "response_mask")).tokens);
+          });
         }
-        const scalars = async () => {
-          const all = pending.flatMap((p) => p.kept);
-          try {
-            const vals = await readScalars(all);
-            let at = 0;
-            for (const p of pending) { settle(vals.subarray(at, at + p.kept.length), p.micro); at += p.kept.length; }
-          } finally {
-            tf.dispose(all);
-          }
-          return [lossSum, ...means.pack()];
-        };
-        const res = await optimizer.step(scalars);
+        // read when the optimizer asks: the on-device step records its norm and update first (as the actor's)
+        const res = await optimizer.step(async () => { await reads.flush(); return [lossSum, ...means.pack()]; });
         for (const [k, v] of Object.entries(means.read(res.scalars.subarray(1)))) push(metrics, k, v);
         push(metrics, "critic/vf_loss", res.scalars[0]!);
         push(metrics, "critic/grad_norm", res.gradNorm);
