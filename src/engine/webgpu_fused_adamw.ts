@@ -115,76 +115,6 @@ class SqrtSum extends FusedProgram {
   }
 }
 
-/** The tfjs WebGPU backend's members the split by copies uses (tfjs-backend-webgpu 4.22). */
-interface CopyBackend {
-  makeTensorInfo(shape: number[], dtype: string, values?: number[]): TensorInfo;
-  uploadToGPU(dataId: object): void;
-  tensorMap: { get(dataId: object): { resource?: unknown } | undefined };
-  ensureCommandEncoderReady(): void;
-  endComputePassEncoder(): void;
-  commandEncoder: { copyBufferToBuffer(src: unknown, srcOffset: number, dst: unknown, dstOffset: number, size: number): void };
-  commandQueueOwnedIds: WeakSet<object>;
-}
-
-/**
- * flat split into pieces of `sizes` values by buffer copies on the command encoder: one copy a
- * piece, not a slice dispatch (the optimizer's new parameters: one piece a variable, ~290 at the
- * 0.5B shape). A copy costs the host one Dawn call, where a dispatch costs a program, uniforms and
- * a bind group. The pieces and flat are marked as owned by the unsubmitted commands, as tfjs marks
- * a dispatch's, so neither buffer is handed out again before the copies run.
- */
-const splitByCopies = (({ inputs: { x }, backend, attrs }: { inputs: Record<string, TensorInfo>; backend: unknown; attrs: Record<string, unknown> }) => {
-  const be = backend as CopyBackend, sizes = attrs.sizes as number[];
-  be.uploadToGPU(x!.dataId);
-  const src = be.tensorMap.get(x!.dataId)!.resource;
-  be.ensureCommandEncoderReady();
-  be.endComputePassEncoder();
-  be.commandQueueOwnedIds.add(x!.dataId);
-  let at = 0;
-  return sizes.map((n) => {
-    // an empty piece holds no buffer (as tfjs's slice makes it)
-    const out = be.makeTensorInfo([n], "float32", n > 0 ? undefined : []);
-    if (n > 0) {
-      be.uploadToGPU(out.dataId);
-      be.commandEncoder.copyBufferToBuffer(src, 4 * at, be.tensorMap.get(out.dataId)!.resource, 0, 4 * n);
-      be.commandQueueOwnedIds.add(out.dataId);
-    }
-    at += n;
-    return out;
-  });
-}) as unknown as Kernel;
-
-/**
- * The inputs (x0, x1, ... in that order, any shapes) laid end to end in one new flat vector by
- * buffer copies: the flat gradient and parameter vectors of the optimizer, where tf.concat takes
- * a dispatch per handful of inputs and a second level for their results.
- */
-const concatByCopies = (({ inputs, backend }: { inputs: Record<string, TensorInfo>; backend: unknown }) => {
-  const be = backend as CopyBackend, xs = Object.keys(inputs).map((_, i) => inputs[`x${i}`]!);
-  const sizes = xs.map((x) => x.shape.reduce((a, b) => a * b, 1)), total = sizes.reduce((a, b) => a + b, 0);
-  const out = be.makeTensorInfo([total], "float32", total > 0 ? undefined : []);
-  if (total === 0) return out;
-  be.uploadToGPU(out.dataId);
-  const dst = be.tensorMap.get(out.dataId)!.resource;
-  const sources = xs.map((x, i) => {
-    if (sizes[i]! > 0) be.uploadToGPU(x.dataId); // a tensor still on the host (zeros for a missing gradient) goes up first
-    return be.tensorMap.get(x.dataId)!.resource;
-  });
-  be.ensureCommandEncoderReady();
-  be.endComputePassEncoder();
-  let at = 0;
-  xs.forEach((x, i) => {
-    const n = sizes[i]!;
-    if (n > 0) {
-      be.commandEncoder.copyBufferToBuffer(sources[i], 0, dst, 4 * at, 4 * n);
-      be.commandQueueOwnedIds.add(x.dataId);
-    }
-    at += n;
-  });
-  be.commandQueueOwnedIds.add(out.dataId);
-  return out;
-}) as unknown as Kernel;
-
 const KERNELS: Record<string, Kernel> = {
   // three outputs: [m', v', p'] (tfjs kernels may return several)
   VerlAdamW: (({ inputs: { p, m, v, g, norm }, backend, attrs: a }: Parameters<Kernel>[0]) => {
@@ -196,8 +126,6 @@ const KERNELS: Record<string, Kernel> = {
       [int(n), f32(num("decay")), f32(num("sqrtBc2")), f32(num("eps")), f32(num("stepSize"))]);
     return [m2, v2, p2];
   }) as unknown as Kernel,
-  VerlSplitByCopies: splitByCopies,
-  VerlConcatByCopies: concatByCopies,
   VerlGradNorm: ({ inputs: { g }, backend, attrs }) => {
     const n = g!.shape[0]!, groups = Math.ceil(n / NORM_CHUNK);
     const part = backend.runWebGPUProgram(new SumSquaresPartial(groups), [g!], "float32", [int(n), f32(attrs.gradScale as number)]);
@@ -248,31 +176,4 @@ export function fusedAdamW(p: tf.Tensor1D, m: tf.Tensor1D, v: tf.Tensor1D, g: tf
 export function fusedGradNorm(g: tf.Tensor1D, gradScale = 1): tf.Tensor1D {
   ensureRegistered();
   return run("VerlGradNorm", { g }, { gradScale }) as tf.Tensor1D;
-}
-
-/**
- * Whether the optimizer's flat vectors are concatenated and split by buffer copies (WebGPU, float32;
- * VERL_FLAT_BY_COPIES=0: tf.concat's and tf.split's dispatches, for comparisons).
- */
-function byCopies(xs: tf.Tensor[]): boolean {
-  const env = process.env.VERL_FLAT_BY_COPIES;
-  if (env !== undefined && env !== "" && env !== "0" && env !== "1") throw new Error(`VERL_FLAT_BY_COPIES must be 0 or 1, got '${env}'`);
-  if (env === "0" || tf.getBackend() !== "webgpu" || xs.some((x) => x.dtype !== "float32")) return false;
-  ensureRegistered();
-  return true;
-}
-
-/** A flat float32 vector split into pieces of `sizes` values (1-D; the caller reshapes): buffer copies on WebGPU. */
-export function splitFlat(flat: tf.Tensor1D, sizes: number[]): tf.Tensor1D[] {
-  const total = sizes.reduce((a, b) => a + b, 0);
-  if (total !== flat.size) throw new Error(`splitFlat: pieces of ${total} values in all, the vector has ${flat.size}`);
-  if (!byCopies([flat])) return tf.split(flat, sizes) as tf.Tensor1D[];
-  return tf.engine().runKernel("VerlSplitByCopies", { x: flat }, { sizes }) as unknown as tf.Tensor1D[];
-}
-
-/** Float32 tensors of any shapes flattened and laid end to end: buffer copies on WebGPU, else tf.concat. */
-export function concatFlat(xs: tf.Tensor[]): tf.Tensor1D {
-  if (xs.length === 0) throw new Error("concatFlat: nothing to concatenate");
-  if (!byCopies(xs)) return tf.concat(xs.map((x) => x.reshape([-1]))) as tf.Tensor1D;
-  return tf.engine().runKernel("VerlConcatByCopies", Object.fromEntries(xs.map((x, i) => [`x${i}`, x]))) as tf.Tensor1D;
 }

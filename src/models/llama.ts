@@ -5,6 +5,7 @@
 // This is the training path (real gradients); rollout decodes with a KV cache
 // in src/rollout/decoder.ts, which must agree with `forward` (tested).
 import * as tf from "@tensorflow/tfjs";
+import { stackRows } from "../engine/copies.js";
 import { frozenLinear, linear } from "../engine/matmul.js";
 import { tokenAttention } from "./attention.js";
 import { checkpoint } from "./checkpointing.js";
@@ -239,7 +240,7 @@ export class LlamaModel {
     const L = layerPrefix(this.config, i);
     const base = mods.map((m) => w(`${L}${m}.weight`) as tf.Tensor2D);
     const lora = this.lora;
-    if (!lora) return linear(x, (base.length === 1 ? base[0]! : tf.concat(base, 0)) as tf.Tensor2D);
+    if (!lora) return linear(x, stackRows(base) as tf.Tensor2D);
     const names = mods.map((m) => `${L}${m}`);
     if (!names.some((n) => lora.has(n))) return frozenLinear(x, base);
     const inMasks = new Map<string, tf.Tensor2D>();
@@ -266,7 +267,7 @@ export class LlamaModel {
     // attention: one fused q/k/v projection, rotary on q and k together
     const n1 = this.norm(x, w(L + "input_layernorm.weight"));
     let qkv = this.project(n1, i, QKV, w, drop);
-    if (c.attentionBias) qkv = qkv.add(tf.concat(QKV.map((m) => w(`${L}${m}.bias`))));
+    if (c.attentionBias) qkv = qkv.add(stackRows(QKV.map((m) => w(`${L}${m}.bias`))));
     let [qk0, v0] = tf.split(qkv.reshape([N, c.nHeads + 2 * c.nKvHeads, hd]), [c.nHeads + c.nKvHeads, c.nKvHeads], 1);
     if (c.qkNorm) { // Qwen3 / Gemma 3: each head's q and k RMS-normed over head_dim before RoPE
       const [q, k] = tf.split(qk0!, [c.nHeads, c.nKvHeads], 1);
@@ -299,7 +300,7 @@ export class LlamaModel {
   private mlp(x: tf.Tensor, i: number, prefix: string, w: (n: string) => tf.Tensor, drop: AdapterDropout | null): tf.Tensor {
     const c = this.config, L = layerPrefix(c, i) + prefix, bias = c.mlpBias && prefix === "mlp.";
     let gu = this.project(x, i, [prefix + "gate_proj", prefix + "up_proj"], w, drop) as tf.Tensor2D;
-    if (bias) gu = gu.add(tf.concat([w(L + "gate_proj.bias"), w(L + "up_proj.bias")])) as tf.Tensor2D;
+    if (bias) gu = gu.add(stackRows([w(L + "gate_proj.bias"), w(L + "up_proj.bias")])) as tf.Tensor2D;
     const hidden = c.gemma ? geGlu(gu) : swiGlu(gu); // gelu_tanh(gate) * up, or silu(gate) * up
     const out = this.project(hidden, i, [prefix + "down_proj"], w, drop);
     return bias ? out.add(w(L + "down_proj.bias")) : out;

@@ -1,6 +1,7 @@
 // The product a LoRA-adapted linear layer computes, fused with its gradient: plain LoRA, DoRA
 // (a trained magnitude per output row), and dropout on the adapter branch.
 import * as tf from "@tensorflow/tfjs";
+import { splitRows, stackRows } from "../engine/copies.js";
 import { onWasm } from "../engine/matmul.js";
 import { markWeightLike } from "../engine/weight_like.js";
 import { frozenStackProduct } from "../engine/frozen_weights.js";
@@ -67,7 +68,7 @@ export function loraLinear(x: tf.Tensor2D, blocks: LoraBlock[], scale: number, p
   for (const j of adapted) { at.push(n); n += blocks[j]!.magnitude ? 3 : 2; }
   const ws = blocks.map((bl) => bl.w);
   const consts = blocks.flatMap((bl) => [bl.weightNorm, bl.dropIn, bl.dropOut].flatMap((t): tf.Tensor[] => (t ? [t] : [])));
-  const stack = (parts: tf.Tensor[]) => (parts.length === 1 ? parts[0]! : tf.concat(parts, 0)) as tf.Tensor2D;
+  const stack = (parts: tf.Tensor[]) => stackRows(parts) as tf.Tensor2D;
   const sizes = blocks.map((bl) => bl.w.shape[0]);
   /** The adapter branch of block j: xd and l (both [N, *]), and DoRA's c [out] when it has one. */
   const branch = (xs: tf.Tensor2D, bl: LoraBlock, a: tf.Tensor2D, b: tf.Tensor2D, m: tf.Tensor | undefined) => {
@@ -269,11 +270,11 @@ function batchedLoraLinear(x: tf.Tensor2D, blocks: LoraBlock[], scale: number, p
       const din = inMasks && (stacked ? tf.stack(inMasks) : inMasks[0]!);
       const dout = outMasks && cat(outMasks, 1);
       const { aCat, bd } = adapterOperands(as, bs, stacked ? "stacked" : `flat${slots}`, scale, () => {
-        const bCat = cat(bs, 0);
+        const bCat = stackRows(bs);
         const empty = slots > u ? [tf.zeros([(slots - u) * r, inF])] : [];
         // [out, 1, r] against the mask as [out, slots, r]: the broadcast places B in every slot, the mask keeps its own
         return {
-          aCat: stacked ? tf.stack(as) : cat([...as, ...empty], 0), // [u, r, in] or [slots r, in]
+          aCat: stacked ? tf.stack(as) : stackRows([...as, ...empty]), // [u, r, in] or [slots r, in]
           bd: (layout ? tf.mul(bCat.reshape([-1, 1, r]), layout.mask.reshape([-1, slots, r])).reshape([-1, slots * r]) : tf.mul(bCat, scale)) as tf.Tensor2D,
         };
       });
@@ -285,7 +286,7 @@ function batchedLoraLinear(x: tf.Tensor2D, blocks: LoraBlock[], scale: number, p
       const l = matmulT(h, bd);
       // the saved tensors are x, the small H, A and Bd, the masks, and the frozen weights themselves (no [N, out] copy)
       save([xs, h, aCat, bd, ...(din ? [din] : []), ...(dout ? [dout] : []), ...ws]);
-      return tf.add(frozenStackProduct(xs, ws, true) ?? matmulT(xs, cat(ws, 0)), dout ? tf.mul(l, dout) : l);
+      return tf.add(frozenStackProduct(xs, ws, true) ?? matmulT(xs, stackRows(ws) as tf.Tensor2D), dout ? tf.mul(l, dout) : l);
     });
     return {
       value,
@@ -300,7 +301,7 @@ function batchedLoraLinear(x: tf.Tensor2D, blocks: LoraBlock[], scale: number, p
         // the slots took a multiply, a transpose and a reduction; a product with stacked identities
         // would round dB to 16 bits under 16-bit products, and pack and pad two operands for it)
         const dbCat = layout ? tf.mul(tf.gather(gh.reshape([-1]), layout.own).reshape([-1, r]), scale) : tf.mul(gh, scale);
-        const dbs = k === 1 ? [dbCat] : tf.split(dbCat, sizes, 0);
+        const dbs = splitRows(dbCat, sizes);
         let dxa: tf.Tensor, das: tf.Tensor[];
         if (stacked) {
           const dh3 = tf.transpose(dh.reshape([N, u, r]), [1, 0, 2]) as tf.Tensor3D; // [u, N, r]
@@ -310,9 +311,10 @@ function batchedLoraLinear(x: tf.Tensor2D, blocks: LoraBlock[], scale: number, p
           const dxd = tf.matMul(dh, aCat as tf.Tensor2D);
           dxa = din ? tf.mul(dxd, din) : dxd;
           const daCat = matmulTN(dh, din ? (tf.mul(x0, din) as tf.Tensor2D) : x0); // [slots r, in]
-          das = u === 1 ? [daCat] : slots === u ? tf.split(daCat, u, 0) : slotBlock.map((_, i) => tf.slice(daCat, [i * r, 0], [r, inF]));
+          // the empty slots' rows (past u r) are cut off as one piece and dropped
+          das = splitRows(daCat, [...slotBlock.map(() => r), ...(slots > u ? [(slots - u) * r] : [])]).slice(0, u);
         }
-        return [tf.add(frozenStackProduct(g, sw, false) ?? tf.matMul(g, cat(sw, 0)), dxa), ...das, ...dbs];
+        return [tf.add(frozenStackProduct(g, sw, false) ?? tf.matMul(g, stackRows(sw) as tf.Tensor2D), dxa), ...das, ...dbs];
       }),
     };
   });

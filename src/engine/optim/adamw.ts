@@ -11,7 +11,8 @@
 // programs (engine/webgpu_fused_adamw.ts), in the same arithmetic order.
 import * as tf from "@tensorflow/tfjs";
 import { fusedLayersFor } from "../webgpu_fused.js";
-import { concatFlat, fusedAdamW, splitFlat, type DeviceClip } from "../webgpu_fused_adamw.js";
+import { concatFlat, splitFlat } from "../copies.js";
+import { fusedAdamW, type DeviceClip } from "../webgpu_fused_adamw.js";
 
 export interface AdamWOptions {
   lr: number;

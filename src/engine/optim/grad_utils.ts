@@ -2,7 +2,7 @@
 // accumulated as one flat vector on the backend, read back asynchronously once per
 // mini-batch (for the cross-rank all-reduce), and clipped by their global norm on the host.
 import * as tf from "@tensorflow/tfjs";
-import { concatFlat } from "../webgpu_fused_adamw.js";
+import { concatFlat } from "../copies.js";
 import { syncReadsForbidden } from "../sync_reads.js";
 
 interface WasmBackendMemory {
