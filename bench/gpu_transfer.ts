@@ -8,12 +8,15 @@
 //                  view, the ranks' region), unmap; with the staging buffer made fresh or kept
 //   chunked_read   the buffer in --chunk-mib pieces, each its own staging buffer, every copy in one
 //                  submit and every mapAsync issued at once; each piece copied out as it maps
+//   direct_read    src/engine/webgpu_readback.ts as the optimizer reads its gradient: --chunk-mib buckets
+//                  into pooled staging, one submit, each copied into the shared buffer as it maps
 //   write_buffer   queue.writeBuffer of host values, then the queue drained
 //   mapped_upload  a MAP_WRITE staging buffer mapped at creation, filled, unmapped, copied
 // Prints one JSON line per size with GB/s for each (and the phases of raw_read).
 //   bash scripts/gpu-run.sh node dist/bench/gpu_transfer.js [--mib 64,256,1024] [--chunk-mib 16] [--reps 3]
 import * as tf from "@tensorflow/tfjs";
 import { initBackend } from "../src/engine/backend.js";
+import { readIntoBuckets } from "../src/engine/webgpu_readback.js";
 import { emit, loadAvg1m, machine, parseBenchArgs, runMain } from "./common.js";
 
 const NAME = "gpu_transfer";
@@ -127,6 +130,16 @@ runMain(NAME, async () => {
         }));
         if (timed) keep("chunked_read_ms", ms(t1));
         verify("chunked_read");
+      }
+      // the optimizer's path (a fresh tensor: its buffer is handed over and freed at once)
+      {
+        const t2 = tf.tidy(() => tf.mul(src, 1));
+        await drain();
+        const t1 = performance.now();
+        await Promise.all(readIntoBuckets(t2, shared, 0, chunkBytes / 4));
+        if (timed) keep("direct_read_ms", ms(t1));
+        t2.dispose();
+        verify("direct_read");
       }
       // uploads
       {

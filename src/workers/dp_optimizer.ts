@@ -18,6 +18,7 @@ import * as tf from "@tensorflow/tfjs";
 import { AdamW, type AdamWState } from "../engine/optim/adamw.js";
 import { fusedLayersFor } from "../engine/webgpu_fused.js";
 import { fusedGradNorm } from "../engine/webgpu_fused_adamw.js";
+import { canReadInto, readIntoBuckets } from "../engine/webgpu_readback.js";
 import { clipCoefficient, FlatGradAccumulator, normOfPartials, readTensorInto, scaleInPlace, shardBounds, sumSquares } from "../engine/optim/grad_utils.js";
 import { LrScheduler, type LrSchedulerState } from "../engine/optim/lr_scheduler.js";
 import type { TensorData } from "../protocol/tensor.js";
@@ -64,7 +65,7 @@ export function bucketElems(align: number | undefined, bytes = DEFAULT_BUCKET_BY
  * With `bounds` (W+1 offsets from 0: the ranks' slices) it is a reduceScatter instead: each bucket's
  * call gets the bounds clipped to it, and what lies past bounds[W] is reduced on every rank.
  */
-export async function allReduceBuckets(collective: AllReducer, buf: Float32Array, parts: Promise<Float32Array>[], B: number, bounds?: readonly number[], prof?: PhaseProfile | null): Promise<void> {
+export async function allReduceBuckets(collective: AllReducer, buf: Float32Array, parts: Promise<Float32Array | void>[], B: number, bounds?: readonly number[], prof?: PhaseProfile | null): Promise<void> {
   const name = bounds ? "reduceScatterBuckets" : "allReduceBuckets";
   if (bounds && !collective.reduceScatter) throw new Error(`${name}: the collective has no reduceScatter`);
   await eachBucket(name, collective, buf, parts, B, prof, (sub, o) => {
@@ -78,7 +79,7 @@ export async function allReduceBuckets(collective: AllReducer, buf: Float32Array
  * The bucket walk both reduces share: B checked against the collective's alignment, then each
  * bucket [o, o + B) of `buf` in order, its read-back part (if any) awaited and copied in first.
  */
-async function eachBucket(name: string, collective: AllReducer, buf: Float32Array, parts: Promise<Float32Array>[], B: number, prof: PhaseProfile | null | undefined,
+async function eachBucket(name: string, collective: AllReducer, buf: Float32Array, parts: Promise<Float32Array | void>[], B: number, prof: PhaseProfile | null | undefined,
   reduce: (sub: Float32Array, o: number) => void): Promise<void> {
   // one bucket over the whole buffer is one call whatever its size
   if (collective.bucketAlignElems !== undefined && B < buf.length && B % collective.bucketAlignElems !== 0) {
@@ -90,8 +91,10 @@ async function eachBucket(name: string, collective: AllReducer, buf: Float32Arra
     if (i < parts.length) {
       const part = await parts[i]!;
       prof?.mark("read_back_wait");
-      buf.set(part, o);
-      prof?.mark("copy_in");
+      if (part) { // else the read-back wrote it in place
+        buf.set(part, o);
+        prof?.mark("copy_in");
+      }
     }
     reduce(buf.subarray(o, end), o);
     i++;
@@ -114,7 +117,7 @@ export interface GradientReduceSpec {
  * slice when `scatter`), and this rank's slice's sum of squares (float64, in order) returned.
  * A collective with reduceScaled does the three in one pass; otherwise they are passes of their own.
  */
-export async function reduceGradient(collective: AllReducer, buf: Float32Array, parts: Promise<Float32Array>[], B: number, spec: GradientReduceSpec, prof?: PhaseProfile | null): Promise<number> {
+export async function reduceGradient(collective: AllReducer, buf: Float32Array, parts: Promise<Float32Array | void>[], B: number, spec: GradientReduceSpec, prof?: PhaseProfile | null): Promise<number> {
   const W = spec.bounds.length - 1, rank = collective.rank ?? 0;
   if (spec.scatter && !collective.reduceScaled && !collective.reduceScatter) throw new Error("reduceGradient: the collective has no reduceScatter");
   let acc = 0;
@@ -335,7 +338,8 @@ export class DataParallelOptimizer {
     // read straight from the backend's memory into buf where it can be (cpu, wasm).
     const overlap = (this.collective.worldSize ?? 2) > 1 && tf.getBackend() === "webgpu";
     const B = overlap ? bucketElems(this.collective.bucketAlignElems) : Math.max(1, buf.length);
-    const parts = !overlap && this.acc.takeInto(buf) ? [] : this.acc.takeBuckets(B);
+    // on WebGPU each bucket lands in buf itself as it maps (no intermediate array, no copy-in)
+    const parts: Promise<Float32Array | void>[] = !overlap && this.acc.takeInto(buf) ? [] : this.acc.takeBucketsInto(buf, B) ?? this.acc.takeBuckets(B);
     prof?.mark("take_buckets");
     // Sharded across every rank, each needs only its slice of the sum; otherwise (replicated or
     // hybrid) every rank needs all of it. 1 / the loss scale goes on the part this rank uses.
@@ -395,8 +399,11 @@ export class DataParallelOptimizer {
     // reuses while tensors made from it may still point at it (cpu and WebGPU keep the array).
     const params = this.collective.inRegion?.(buf) || !(buf.buffer instanceof SharedArrayBuffer) ? buf.subarray(0, n) : new Float32Array(n);
     try {
-      // cpu and wasm: the slice straight from the backend's memory; else read back, then copied
-      if (!readTensorInto(next, params, lo)) params.set(await next.data<"float32">() as Float32Array, lo);
+      // cpu and wasm: the slice straight from the backend's memory; WebGPU: read back into place
+      // in buckets (webgpu_readback.ts); else read back, then copied
+      if (readTensorInto(next, params, lo)) { /* in place */ }
+      else if (canReadInto(next)) await Promise.all(readIntoBuckets(next, params, lo, bucketElems(undefined)));
+      else params.set(await next.data<"float32">() as Float32Array, lo);
     } finally {
       next.dispose();
     }

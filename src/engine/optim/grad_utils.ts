@@ -3,6 +3,7 @@
 // mini-batch (for the cross-rank all-reduce), and clipped by their global norm on the host.
 import * as tf from "@tensorflow/tfjs";
 import { concatFlat } from "../copies.js";
+import { canReadInto, readIntoBuckets } from "../webgpu_readback.js";
 import { syncReadsForbidden } from "../sync_reads.js";
 
 interface WasmBackendMemory {
@@ -95,6 +96,25 @@ export class FlatGradAccumulator {
     // A caller that fails half-way leaves the rest unread: not an unhandled rejection.
     for (const p of parts) p.catch(() => undefined);
     return parts;
+  }
+
+  /**
+   * The accumulated gradient read back straight into dst[0, numel) in buckets of `bucket` values
+   * (webgpu_readback.ts: buffer copies into pooled staging, one submit, each bucket copied into dst
+   * as it maps; no slice dispatch and no intermediate host array), one promise a bucket; resets the
+   * accumulator. Undefined (the accumulator left as it is) where that path does not apply: use
+   * takeBuckets.
+   */
+  takeBucketsInto(dst: Float32Array, bucket: number): Promise<void>[] | undefined {
+    if (this.numel > dst.length) throw new Error(`takeBucketsInto: ${this.numel} values do not fit in ${dst.length}`);
+    if (!this.acc || !canReadInto(this.acc)) return undefined;
+    const acc = this.acc;
+    this.acc = undefined;
+    try {
+      return readIntoBuckets(acc, dst, 0, bucket);
+    } finally {
+      acc.dispose(); // the copies are submitted: the buffer goes back to the pool behind them
+    }
   }
 
   /**

@@ -1,0 +1,65 @@
+// The direct bucketed read-back (src/engine/webgpu_readback.ts) and its use by the optimizer's
+// gradient reduce (FlatGradAccumulator.takeBucketsInto, dp_optimizer's bucket walk): the values
+// tfjs's data() gives, written in place, with no dispatch; runs where a WebGPU adapter exists
+// (llvmpipe on this CPU machine), skips with the reason elsewhere.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import * as tf from "@tensorflow/tfjs";
+import { dispatches, webgpuOrReason } from "./webgpu_adapter.js";
+import { canReadInto, readIntoBuckets } from "../../src/engine/webgpu_readback.js";
+import { FlatGradAccumulator } from "../../src/engine/optim/grad_utils.js";
+import { Collective } from "../../src/single_controller/collective.js";
+import { allReduceBuckets } from "../../src/workers/dp_optimizer.js";
+
+const skip = await webgpuOrReason();
+const gpu = { skip: skip || false };
+
+test("readIntoBuckets: the tensor's values at their place in dst, every bucket size, no dispatch; the tensor may go at once", gpu, async () => {
+  const n = 10_007, t = tf.tidy(() => tf.add(tf.range(0, n, 1, "float32"), 0.25));
+  const want = await t.data() as Float32Array;
+  for (const bucket of [1_000, 4_096, n, 50_000]) {
+    const dst = new Float32Array(new SharedArrayBuffer((n + 13) * 4)).fill(-1);
+    const copy = tf.tidy(() => tf.mul(t, 1));
+    const counted = dispatches(() => readIntoBuckets(copy, dst, 5, bucket));
+    copy.dispose();
+    assert.equal(counted.n, 0, "buffer copies, no dispatch");
+    assert.equal(counted.out.length, Math.ceil(n / bucket));
+    await Promise.all(counted.out);
+    assert.deepEqual(dst.subarray(5, 5 + n), want, `bucket ${bucket}: the values`);
+    assert.ok(dst.subarray(0, 5).every((v) => v === -1) && dst.subarray(5 + n).every((v) => v === -1), `bucket ${bucket}: nothing written outside`);
+  }
+  const dst = new Float32Array(n);
+  assert.throws(() => readIntoBuckets(t, dst, 1, 100), /10007 values do not fit at 1 of 10007/);
+  assert.throws(() => readIntoBuckets(t, dst, 0, 0), /bucket must be a positive integer/);
+  const ints = tf.tensor1d([1, 2], "int32");
+  assert.equal(canReadInto(ints), false);
+  process.env.VERL_WEBGPU_DIRECT_READ = "0";
+  try { assert.equal(canReadInto(t), false, "VERL_WEBGPU_DIRECT_READ=0 turns it off"); } finally { delete process.env.VERL_WEBGPU_DIRECT_READ; }
+  tf.dispose([t, ints]);
+});
+
+test("the gradient reduce with buckets read in place: the same values as through tfjs's reads, the accumulator reset, no tensor left", gpu, async () => {
+  const vars = [tf.variable(tf.zeros([3, 1_000]), true, "rb_a"), tf.variable(tf.zeros([2_345]), true, "rb_b")];
+  const fill = (acc: FlatGradAccumulator, seed: number) => {
+    for (const k of [0, 1]) {
+      const g = { rb_a: tf.randomNormal([3, 1_000], 0, 1, "float32", seed + k), rb_b: tf.randomNormal([2_345], 0, 1, "float32", seed + 10 + k) };
+      acc.add(g);
+      tf.dispose(Object.values(g));
+    }
+  };
+  const one = Collective.single(), B = 1_024;
+  const before = tf.memory().numTensors;
+  const acc = new FlatGradAccumulator(vars), n = acc.numel;
+  fill(acc, 1);
+  const viaTfjs = new Float32Array(n + 2).fill(7);
+  await allReduceBuckets(one, viaTfjs, acc.takeBuckets(B), B);
+  fill(acc, 1);
+  const inPlace = new Float32Array(n + 2).fill(7);
+  const parts = acc.takeBucketsInto(inPlace, B);
+  assert.ok(parts, "on WebGPU the buckets are read in place");
+  assert.equal(acc.takeBucketsInto(inPlace, B), undefined, "nothing accumulated since: the caller takes the other path (zeros)");
+  await allReduceBuckets(one, inPlace, parts!, B);
+  assert.deepEqual(inPlace, viaTfjs, "the same values, the scalars past the gradient untouched");
+  assert.equal(tf.memory().numTensors, before, "the accumulator's sum was freed");
+  tf.dispose(vars);
+});
