@@ -8,15 +8,17 @@
 //                  view, the ranks' region), unmap; with the staging buffer made fresh or kept
 //   chunked_read   the buffer in --chunk-mib pieces, each its own staging buffer, every copy in one
 //                  submit and every mapAsync issued at once; each piece copied out as it maps
-//   direct_read    src/engine/webgpu_readback.ts as the optimizer reads its gradient: --chunk-mib buckets
+//   direct_read    src/engine/webgpu_transfer.ts as the optimizer reads its gradient: --chunk-mib buckets
 //                  into pooled staging, one submit, each copied into the shared buffer as it maps
 //   write_buffer   queue.writeBuffer of host values, then the queue drained
 //   mapped_upload  a MAP_WRITE staging buffer mapped at creation, filled, unmapped, copied
+//   tfjs_upload    tf.tensor(values) and its upload (tfjs's staging path), the queue drained
+//   direct_upload  uploadTensor (webgpu_transfer.ts: writeBuffer into a pooled buffer), the queue drained
 // Prints one JSON line per size with GB/s for each (and the phases of raw_read).
 //   bash scripts/gpu-run.sh node dist/bench/gpu_transfer.js [--mib 64,256,1024] [--chunk-mib 16] [--reps 3]
 import * as tf from "@tensorflow/tfjs";
 import { initBackend } from "../src/engine/backend.js";
-import { readIntoBuckets } from "../src/engine/webgpu_readback.js";
+import { readIntoBuckets, uploadTensor } from "../src/engine/webgpu_transfer.js";
 import { emit, loadAvg1m, machine, parseBenchArgs, runMain } from "./common.js";
 
 const NAME = "gpu_transfer";
@@ -41,7 +43,7 @@ runMain(NAME, async () => {
   if (sizes.some((s) => !(s > 0)) || !(chunkBytes > 0)) throw new Error("benchmark: --mib takes positive numbers of MiB, --chunk-mib a positive number");
   const backendName = await initBackend("webgpu");
   const load0 = loadAvg1m();
-  const be = tf.backend() as unknown as { device: Device; submitQueue(): void; ensureCommandEncoderReady(): void; endComputePassEncoder(): void; tensorMap: { get(id: object): { resource?: unknown } | undefined } };
+  const be = tf.backend() as unknown as { device: Device; submitQueue(): void; uploadToGPU(dataId: object): void; ensureCommandEncoderReady(): void; endComputePassEncoder(): void; tensorMap: { get(id: object): { resource?: unknown } | undefined } };
   const device = be.device;
   // tfjs's recorded work submitted and done (its open compute pass ended first)
   const drain = async () => {
@@ -159,6 +161,14 @@ runMain(NAME, async () => {
         if (timed) keep("mapped_upload_ms", ms(t1));
         up.destroy();
         dst.destroy();
+        for (const [tag, make] of [["tfjs_upload", () => tf.tensor(host, [n], "float32")], ["direct_upload", () => uploadTensor(host, [n])]] as const) {
+          t1 = performance.now();
+          const u = make();
+          be.uploadToGPU(u.dataId); // what tfjs does before a kernel reads it (a no-op for the direct one)
+          await drain();
+          if (timed) keep(`${tag}_ms`, ms(t1));
+          u.dispose();
+        }
       }
     }
     kept.destroy();

@@ -18,7 +18,7 @@ import * as tf from "@tensorflow/tfjs";
 import { AdamW, type AdamWState } from "../engine/optim/adamw.js";
 import { fusedLayersFor } from "../engine/webgpu_fused.js";
 import { fusedGradNorm } from "../engine/webgpu_fused_adamw.js";
-import { canReadInto, readIntoBuckets } from "../engine/webgpu_readback.js";
+import { canReadInto, canWriteDirect, readIntoBuckets, uploadTensor } from "../engine/webgpu_transfer.js";
 import { clipCoefficient, FlatGradAccumulator, normOfPartials, readTensorInto, scaleInPlace, shardBounds, sumSquares } from "../engine/optim/grad_utils.js";
 import { LrScheduler, type LrSchedulerState } from "../engine/optim/lr_scheduler.js";
 import type { TensorData } from "../protocol/tensor.js";
@@ -400,7 +400,7 @@ export class DataParallelOptimizer {
     const params = this.collective.inRegion?.(buf) || !(buf.buffer instanceof SharedArrayBuffer) ? buf.subarray(0, n) : new Float32Array(n);
     try {
       // cpu and wasm: the slice straight from the backend's memory; WebGPU: read back into place
-      // in buckets (webgpu_readback.ts); else read back, then copied
+      // in buckets (webgpu_transfer.ts); else read back, then copied
       if (readTensorInto(next, params, lo)) { /* in place */ }
       else if (canReadInto(next)) await Promise.all(readIntoBuckets(next, params, lo, bucketElems(undefined)));
       else params.set(await next.data<"float32">() as Float32Array, lo);
@@ -414,15 +414,16 @@ export class DataParallelOptimizer {
     this.collective.allGather!(params, Array.from({ length: W + 1 }, (_, r) => (r <= k ? this.shardBounds[r]! : n)));
     prof?.mark("all_gather");
     prof?.move("all_gather", "wait_for_peers", (this.collective.waitMs ?? 0) - waited);
-    // wasm copies a new tensor's values into its heap at once: a view of the piece will do
-    const copies = tf.getBackend() === "wasm";
+    // wasm copies a new tensor's values into its heap at once, and WebGPU's writeBuffer as it is
+    // called (webgpu_transfer.ts): a view of the piece will do
+    const direct = canWriteDirect(), copies = direct || tf.getBackend() === "wasm";
     let o = 0;
     for (const v of this.vars) {
       const size = v.size, inside = o >= lo && o + size <= hi;
       // variables wholly in the slice were assigned on the backend by stepSlice
       // elsewhere a copy of the piece: a view would keep (and hand to the tensor's readers) the whole flat buffer
       const piece = () => (copies ? params.subarray(o, o + size) : params.slice(o, o + size));
-      if (!inside && size > 0) tf.tidy(() => v.assign(tf.tensor(piece(), v.shape, "float32")));
+      if (!inside && size > 0) tf.tidy(() => v.assign(direct ? uploadTensor(piece(), v.shape) : tf.tensor(piece(), v.shape, "float32")));
       o += size;
     }
     prof?.mark("upload");

@@ -13,6 +13,7 @@ import * as tf from "@tensorflow/tfjs";
 import { fusedLayersFor } from "../webgpu_fused.js";
 import { concatFlat, splitFlat } from "../copies.js";
 import { fusedAdamW, type DeviceClip } from "../webgpu_fused_adamw.js";
+import { canWriteDirect, uploadTensor } from "../webgpu_transfer.js";
 
 export interface AdamWOptions {
   lr: number;
@@ -171,7 +172,8 @@ export class AdamW {
     const stepSize = lr / bc1;
     const { beta1, beta2, eps } = this;
     const decay = 1 - lr * this.weightDecay;
-    const g0 = grad instanceof Float32Array ? tf.tensor1d(grad) : grad;
+    // host gradients (the ranks' reduced sum) go up by writeBuffer on WebGPU (webgpu_transfer.ts)
+    const g0 = grad instanceof Float32Array ? (canWriteDirect() ? uploadTensor(grad, [n]) as tf.Tensor1D : tf.tensor1d(grad)) : grad;
     const p = concatFlat(this.pieces.map((pc) => {
       const flat = this.vars[pc.index]!.reshape([-1]);
       return pc.whole ? flat : flat.slice(pc.from, pc.to - pc.from);

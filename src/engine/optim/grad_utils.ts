@@ -3,7 +3,7 @@
 // mini-batch (for the cross-rank all-reduce), and clipped by their global norm on the host.
 import * as tf from "@tensorflow/tfjs";
 import { concatFlat } from "../copies.js";
-import { canReadInto, readIntoBuckets } from "../webgpu_readback.js";
+import { canReadInto, readIntoBuckets } from "../webgpu_transfer.js";
 import { syncReadsForbidden } from "../sync_reads.js";
 
 interface WasmBackendMemory {
@@ -100,7 +100,7 @@ export class FlatGradAccumulator {
 
   /**
    * The accumulated gradient read back straight into dst[0, numel) in buckets of `bucket` values
-   * (webgpu_readback.ts: buffer copies into pooled staging, one submit, each bucket copied into dst
+   * (webgpu_transfer.ts: buffer copies into pooled staging, one submit, each bucket copied into dst
    * as it maps; no slice dispatch and no intermediate host array), one promise a bucket; resets the
    * accumulator. Undefined (the accumulator left as it is) where that path does not apply: use
    * takeBuckets.

@@ -12,6 +12,7 @@ import { join } from "node:path";
 import { ClassWithInitArgs, WorkerGroup } from "../../../src/single_controller/index.js";
 import { SHAPES, type ZeroResult, type ZeroSpec } from "../../single_controller/fixtures/zero_worker.js";
 import { fixture, withPool } from "../../single_controller/helpers.js";
+import { webgpuOrReason } from "../../engine/webgpu_adapter.js";
 
 const NUMEL = SHAPES.reduce((a, s) => a + s.reduce((x, y) => x * y, 1), 0);
 const bits = (a: Float32Array) => Buffer.from(a.buffer, a.byteOffset, a.byteLength).toString("hex");
@@ -140,4 +141,28 @@ test("sharded checkpoints: each shard saves its slice; a resume in another shard
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
+});
+
+test("two ranks on WebGPU: the gradient read back and the parameters uploaded directly (webgpu_transfer.ts) give tfjs's transfers' bits, sharded or not", { timeout: 180_000 }, async (t) => {
+  const why = await webgpuOrReason();
+  if (why) return t.skip(why);
+  const steps = [0, 1, 2, 3];
+  const run = async (direct: boolean) => {
+    const saved = [process.env.VERL_WEBGPU_DIRECT_READ, process.env.VERL_WEBGPU_DIRECT_WRITE];
+    // the rank threads copy the environment when the pool starts them
+    process.env.VERL_WEBGPU_DIRECT_READ = process.env.VERL_WEBGPU_DIRECT_WRITE = direct ? "1" : "0";
+    try {
+      return await train(2, [1, 2].map((shards) => ({ backend: "webgpu", shards, steps, nanStep: 2 })));
+    } finally {
+      for (const [k, v] of [["VERL_WEBGPU_DIRECT_READ", saved[0]], ["VERL_WEBGPU_DIRECT_WRITE", saved[1]]] as const) {
+        if (v === undefined) delete process.env[k]; else process.env[k] = v;
+      }
+    }
+  };
+  const [direct, viaTfjs] = [await run(true), await run(false)];
+  assert.deepEqual(direct[0]![0]!.skipped, [false, false, true, false], "a NaN on one rank skips the step everywhere");
+  assert.equal(bits(direct[0]![0]!.params), bits(direct[0]![1]!.params), "replicas agree");
+  assertSameBits(direct[1]!, direct[0]!, "direct, 2 shards against replicated");
+  assertSameBits(direct[0]!, viaTfjs[0]!, "replicated: direct against tfjs's transfers");
+  assertSameBits(direct[1]!, viaTfjs[1]!, "2 shards: direct against tfjs's transfers");
 });

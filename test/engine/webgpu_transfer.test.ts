@@ -1,12 +1,13 @@
-// The direct bucketed read-back (src/engine/webgpu_readback.ts) and its use by the optimizer's
-// gradient reduce (FlatGradAccumulator.takeBucketsInto, dp_optimizer's bucket walk): the values
-// tfjs's data() gives, written in place, with no dispatch; runs where a WebGPU adapter exists
+// The direct bucketed read-back and upload (src/engine/webgpu_transfer.ts) and the read-back's use by
+// the optimizer's gradient reduce (FlatGradAccumulator.takeBucketsInto, dp_optimizer's bucket walk):
+// the values tfjs gives, written in place, with no dispatch and no staging buffer made for an
+// upload; runs where a WebGPU adapter exists
 // (llvmpipe on this CPU machine), skips with the reason elsewhere.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import * as tf from "@tensorflow/tfjs";
 import { dispatches, webgpuOrReason } from "./webgpu_adapter.js";
-import { canReadInto, readIntoBuckets } from "../../src/engine/webgpu_readback.js";
+import { canReadInto, canWriteDirect, readIntoBuckets, uploadTensor } from "../../src/engine/webgpu_transfer.js";
 import { FlatGradAccumulator } from "../../src/engine/optim/grad_utils.js";
 import { Collective } from "../../src/single_controller/collective.js";
 import { allReduceBuckets } from "../../src/workers/dp_optimizer.js";
@@ -62,4 +63,33 @@ test("the gradient reduce with buckets read in place: the same values as through
   assert.deepEqual(inPlace, viaTfjs, "the same values, the scalars past the gradient untouched");
   assert.equal(tf.memory().numTensors, before, "the accumulator's sum was freed");
   tf.dispose(vars);
+});
+
+test("uploadTensor: the values (from shared memory too), copied at the call, no staging buffer; VERL_WEBGPU_DIRECT_WRITE=0 goes through tfjs", gpu, async () => {
+  const device = (tf.backend() as unknown as { device: { createBuffer(d: { size: number; usage: number }): unknown } }).device;
+  const create = device.createBuffer.bind(device);
+  let mapWrite = 0;
+  device.createBuffer = (d) => { if (d.usage & 0x2) mapWrite++; return create(d); };
+  try {
+    const values = new Float32Array(new SharedArrayBuffer(4 * 3 * 777)).map((_, i) => i * 0.5 - 100);
+    const want = values.slice();
+    const t = uploadTensor(values.subarray(0, 3 * 777), [3, 777]);
+    values.fill(0);
+    assert.deepEqual(t.shape, [3, 777]);
+    assert.deepEqual(await t.data(), want, "the values as they were at the call");
+    assert.equal(mapWrite, 0, "no MAP_WRITE staging buffer");
+    const sum = tf.sum(t);
+    assert.equal((await sum.data())[0], want.reduce((a, b) => a + b, 0), "usable by kernels");
+    assert.throws(() => uploadTensor(want, [3, 776]), /2331 values for shape \[3,776\]/);
+    process.env.VERL_WEBGPU_DIRECT_WRITE = "0";
+    try {
+      assert.equal(canWriteDirect(), false);
+      const viaTfjs = uploadTensor(want, [3, 777]);
+      assert.deepEqual(await viaTfjs.data(), want);
+      viaTfjs.dispose();
+    } finally { delete process.env.VERL_WEBGPU_DIRECT_WRITE; }
+    tf.dispose([t, sum]);
+  } finally {
+    device.createBuffer = create;
+  }
 });

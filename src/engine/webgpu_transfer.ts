@@ -1,12 +1,19 @@
-// A float32 tensor read back from the GPU straight into a host array, bucket by bucket (issue 23,
-// two ranks: the flat gradient's round trip through the host). tfjs's `data()` per bucket costs a
+// Host arrays to and from the GPU without tfjs's extra steps (issue 23, two ranks: the flat
+// gradient's and parameters' round trip through the host).
+//
+// Read-back: a float32 tensor straight into a host array, bucket by bucket. tfjs's `data()` per bucket costs a
 // slice dispatch (the bucket's own tensor), a submit, a map, a copy of the mapped bytes into a new
 // ArrayBuffer (`getMappedRange().slice(0)`), and the caller's copy of that into the rank's shared
 // region: the gradient crossed host memory twice. Here every bucket is one buffer copy into a
 // staging buffer from tfjs's pool (MAP_READ, kept across steps by size), all in one submit; each
 // bucket's promise resolves once its mapped bytes are copied into `dst` at its place: one crossing,
-// no dispatch. `bench/gpu_transfer.ts` times both ways (llvmpipe, 64 MiB: tfjs 2.3 GB/s with the
-// copy-in 3.7 ms more, the direct path 6.5 GB/s).
+// no dispatch. `bench/gpu_transfer.ts` times both ways (llvmpipe, 64 MiB: tfjs 2.45 GB/s plus the
+// copy-in, the direct path 8.6 GB/s).
+//
+// Upload: tfjs puts a tensor made from host values into a MAP_WRITE staging buffer it creates for
+// that upload alone (mapped at creation, never reused), then copies it over. `uploadTensor` writes
+// the values with queue.writeBuffer into a storage buffer from the pool instead (llvmpipe, 64 MiB:
+// 18.7 GB/s against tfjs's 1.8, bench/gpu_transfer.ts direct_upload and tfjs_upload).
 import * as tf from "@tensorflow/tfjs";
 
 const MAP_READ = 0x1, COPY_DST = 0x8, MODE_READ = 0x1;
@@ -14,7 +21,7 @@ const MAP_READ = 0x1, COPY_DST = 0x8, MODE_READ = 0x1;
 interface Staging { size: number; mapAsync(mode: number): Promise<void>; getMappedRange(): ArrayBuffer; unmap(): void }
 
 /** The tfjs WebGPU backend's members this uses (tfjs-backend-webgpu 4.22). */
-interface ReadBackend {
+interface TransferBackend {
   uploadToGPU(dataId: object): void;
   tensorMap: { get(dataId: object): { resource?: unknown } | undefined };
   ensureCommandEncoderReady(): void;
@@ -22,6 +29,8 @@ interface ReadBackend {
   submitQueue(): void;
   commandEncoder: { copyBufferToBuffer(src: unknown, srcOffset: number, dst: unknown, dstOffset: number, size: number): void };
   bufferManager: { acquireBuffer(size: number, usage: number): Staging; releaseBuffer(b: Staging): void };
+  makeTensorInfo(shape: number[], dtype: string): { dataId: object; shape: number[]; dtype: string };
+  device: { queue: { writeBuffer(buffer: unknown, offset: number, data: ArrayBufferView): void } };
 }
 
 /** Whether readIntoBuckets can read `t` here (the WebGPU backend, float32). */
@@ -39,7 +48,7 @@ export function readIntoBuckets(t: tf.Tensor, dst: Float32Array, at: number, buc
   if (!canReadInto(t)) throw new Error(`readIntoBuckets: needs a float32 tensor on the webgpu backend, got ${t.dtype} on '${tf.getBackend()}'`);
   if (!(Number.isInteger(bucket) && bucket >= 1)) throw new Error(`readIntoBuckets: bucket must be a positive integer, got ${bucket}`);
   if (!(Number.isInteger(at) && at >= 0) || at + t.size > dst.length) throw new Error(`readIntoBuckets: ${t.size} values do not fit at ${at} of ${dst.length}`);
-  const be = tf.backend() as unknown as ReadBackend;
+  const be = tf.backend() as unknown as TransferBackend;
   be.uploadToGPU(t.dataId);
   const src = be.tensorMap.get(t.dataId)?.resource;
   if (!src) throw new Error("readIntoBuckets: the tensor has no GPU buffer");
@@ -64,4 +73,41 @@ export function readIntoBuckets(t: tf.Tensor, dst: Float32Array, at: number, buc
   // a caller that fails half-way leaves the rest unread: not an unhandled rejection
   for (const p of reads) p.catch(() => undefined);
   return reads;
+}
+
+const SCRATCH_ELEMS = 4 << 20; // 16 MiB
+let scratch: Float32Array | undefined;
+
+/** Whether uploadTensor writes directly here (the WebGPU backend; VERL_WEBGPU_DIRECT_WRITE=0: through tfjs). */
+export function canWriteDirect(): boolean {
+  return tf.getBackend() === "webgpu" && process.env.VERL_WEBGPU_DIRECT_WRITE !== "0";
+}
+
+/**
+ * A float32 tensor of `shape` holding `values` (copied now: the array may change afterwards). On
+ * WebGPU the values go by queue.writeBuffer into a pooled storage buffer, which the queue applies
+ * before any work submitted later (a pooled buffer's earlier users were all submitted before it
+ * was freed); elsewhere, or with VERL_WEBGPU_DIRECT_WRITE=0, tf.tensor.
+ */
+export function uploadTensor(values: Float32Array, shape: number[]): tf.Tensor {
+  const n = shape.reduce((a, b) => a * b, 1);
+  if (n !== values.length) throw new Error(`uploadTensor: ${values.length} values for shape [${shape}]`);
+  if (!canWriteDirect() || n === 0) return tf.tensor(values.slice(), shape, "float32");
+  const be = tf.backend() as unknown as TransferBackend;
+  const info = be.makeTensorInfo(shape, "float32");
+  be.uploadToGPU(info.dataId); // no values: a pooled storage buffer, nothing written
+  const buffer = be.tensorMap.get(info.dataId)!.resource, queue = be.device.queue;
+  if (values.buffer instanceof ArrayBuffer) queue.writeBuffer(buffer, 0, values);
+  else {
+    // dawn.node refused views of the ranks' shared regions in pool threads ("Invalid argument"; a
+    // plain SharedArrayBuffer in the main thread went): through a reused plain array, in chunks
+    // (writeBuffer copies at the call, so the chunk is free again at once)
+    for (let o = 0; o < n; o += SCRATCH_ELEMS) {
+      const len = Math.min(SCRATCH_ELEMS, n - o);
+      scratch ??= new Float32Array(SCRATCH_ELEMS);
+      scratch.set(values.subarray(o, o + len));
+      queue.writeBuffer(buffer, o * 4, scratch.subarray(0, len));
+    }
+  }
+  return tf.engine().makeTensorFromTensorInfo(info as Parameters<ReturnType<typeof tf.engine>["makeTensorFromTensorInfo"]>[0]);
 }
