@@ -9,6 +9,7 @@ import { DataProto } from "../protocol/data_proto.js";
 import { int32Columns, int32Values, tensor, type TensorData } from "../protocol/tensor.js";
 import type { LlamaModel, MtpInputs } from "../models/llama.js";
 import { packResponses } from "../models/packing.js";
+import { fusedLogProbsFor, fusedTokenLogProbs } from "../engine/webgpu_fused_logprob.js";
 
 // Both go through tf.logSoftmax, whose gradient is written by hand in tfjs
 // (logSumExp's autograd compares every logit with the row maximum: slow on wasm).
@@ -159,6 +160,23 @@ function tdata(data: DataProto, key: string): TensorData {
  * prompts, right of the longest response) are trimmed before the forward; the
  * trimmed response slots get log-prob 0 (they are masked everywhere).
  */
+/**
+ * The per-token terms of `logits` ([..., V], before the temperature) at `labels` ([...]): log-probs,
+ * and entropy and Σπ² when asked, each through `place` (pad or unpack). On WebGPU two fused kernels
+ * (engine/webgpu_fused_logprob.ts: no [N, V] temporary but the gradient); Σπ² and other backends
+ * take the log-softmax composite.
+ */
+function tokenTerms(logits: tf.Tensor, labels: tf.Tensor, temperature: number, opts: LogProbOptions, place: (t: tf.Tensor) => tf.Tensor2D): Omit<ResponseLogProbs, "router"> {
+  const V = logits.shape[logits.shape.length - 1]!, lead = logits.shape.slice(0, -1);
+  const flat = logits.reshape([-1, V]) as tf.Tensor2D;
+  if (!opts.calculateSumPiSquared && fusedLogProbsFor(flat)) {
+    const { logProbs, entropy } = fusedTokenLogProbs(flat, labels.reshape([-1]).toInt() as tf.Tensor1D, temperature);
+    return { logProbs: place(logProbs.reshape(lead)), ...(opts.calculateEntropy ? { entropy: place(entropy.reshape(lead)) } : {}) };
+  }
+  const logSm = tf.logSoftmax(temperature !== 1 ? logits.div(temperature) : logits);
+  return { logProbs: place(pick(logSm, labels)), ...extras(logSm, opts, place) };
+}
+
 /** The optional per-token outputs from the log-softmax values, through `place` (pad or unpack). */
 function extras(logSm: tf.Tensor, opts: LogProbOptions, place: (t: tf.Tensor) => tf.Tensor2D): Omit<ResponseLogProbs, "logProbs" | "router"> {
   return {
@@ -213,12 +231,10 @@ export function responseLogProbs(model: LlamaModel, micro: DataProto, opts: LogP
     const routedExperts = chosen ? widenRouted(model, chosen, B, W, first, L) : undefined;
     // the logits at column j predict token j+1: the responses are predicted from columns P-1 .. P+lastR-2
     const h = hidden.slice([0, P - 1 - first, 0], [B, lastR, -1]);
-    let logits = model.lmHead(h);
-    if (temperature !== 1) logits = logits.div(temperature);
+    const logits = model.lmHead(h);
     const labels = tf.tensor2d(int32Values(responses), [B, R], "int32").slice([0, 0], [B, lastR]);
     const pad = (t: tf.Tensor) => (lastR < R ? tf.concat([t, tf.zeros([B, R - lastR])], 1) : t) as tf.Tensor2D;
-    const logSm = tf.logSoftmax(logits);
-    return { logProbs: pad(pick(logSm, labels)), ...extras(logSm, opts, pad), ...(router ? { router } : {}), ...(routedExperts ? { routedExperts } : {}), ...(mtpOut ? { mtp: mtpOut } : {}) };
+    return { ...tokenTerms(logits, labels, temperature, opts, pad), ...(router ? { router } : {}), ...(routedExperts ? { routedExperts } : {}), ...(mtpOut ? { mtp: mtpOut } : {}) };
   });
 }
 
@@ -287,12 +303,10 @@ function packedResponseLogProbs(model: LlamaModel, micro: DataProto, opts: LogPr
       tf.dispose(chosen);
       routedExperts = tf.gather(packed, tf.tensor1d(Int32Array.from(pk.packedIndex, (at) => (at < 0 ? N : at)), "int32")).reshape([B, L, S, K]) as tf.Tensor4D;
     }
-    let logits = model.lmHead(tf.gather(hidden.reshape([N, -1]), tf.tensor1d(pk.source, "int32")));
-    if (temperature !== 1) logits = logits.div(temperature);
-    const logSm = tf.logSoftmax(logits);
+    const logits = model.lmHead(tf.gather(hidden.reshape([N, -1]), tf.tensor1d(pk.source, "int32")));
     const slots = tf.tensor1d(pk.slot, "int32");
     const unpack = (t: tf.Tensor) => tf.gather(tf.concat([t, tf.zeros([1])]), slots).reshape([B, R]) as tf.Tensor2D;
-    return { logProbs: unpack(pick(logSm, tf.tensor1d(pk.labels, "int32"))), ...extras(logSm, opts, unpack), ...(router ? { router } : {}), ...(routedExperts ? { routedExperts } : {}), ...(mtpOut ? { mtp: mtpOut } : {}) };
+    return { ...tokenTerms(logits, tf.tensor1d(pk.labels, "int32"), temperature, opts, unpack), ...(router ? { router } : {}), ...(routedExperts ? { routedExperts } : {}), ...(mtpOut ? { mtp: mtpOut } : {}) };
   });
 }
 
