@@ -142,6 +142,10 @@ export function fusedTokenLogProbs(logits: tf.Tensor2D, labels: tf.Tensor1D, tem
   const [N] = logits.shape;
   if (labels.shape[0] !== N || labels.dtype !== "int32") throw new Error(`fusedTokenLogProbs: labels must be int32 [${N}], got ${labels.dtype} [${labels.shape}]`);
   if (!(temperature > 0)) throw new Error(`fusedTokenLogProbs: temperature must be > 0, got ${temperature}`);
+  if (logits.size >= 2 ** 31) {
+    throw new Error(`fusedTokenLogProbs: logits of ${N} tokens x ${logits.shape[1]} vocabulary = ${logits.size} values, past the 2^31 a WebGPU kernel indexes; ` +
+      "lower the micro-batch's tokens (ppo_micro_batch_size_per_gpu, or ppo_max_token_len_per_gpu with use_dynamic_bsz)");
+  }
   const invT = 1 / temperature;
   const op = tf.customGrad((...args: (tf.Tensor | tf.GradSaveFunc)[]) => {
     const [z, save] = args as [tf.Tensor2D, tf.GradSaveFunc];
