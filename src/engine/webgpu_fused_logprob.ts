@@ -4,10 +4,11 @@
 // entropy: about a dozen dispatches forward and as many backward, and each an [N, V] tensor. At
 // Qwen2.5's vocabulary (151,936) and a 4,096-token micro-batch one such tensor is 2.5 GB, the
 // one-hot included. Here:
-//   forward   one workgroup a row: an online max / sum of exp / sum of exp * z over the row, then
-//             log p(label) = z_label - lse and the entropy H = lse - sum(p z): a [3, N] result
-//             (log-prob, entropy, lse), z = logits / temperature
-//   backward  one thread an element: dz = dlogp (1[j = label] - p) - dH p (log p + H), / temperature
+//   forward   one workgroup a row: an online max / sum of exp / sum of exp * z / sum of exp^2 over
+//             the row, then log p(label) = z_label - lse, the entropy H = lse - sum(p z) and
+//             S = sum(p^2): a [4, N] result (log-prob, entropy, S, lse), z = logits / temperature
+//   backward  one thread an element: dz = dlogp (1[j = label] - p) - dH p (log p + H)
+//             + dS 2 p (p - S), / temperature
 // Two dispatches and no [N, V] temporary but the gradient itself. A label outside [0, V) reads 0
 // and passes no gradient, as the one-hot product gives. Every reduction runs in a fixed order (no atomics).
 import * as tf from "@tensorflow/tfjs";
@@ -18,12 +19,12 @@ import type { UniformValue } from "../rollout/webgpu_programs.js";
 const WG = 256;
 const f32 = (x: number): UniformValue => ({ type: "float32", data: [x] });
 
-/** [3, N]: per row log p(label), entropy, logsumexp of z = logits * invT. */
+/** [4, N]: per row log p(label), entropy, sum of p^2, logsumexp of z = logits * invT. */
 class TokenLogProbForward extends FusedProgram {
   variableNames = ["z", "labels"];
   uniforms = "nRows : i32, invT : f32,";
   constructor(private readonly N: number, private readonly V: number) {
-    super([3, N], `verlTokenLogProbFwd_${V}`, WG, N);
+    super([4, N], `verlTokenLogProbFwd_${V}`, WG, N);
   }
   getUserCode(): string {
     const V = this.V;
@@ -31,13 +32,15 @@ class TokenLogProbForward extends FusedProgram {
       var<workgroup> wm : array<f32, ${WG}>;
       var<workgroup> ws : array<f32, ${WG}>;
       var<workgroup> wt : array<f32, ${WG}>;
+      var<workgroup> wu : array<f32, ${WG}>;
       fn main(index : i32) {
         let row = index / ${WG};
         let tid = i32(localIndex);
-        // online: m the running max, s = sum exp(v - m), t = sum exp(v - m) v
+        // online: m the running max, s = sum exp(v - m), t = sum exp(v - m) v, u = sum exp(v - m)^2
         var m = -3.402823e38;
         var s = 0.0;
         var t = 0.0;
+        var u = 0.0;
         if (row < uniforms.nRows) {
           for (var d = tid; d < ${V}; d = d + ${WG}) {
             let v = z[row * ${V} + d] * uniforms.invT;
@@ -45,16 +48,19 @@ class TokenLogProbForward extends FusedProgram {
               let c = exp(m - v);
               s = s * c;
               t = t * c;
+              u = u * c * c;
               m = v;
             }
             let e = exp(v - m);
             s = s + e;
             t = t + e * v;
+            u = u + e * e;
           }
         }
         wm[tid] = m;
         ws[tid] = s;
         wt[tid] = t;
+        wu[tid] = u;
         workgroupBarrier();
         for (var k = ${WG / 2}; k > 0; k = k >> 1u) {
           if (tid < k) {
@@ -65,6 +71,7 @@ class TokenLogProbForward extends FusedProgram {
             let c2 = select(exp(m2 - mm), 0.0, ws[tid + k] == 0.0);
             ws[tid] = ws[tid] * c1 + ws[tid + k] * c2;
             wt[tid] = wt[tid] * c1 + wt[tid + k] * c2;
+            wu[tid] = wu[tid] * c1 * c1 + wu[tid + k] * c2 * c2;
             wm[tid] = mm;
           }
           workgroupBarrier();
@@ -76,13 +83,14 @@ class TokenLogProbForward extends FusedProgram {
           if (label >= 0 && label < ${V}) { lp = z[row * ${V} + label] * uniforms.invT - lse; }
           result[row] = lp;
           result[uniforms.nRows + row] = lse - wt[0] / ws[0];
-          result[2 * uniforms.nRows + row] = lse;
+          result[2 * uniforms.nRows + row] = wu[0] / (ws[0] * ws[0]);
+          result[3 * uniforms.nRows + row] = lse;
         }
       }`;
   }
 }
 
-/** dlogits [N, V] from dy [2, N] (d log-prob, d entropy) and the forward's stats. */
+/** dlogits [N, V] from dy [3, N] (d log-prob, d entropy, d sum p^2) and the forward's stats. */
 class TokenLogProbGrad extends FusedProgram {
   variableNames = ["z", "labels", "stats", "dy"];
   uniforms = "nRows : i32, invT : f32,";
@@ -97,13 +105,13 @@ class TokenLogProbGrad extends FusedProgram {
         if (index < n * ${V}) {
           let row = index / ${V};
           let j = index - row * ${V};
-          let logp = z[index] * uniforms.invT - stats[2 * n + row];
+          let logp = z[index] * uniforms.invT - stats[3 * n + row];
           let p = exp(logp);
           let label = labels[row];
           let hit = select(0.0, 1.0, label == j);
           // a label outside the vocabulary read 0, a constant: its log-prob passes no gradient
           let dlp = select(0.0, dy[row], label >= 0 && label < ${V});
-          let g = dlp * (hit - p) - dy[n + row] * p * (logp + stats[n + row]);
+          let g = dlp * (hit - p) - dy[n + row] * p * (logp + stats[n + row]) + dy[2 * n + row] * 2.0 * p * (p - stats[2 * n + row]);
           result[index] = g * uniforms.invT;
         }
       }`;
@@ -134,10 +142,10 @@ export function fusedLogProbsFor(logits: tf.Tensor): boolean {
 }
 
 /**
- * log softmax(logits / temperature)[label] and the entropy of softmax(logits / temperature) per
- * row of logits [N, V] (labels [N] int32), both differentiable: two [N] tensors.
+ * log softmax(logits / temperature)[label], the entropy and Σπ² of softmax(logits / temperature)
+ * per row of logits [N, V] (labels [N] int32), all differentiable: three [N] tensors.
  */
-export function fusedTokenLogProbs(logits: tf.Tensor2D, labels: tf.Tensor1D, temperature = 1): { logProbs: tf.Tensor1D; entropy: tf.Tensor1D } {
+export function fusedTokenLogProbs(logits: tf.Tensor2D, labels: tf.Tensor1D, temperature = 1): { logProbs: tf.Tensor1D; entropy: tf.Tensor1D; sumPiSquared: tf.Tensor1D } {
   if (!fusedLogProbsFor(logits)) throw new Error("fusedTokenLogProbs: needs float32 [N, V] logits on the webgpu backend with the fused kernels on");
   const [N] = logits.shape;
   if (labels.shape[0] !== N || labels.dtype !== "int32") throw new Error(`fusedTokenLogProbs: labels must be int32 [${N}], got ${labels.dtype} [${labels.shape}]`);
@@ -151,16 +159,16 @@ export function fusedTokenLogProbs(logits: tf.Tensor2D, labels: tf.Tensor1D, tem
     const [z, save] = args as [tf.Tensor2D, tf.GradSaveFunc];
     const stats = run("VerlTokenLogProbs", { z, labels }, { invT });
     save([z, stats, labels]); // labels too: the caller's may be gone by the backward pass
-    // the value is the first two rows (log-prob, entropy); the lse row stays with the saved stats
-    const [value, lse] = splitRows(stats, [2, 1]);
+    // the value is the first three rows (log-prob, entropy, Σπ²); the lse row stays with the saved stats
+    const [value, lse] = splitRows(stats, [3, 1]);
     lse!.dispose();
     return {
       value: value!,
       gradFunc: (dy: tf.Tensor | tf.Tensor[], saved: tf.Tensor[]) => [run("VerlTokenLogProbsGrad", { z: saved[0]!, labels: saved[2]!, stats: saved[1]!, dy: dy as tf.Tensor }, { invT })],
     };
   });
-  const both = op(logits) as tf.Tensor2D;
-  const [logProbs, entropy] = splitRows(both, [1, 1]);
-  both.dispose();
-  return { logProbs: logProbs!.reshape([N]) as tf.Tensor1D, entropy: entropy!.reshape([N]) as tf.Tensor1D };
+  const rows = op(logits) as tf.Tensor2D;
+  const [logProbs, entropy, sumPiSquared] = splitRows(rows, [1, 1, 1]).map((r) => r.reshape([N]) as tf.Tensor1D);
+  rows.dispose();
+  return { logProbs: logProbs!, entropy: entropy!, sumPiSquared: sumPiSquared! };
 }

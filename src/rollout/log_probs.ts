@@ -163,15 +163,19 @@ function tdata(data: DataProto, key: string): TensorData {
 /**
  * The per-token terms of `logits` ([..., V], before the temperature) at `labels` ([...]): log-probs,
  * and entropy and Σπ² when asked, each through `place` (pad or unpack). On WebGPU two fused kernels
- * (engine/webgpu_fused_logprob.ts: no [N, V] temporary but the gradient); Σπ² and other backends
- * take the log-softmax composite.
+ * (engine/webgpu_fused_logprob.ts: no [N, V] temporary but the gradient); other backends take the
+ * log-softmax composite.
  */
 function tokenTerms(logits: tf.Tensor, labels: tf.Tensor, temperature: number, opts: LogProbOptions, place: (t: tf.Tensor) => tf.Tensor2D): Omit<ResponseLogProbs, "router"> {
   const V = logits.shape[logits.shape.length - 1]!, lead = logits.shape.slice(0, -1);
   const flat = logits.reshape([-1, V]) as tf.Tensor2D;
-  if (!opts.calculateSumPiSquared && fusedLogProbsFor(flat)) {
-    const { logProbs, entropy } = fusedTokenLogProbs(flat, labels.reshape([-1]).toInt() as tf.Tensor1D, temperature);
-    return { logProbs: place(logProbs.reshape(lead)), ...(opts.calculateEntropy ? { entropy: place(entropy.reshape(lead)) } : {}) };
+  if (fusedLogProbsFor(flat)) {
+    const { logProbs, entropy, sumPiSquared } = fusedTokenLogProbs(flat, labels.reshape([-1]).toInt() as tf.Tensor1D, temperature);
+    return {
+      logProbs: place(logProbs.reshape(lead)),
+      ...(opts.calculateEntropy ? { entropy: place(entropy.reshape(lead)) } : {}),
+      ...(opts.calculateSumPiSquared ? { sumPiSquared: place(sumPiSquared.reshape(lead)) } : {}),
+    };
   }
   const logSm = tf.logSoftmax(temperature !== 1 ? logits.div(temperature) : logits);
   return { logProbs: place(pick(logSm, labels)), ...extras(logSm, opts, place) };
