@@ -18,9 +18,12 @@
 #           (VERL_WEBGPU_POOL_ORDER=0 VERL_WEBGPU_UNIFORM_CACHE=0 VERL_FROZEN_PACK=0 VERL_LORA_PAD_SLOTS=0
 #           VERL_GEMM_ACTIVATION_PACK_MB=0), nohost = only the first two off, each = every micro-batch's scalars read
 #           before the next is recorded and the norm read before the update is recorded (VERL_READ_EACH_MICRO_BATCH=1
-#           VERL_DEVICE_CLIP=0 VERL_FLAT_BY_COPIES=0); UPDATES (default 64x64: ROWSxMICRO, a list) and
+#           VERL_DEVICE_CLIP=0 VERL_FLAT_BY_COPIES=0, the last also stacking q/k/v and gate/up by tf.concat),
+#           logprob = the token log-probs by the log-softmax composite (VERL_WEBGPU_FUSED_LOGPROB=0); UPDATES (default 64x64: ROWSxMICRO, a list) and
 #           UPDATE_LORA (default 0,32) pick the shapes; TORCH_UPDATE=1 adds PyTorch's
 #           update at the same shape (bench/pytorch_gpu_table.py --only update)
+#   transfer bench/gpu_transfer.ts: read-backs and uploads of TRANSFER_MIB (default 64,256,1024) each way, tfjs's
+#           and the direct ones (src/engine/webgpu_transfer.ts), with a raw read-back's phases
 #   hostprof the same update (full and LoRA r=32) with a V8 CPU profile of the steady update and every Dawn call named
 #           (VERL_PROFILE_GPU_CALLS=1): bench/profile_summary.ts's top functions per profile, printed
 set -uo pipefail
@@ -61,6 +64,7 @@ if [[ $PARTS == *,update,* ]]; then
     [[ $setting == old ]] && envs=(VERL_WEBGPU_POOL_ORDER=0 VERL_WEBGPU_UNIFORM_CACHE=0 VERL_FROZEN_PACK=0 VERL_LORA_PAD_SLOTS=0 VERL_GEMM_ACTIVATION_PACK_MB=0)
     [[ $setting == nohost ]] && envs=(VERL_WEBGPU_POOL_ORDER=0 VERL_WEBGPU_UNIFORM_CACHE=0)
     [[ $setting == each ]] && envs=(VERL_READ_EACH_MICRO_BATCH=1 VERL_DEVICE_CLIP=0 VERL_FLAT_BY_COPIES=0)
+    [[ $setting == logprob ]] && envs=(VERL_WEBGPU_FUSED_LOGPROB=0)
     env ${envs[@]+"${envs[@]}"} timeout "${UPDATE_S:-120}" bash scripts/gpu-run.sh node dist/bench/gpu_decode.js --only update --updates "${UPDATES:-64x64}" --submit 0 \
       --precision f16 --lora "${UPDATE_LORA:-0,32}" --budget-s "$(( ${UPDATE_S:-120} - 20 ))" > "$OUT/update_${i}_$setting.jsonl" 2> "$OUT/update_${i}_$setting.log"
     echo "== update ($setting) exit $?"
@@ -75,6 +79,17 @@ for line in sys.stdin:
     timeout 150 python3 bench/pytorch_gpu_table.py --only update > "$OUT/torch_update.jsonl" 2> "$OUT/torch_update.log"
     echo "== torch update exit $?"; cut -c1-400 "$OUT/torch_update.jsonl"
   fi
+fi
+if [[ $PARTS == *,transfer,* ]]; then
+  timeout "${TRANSFER_S:-80}" bash scripts/gpu-run.sh node dist/bench/gpu_transfer.js --mib "${TRANSFER_MIB:-64,256,1024}" --reps "${TRANSFER_REPS:-2}" > "$OUT/transfer.jsonl" 2> "$OUT/transfer.log"
+  echo "== transfer exit $?"
+  grep '"gpu_transfer"' "$OUT/transfer.jsonl" | python3 -c '
+import json, sys
+for line in sys.stdin:
+    d = json.loads(line)
+    if "error" in d: print(d["error"]); continue
+    f = d["figures"]
+    print(json.dumps({"mib": d["config"]["mib"], **{k: v for k, v in f.items() if k.endswith("_gbps") or "raw_read_kept_" in k}}))'
 fi
 if [[ $PARTS == *,hostprof,* ]]; then
   VERL_PROFILE_GPU_CALLS=1 timeout "${PROF_S:-100}" bash scripts/gpu-run.sh node dist/bench/gpu_decode.js --only update --updates 64x64 --submit 0 \
