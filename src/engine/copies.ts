@@ -8,6 +8,9 @@
 // own concat and split run (for comparisons).
 import * as tf from "@tensorflow/tfjs";
 import { registerWebGPUKernels, type Kernel, type TensorInfo } from "./webgpu_fused.js";
+import { envSwitch } from "../utils/env_switch.js";
+
+const size = (shape: readonly number[]) => shape.reduce((a, b) => a * b, 1);
 
 /** The tfjs WebGPU backend's members the split by copies uses (tfjs-backend-webgpu 4.22). */
 interface CopyBackend {
@@ -56,7 +59,7 @@ const splitByCopies = (({ inputs: { x }, backend, attrs }: { inputs: Record<stri
  */
 const concatByCopies = (({ inputs, backend }: { inputs: Record<string, TensorInfo>; backend: unknown }) => {
   const be = backend as CopyBackend, xs = Object.keys(inputs).map((_, i) => inputs[`x${i}`]!);
-  const sizes = xs.map((x) => x.shape.reduce((a, b) => a * b, 1)), total = sizes.reduce((a, b) => a + b, 0);
+  const sizes = xs.map((x) => size(x.shape)), total = sizes.reduce((a, b) => a + b, 0);
   const out = be.makeTensorInfo([total], "float32", total > 0 ? undefined : []);
   if (total === 0) return out;
   be.uploadToGPU(out.dataId);
@@ -79,8 +82,6 @@ const concatByCopies = (({ inputs, backend }: { inputs: Record<string, TensorInf
   be.commandQueueOwnedIds.add(out.dataId);
   return out;
 }) as unknown as Kernel;
-
-const size = (shape: readonly number[]) => shape.reduce((a, b) => a * b, 1);
 
 let registered = false;
 function ensureRegistered(): void {
@@ -117,9 +118,7 @@ function ensureRegistered(): void {
  * VERL_FLAT_BY_COPIES=0: tf.concat's and tf.split's dispatches, for comparisons).
  */
 export function flatByCopies(xs: tf.Tensor[]): boolean {
-  const env = process.env.VERL_FLAT_BY_COPIES;
-  if (env !== undefined && env !== "" && env !== "0" && env !== "1") throw new Error(`VERL_FLAT_BY_COPIES must be 0 or 1, got '${env}'`);
-  if (env === "0" || tf.getBackend() !== "webgpu" || xs.some((x) => x.dtype !== "float32")) return false;
+  if (!envSwitch("VERL_FLAT_BY_COPIES", true) || tf.getBackend() !== "webgpu" || xs.some((x) => x.dtype !== "float32")) return false;
   ensureRegistered();
   return true;
 }

@@ -43,6 +43,7 @@
 // Results are bit-identical (same kernels, same uniforms, same bytes read back).
 
 import { spawnSync } from "node:child_process";
+import { envSwitch } from "../utils/env_switch.js";
 
 /** The parts of tfjs-backend-webgpu's BufferManager this relies on (checked at install). */
 interface BufferManagerLike {
@@ -86,9 +87,7 @@ const GPU_MAP_READ = 0x1, GPU_MAP_WRITE = 0x2, GPU_UNIFORM = 0x40, GPU_STORAGE =
 
 /** Whether size classes are on: VERL_WEBGPU_SIZE_CLASSES unset or "1" (on), "0" (off). */
 export function sizeClassesEnabled(env: string | undefined = process.env.VERL_WEBGPU_SIZE_CLASSES): boolean {
-  if (env === undefined || env === "" || env === "1") return true;
-  if (env === "0") return false;
-  throw new Error(`VERL_WEBGPU_SIZE_CLASSES must be 0 or 1, got '${env}'`);
+  return envSwitch("VERL_WEBGPU_SIZE_CLASSES", true, env);
 }
 
 /**

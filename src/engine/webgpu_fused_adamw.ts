@@ -15,6 +15,10 @@ const WG = 256;
 /** The scaled gradient, as the composite forms it: (raw * gradScale) * clip. */
 const GRAD = "(g[index] * uniforms.gradScale) * clip";
 
+/** Whether the step applies: always with the norm on the host; with it on the device, unless it is not finite. */
+const applyStep = (deviceClip: boolean) =>
+  deviceClip ? "let apply = (bitcast<u32>(norm[0]) & 0x7f800000u) != 0x7f800000u;" : "let apply = true;";
+
 /**
  * The clip factor and whether the step applies. With the norm on the host, both come as uniforms
  * (clip, and a step that is skipped is not recorded). With the norm on the device (`deviceClip`:
@@ -25,10 +29,10 @@ const GRAD = "(g[index] * uniforms.gradScale) * clip";
  */
 function clipAndApply(deviceClip: boolean): string {
   if (!deviceClip) return "let clip = uniforms.clip; let apply = true;";
-  return `let nrm = norm[0];
-          let apply = (bitcast<u32>(nrm) & 0x7f800000u) != 0x7f800000u;
-          let clip = select(1.0, min(1.0, uniforms.maxNorm / (nrm + 1e-6)), uniforms.maxNorm > 0.0);`;
+  return `${applyStep(true)}
+          let clip = select(1.0, min(1.0, uniforms.maxNorm / (norm[0] + 1e-6)), uniforms.maxNorm > 0.0);`;
 }
+
 
 /** One element-wise program over `total` values: `body` assigns result[index]. */
 class ElementWise extends FusedProgram {
@@ -59,7 +63,7 @@ const moment2 = (n: number, dc: boolean) => new ElementWise(n, `verlAdamWMoment2
           result[index] = select(v[index], v[index] * uniforms.b + (gi * gi) * uniforms.oneMinusB, apply);`);
 const params = (n: number, dc: boolean) => new ElementWise(n, `verlAdamWParams${suffix(dc)}`, inputs(["p", "m", "v"], dc), "total : i32, decay : f32, sqrtBc2 : f32, eps : f32, stepSize : f32,",
   `let denom = sqrt(v[index]) / uniforms.sqrtBc2 + uniforms.eps;
-          ${dc ? "let apply = (bitcast<u32>(norm[0]) & 0x7f800000u) != 0x7f800000u;" : "let apply = true;"}
+          ${applyStep(dc)}
           result[index] = select(p[index], p[index] * uniforms.decay - (m[index] / denom) * uniforms.stepSize, apply);`);
 
 /** Values a workgroup of the norm's first pass sums (16 per thread, strided). */

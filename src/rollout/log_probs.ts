@@ -42,9 +42,45 @@ function sumPiSquaredOf(logSm: tf.Tensor): tf.Tensor {
   return sumLast(tf.exp(tf.mul(logSm, 2)));
 }
 
-/** log softmax(logits)[label] along the last axis: logits [..., V], labels [...] -> [...]. */
+/** log softmax(logits)[label] along the last axis: logits [..., V], labels [...] -> [...] (SFT's loss). */
 export function logProbsFromLogits(logits: tf.Tensor, labels: tf.Tensor): tf.Tensor {
-  return tf.tidy(() => pick(tf.logSoftmax(logits), labels));
+  return tf.tidy(() => tokenTerms(logits, labels, 1, {}).logProbs);
+}
+
+type TokenTerms = { logProbs: tf.Tensor; entropy?: tf.Tensor; sumPiSquared?: tf.Tensor };
+
+/**
+ * The per-token terms of `logits` ([..., V], before the temperature) at `labels` ([...]), shaped as
+ * labels: log-probs, and entropy and Σπ² when asked. On WebGPU two fused kernels
+ * (engine/webgpu_fused_logprob.ts: no [N, V] temporary but the gradient); other backends take the
+ * log-softmax composite.
+ */
+function tokenTerms(logits: tf.Tensor, labels: tf.Tensor, temperature: number, opts: LogProbOptions): TokenTerms {
+  const V = logits.shape[logits.shape.length - 1]!, lead = logits.shape.slice(0, -1);
+  const flat = logits.reshape([-1, V]) as tf.Tensor2D;
+  if (fusedLogProbsFor(flat)) {
+    const { logProbs, entropy, sumPiSquared } = fusedTokenLogProbs(flat, labels.reshape([-1]).toInt() as tf.Tensor1D, temperature);
+    return {
+      logProbs: logProbs.reshape(lead),
+      ...(opts.calculateEntropy ? { entropy: entropy.reshape(lead) } : {}),
+      ...(opts.calculateSumPiSquared ? { sumPiSquared: sumPiSquared.reshape(lead) } : {}),
+    };
+  }
+  const logSm = tf.logSoftmax(temperature !== 1 ? logits.div(temperature) : logits);
+  return {
+    logProbs: pick(logSm, labels),
+    ...(opts.calculateEntropy ? { entropy: entropyOf(logSm) } : {}),
+    ...(opts.calculateSumPiSquared ? { sumPiSquared: sumPiSquaredOf(logSm) } : {}),
+  };
+}
+
+/** tokenTerms' outputs through `place` (pad or unpack to [B, R]). */
+function placed(t: TokenTerms, place: (t: tf.Tensor) => tf.Tensor2D): Pick<ResponseLogProbs, "logProbs" | "entropy" | "sumPiSquared"> {
+  return {
+    logProbs: place(t.logProbs),
+    ...(t.entropy ? { entropy: place(t.entropy) } : {}),
+    ...(t.sumPiSquared ? { sumPiSquared: place(t.sumPiSquared) } : {}),
+  };
 }
 
 /** Entropy of softmax(logits) along the last axis. */
@@ -120,7 +156,7 @@ function mtpResponseTerms(model: LlamaModel, hidden: tf.Tensor, source: Int32Arr
   const maskT = tf.tensor2d(mask, [B, R]);
   if (n === 0) return { logProbs: tf.zeros([B, R]) as tf.Tensor2D, mask: maskT };
   const logits = model.lmHead(tf.gather(hidden.reshape([-1, model.config.dim]), tf.tensor1d(Int32Array.from(rows), "int32")));
-  const lp = pick(tf.logSoftmax(logits), tf.tensor1d(Int32Array.from(picked), "int32"));
+  const lp = tokenTerms(logits, tf.tensor1d(Int32Array.from(picked), "int32"), 1, {}).logProbs;
   return { logProbs: tf.gather(tf.concat([lp, tf.zeros([1])]), tf.tensor1d(slot, "int32")).reshape([B, R]) as tf.Tensor2D, mask: maskT };
 }
 
@@ -160,35 +196,6 @@ function tdata(data: DataProto, key: string): TensorData {
  * prompts, right of the longest response) are trimmed before the forward; the
  * trimmed response slots get log-prob 0 (they are masked everywhere).
  */
-/**
- * The per-token terms of `logits` ([..., V], before the temperature) at `labels` ([...]): log-probs,
- * and entropy and Σπ² when asked, each through `place` (pad or unpack). On WebGPU two fused kernels
- * (engine/webgpu_fused_logprob.ts: no [N, V] temporary but the gradient); other backends take the
- * log-softmax composite.
- */
-function tokenTerms(logits: tf.Tensor, labels: tf.Tensor, temperature: number, opts: LogProbOptions, place: (t: tf.Tensor) => tf.Tensor2D): Omit<ResponseLogProbs, "router"> {
-  const V = logits.shape[logits.shape.length - 1]!, lead = logits.shape.slice(0, -1);
-  const flat = logits.reshape([-1, V]) as tf.Tensor2D;
-  if (fusedLogProbsFor(flat)) {
-    const { logProbs, entropy, sumPiSquared } = fusedTokenLogProbs(flat, labels.reshape([-1]).toInt() as tf.Tensor1D, temperature);
-    return {
-      logProbs: place(logProbs.reshape(lead)),
-      ...(opts.calculateEntropy ? { entropy: place(entropy.reshape(lead)) } : {}),
-      ...(opts.calculateSumPiSquared ? { sumPiSquared: place(sumPiSquared.reshape(lead)) } : {}),
-    };
-  }
-  const logSm = tf.logSoftmax(temperature !== 1 ? logits.div(temperature) : logits);
-  return { logProbs: place(pick(logSm, labels)), ...extras(logSm, opts, place) };
-}
-
-/** The optional per-token outputs from the log-softmax values, through `place` (pad or unpack). */
-function extras(logSm: tf.Tensor, opts: LogProbOptions, place: (t: tf.Tensor) => tf.Tensor2D): Omit<ResponseLogProbs, "logProbs" | "router"> {
-  return {
-    ...(opts.calculateEntropy ? { entropy: place(entropyOf(logSm)) } : {}),
-    ...(opts.calculateSumPiSquared ? { sumPiSquared: place(sumPiSquaredOf(logSm)) } : {}),
-  };
-}
-
 export function responseLogProbs(model: LlamaModel, micro: DataProto, opts: LogProbOptions = {}): ResponseLogProbs {
   if (opts.routerLoss && !model.config.moe) throw new Error("log-probs: routerLoss asked of a model without experts");
   if ((opts.replayExperts || opts.recordExperts) && !model.config.moe) routedExpertsShape(model);
@@ -238,7 +245,7 @@ export function responseLogProbs(model: LlamaModel, micro: DataProto, opts: LogP
     const logits = model.lmHead(h);
     const labels = tf.tensor2d(int32Values(responses), [B, R], "int32").slice([0, 0], [B, lastR]);
     const pad = (t: tf.Tensor) => (lastR < R ? tf.concat([t, tf.zeros([B, R - lastR])], 1) : t) as tf.Tensor2D;
-    return { ...tokenTerms(logits, labels, temperature, opts, pad), ...(router ? { router } : {}), ...(routedExperts ? { routedExperts } : {}), ...(mtpOut ? { mtp: mtpOut } : {}) };
+    return { ...placed(tokenTerms(logits, labels, temperature, opts), pad), ...(router ? { router } : {}), ...(routedExperts ? { routedExperts } : {}), ...(mtpOut ? { mtp: mtpOut } : {}) };
   });
 }
 
@@ -310,7 +317,7 @@ function packedResponseLogProbs(model: LlamaModel, micro: DataProto, opts: LogPr
     const logits = model.lmHead(tf.gather(hidden.reshape([N, -1]), tf.tensor1d(pk.source, "int32")));
     const slots = tf.tensor1d(pk.slot, "int32");
     const unpack = (t: tf.Tensor) => tf.gather(tf.concat([t, tf.zeros([1])]), slots).reshape([B, R]) as tf.Tensor2D;
-    return { ...tokenTerms(logits, tf.tensor1d(pk.labels, "int32"), temperature, opts, unpack), ...(router ? { router } : {}), ...(routedExperts ? { routedExperts } : {}), ...(mtpOut ? { mtp: mtpOut } : {}) };
+    return { ...placed(tokenTerms(logits, tf.tensor1d(pk.labels, "int32"), temperature, opts), unpack), ...(router ? { router } : {}), ...(routedExperts ? { routedExperts } : {}), ...(mtpOut ? { mtp: mtpOut } : {}) };
   });
 }
 

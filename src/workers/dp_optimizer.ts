@@ -19,6 +19,7 @@ import { AdamW, type AdamWState } from "../engine/optim/adamw.js";
 import { fusedLayersFor } from "../engine/webgpu_fused.js";
 import { fusedGradNorm } from "../engine/webgpu_fused_adamw.js";
 import { canReadInto, canWriteDirect, readIntoBuckets, uploadTensor } from "../engine/webgpu_transfer.js";
+import { envSwitch } from "../utils/env_switch.js";
 import { clipCoefficient, FlatGradAccumulator, normOfPartials, readTensorInto, scaleInPlace, shardBounds, sumSquares } from "../engine/optim/grad_utils.js";
 import { LrScheduler, type LrSchedulerState } from "../engine/optim/lr_scheduler.js";
 import type { TensorData } from "../protocol/tensor.js";
@@ -137,13 +138,6 @@ export async function reduceGradient(collective: AllReducer, buf: Float32Array, 
     prof?.move("reduce_scale_squares", "wait_for_peers", (collective.waitMs ?? 0) - waited);
   });
   return acc;
-}
-
-/** VERL_DEVICE_CLIP=0: the one-rank fused step reads the norm before it records the update (the old order, for comparisons). */
-function deviceClipEnabled(env: string | undefined = process.env.VERL_DEVICE_CLIP): boolean {
-  if (env === undefined || env === "" || env === "1") return true;
-  if (env === "0") return false;
-  throw new Error(`VERL_DEVICE_CLIP must be 0 or 1, got '${env}'`);
 }
 
 /**
@@ -401,9 +395,10 @@ export class DataParallelOptimizer {
     try {
       // cpu and wasm: the slice straight from the backend's memory; WebGPU: read back into place
       // in buckets (webgpu_transfer.ts); else read back, then copied
-      if (readTensorInto(next, params, lo)) { /* in place */ }
-      else if (canReadInto(next)) await Promise.all(readIntoBuckets(next, params, lo, bucketElems(undefined)));
-      else params.set(await next.data<"float32">() as Float32Array, lo);
+      if (!readTensorInto(next, params, lo)) {
+        if (canReadInto(next)) await Promise.all(readIntoBuckets(next, params, lo, bucketElems(undefined)));
+        else params.set(await next.data<"float32">() as Float32Array, lo);
+      }
     } finally {
       next.dispose();
     }
@@ -464,7 +459,8 @@ export class DataParallelOptimizer {
     const normT = fusedGradNorm(taken, gradScale);
     try {
       const maxNorm = this.gradClip !== null && this.gradClip > 0 ? this.gradClip : 0;
-      if (deviceClipEnabled() && this.optimizer.takesDeviceClip(taken)) {
+      // VERL_DEVICE_CLIP=0: the norm read before the update is recorded (the old order, for comparisons)
+      if (envSwitch("VERL_DEVICE_CLIP", true) && this.optimizer.takesDeviceClip(taken)) {
         this.optimizer.stepFlat(taken, this.scheduler.lr, [gradScale, 1], { norm: normT, maxNorm });
         taken.dispose();
         const [scalars, norm] = await Promise.all([readScalars(), normT.data()]);

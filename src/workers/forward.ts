@@ -8,6 +8,7 @@ import type { DataProto } from "../protocol/index.js";
 import { packResponses } from "../models/packing.js";
 import { int32Values, tensor, type TensorData } from "../protocol/tensor.js";
 import { heartbeat } from "../single_controller/heartbeat.js";
+import { envSwitch } from "../utils/env_switch.js";
 import { column, microBatches, toTf, type MicroBatchSpec } from "./batching.js";
 
 export interface ForwardInputs {
@@ -113,9 +114,7 @@ export async function inferInMicroBatches(
  * next (the old order, for comparisons); by default they are read once, at the end of the mini-batch.
  */
 export function readEachMicroBatch(env: string | undefined = process.env.VERL_READ_EACH_MICRO_BATCH): boolean {
-  if (env === undefined || env === "" || env === "0") return false;
-  if (env === "1") return true;
-  throw new Error(`VERL_READ_EACH_MICRO_BATCH must be 0 or 1, got '${env}'`);
+  return envSwitch("VERL_READ_EACH_MICRO_BATCH", false, env);
 }
 
 /**
