@@ -19,7 +19,8 @@
 #           VERL_GEMM_ACTIVATION_PACK_MB=0), nohost = only the first two off, each = every micro-batch's scalars read
 #           before the next is recorded and the norm read before the update is recorded (VERL_READ_EACH_MICRO_BATCH=1
 #           VERL_DEVICE_CLIP=0 VERL_FLAT_BY_COPIES=0, the last also stacking q/k/v and gate/up by tf.concat),
-#           logprob = the token log-probs by the log-softmax composite (VERL_WEBGPU_FUSED_LOGPROB=0); UPDATES (default 64x64: ROWSxMICRO, a list) and
+#           logprob = the token log-probs by the log-softmax composite (VERL_WEBGPU_FUSED_LOGPROB=0), ppo = the PPO loss and
+#           masked reductions by their composites (VERL_WEBGPU_FUSED_PPO=0 VERL_WEBGPU_FUSED_MASKED=0); UPDATES (default 64x64: ROWSxMICRO, a list) and
 #           UPDATE_LORA (default 0,32) pick the shapes; TORCH_UPDATE=1 adds PyTorch's
 #           update at the same shape (bench/pytorch_gpu_table.py --only update)
 #   transfer bench/gpu_transfer.ts: read-backs and uploads of TRANSFER_MIB (default 64,256,1024) each way, tfjs's
@@ -65,6 +66,7 @@ if [[ $PARTS == *,update,* ]]; then
     [[ $setting == nohost ]] && envs=(VERL_WEBGPU_POOL_ORDER=0 VERL_WEBGPU_UNIFORM_CACHE=0)
     [[ $setting == each ]] && envs=(VERL_READ_EACH_MICRO_BATCH=1 VERL_DEVICE_CLIP=0 VERL_FLAT_BY_COPIES=0)
     [[ $setting == logprob ]] && envs=(VERL_WEBGPU_FUSED_LOGPROB=0)
+    [[ $setting == ppo ]] && envs=(VERL_WEBGPU_FUSED_PPO=0 VERL_WEBGPU_FUSED_MASKED=0)
     env ${envs[@]+"${envs[@]}"} timeout "${UPDATE_S:-120}" bash scripts/gpu-run.sh node dist/bench/gpu_decode.js --only update --updates "${UPDATES:-64x64}" --submit 0 \
       --precision f16 --lora "${UPDATE_LORA:-0,32}" --budget-s "$(( ${UPDATE_S:-120} - 20 ))" > "$OUT/update_${i}_$setting.jsonl" 2> "$OUT/update_${i}_$setting.log"
     echo "== update ($setting) exit $?"

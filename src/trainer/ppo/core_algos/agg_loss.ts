@@ -60,7 +60,8 @@ export function aggLoss(lossMat: tf.Tensor, lossMask: tf.Tensor, lossAggMode: st
     const m = toFloatMask(lossMask);
     if (mode === "token-mean") {
       const den = batchNumTokens !== undefined ? batchNumTokens || 1 : safeCount(tf.sum(m));
-      return tf.mul(tf.div(maskedSum(lossMat, m), den), dpSize) as tf.Scalar;
+      const mean = tf.div(maskedSum(lossMat, m), den);
+      return (dpSize === 1 ? mean : tf.mul(mean, dpSize)) as tf.Scalar; // ×1 is exact: one dispatch fewer
     }
     const tokenCount = tf.sum(m, last);
     if (mode === "seq-mean-token-sum-norm") {

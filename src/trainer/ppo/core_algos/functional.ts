@@ -3,6 +3,7 @@
 // ignored) and the EOS response mask. (Entropy from logits is the rollout layer's.)
 import * as tf from "@tensorflow/tfjs";
 import { constScalar } from "../../../engine/constants.js";
+import { fusedMaskedFor, fusedMaskedReduce } from "../../../engine/webgpu_fused_masked.js";
 
 const stopGradientOp = tf.customGrad((x) => {
   const input = x as tf.Tensor;
@@ -48,18 +49,23 @@ export function toFloatMask(mask: tf.Tensor): tf.Tensor {
   return mask.dtype === "float32" ? mask : tf.cast(mask, "float32");
 }
 
-/** Σ values·mask; values outside the mask (even NaN) do not contribute. */
+/** Σ values·mask; values outside the mask (even NaN) do not contribute. On WebGPU a full sum is one fused dispatch. */
 export function maskedSum(values: tf.Tensor, mask: tf.Tensor, axis?: number | number[]): tf.Tensor {
   return tf.tidy(() => {
     const m = toFloatMask(mask);
+    if (axis === undefined && fusedMaskedFor(values, m)) return fusedMaskedReduce(values, m, false);
     const kept = tf.where(tf.cast(m, "bool"), values, tf.zerosLike(values));
     return tf.sum(tf.mul(kept, m), axis);
   });
 }
 
-/** Σ values·mask / (Σ mask + 1e-8). */
+/** Σ values·mask / (Σ mask + 1e-8). On WebGPU a full mean is one fused dispatch. */
 export function maskedMean(values: tf.Tensor, mask: tf.Tensor, axis?: number | number[]): tf.Tensor {
-  return tf.tidy(() => tf.div(maskedSum(values, mask, axis), tf.add(tf.sum(toFloatMask(mask), axis), constScalar(1e-8))));
+  return tf.tidy(() => {
+    const m = toFloatMask(mask);
+    if (axis === undefined && fusedMaskedFor(values, m)) return fusedMaskedReduce(values, m, true);
+    return tf.div(maskedSum(values, m, axis), tf.add(tf.sum(m, axis), constScalar(1e-8)));
+  });
 }
 
 /**

@@ -1,0 +1,155 @@
+// The fused PPO kernels (engine/webgpu_fused_ppo.ts) and masked reductions
+// (engine/webgpu_fused_masked.ts) on the webgpu backend: the vanilla loss against its float64
+// reference and finite differences in every aggregation mode, the fused paths against the
+// composites on the same backend (ties, the dual clip, |Δ| > 20, IS weights, NaN outside the mask),
+// dispatch counts, determinism and tensor counts. Runs only where a WebGPU adapter exists (the
+// H200, or this CPU machine through Dawn's OpenGL backend on llvmpipe: docs/gpu.md); skips elsewhere.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import * as tf from "@tensorflow/tfjs";
+import { dispatches, relErr, webgpuOrReason, withFused } from "./webgpu_adapter.js";
+import { fusedPpoFor } from "../../src/engine/webgpu_fused_ppo.js";
+import { fusedMaskedFor } from "../../src/engine/webgpu_fused_masked.js";
+import { getPolicyLoss, keepMetrics, readMetrics } from "../../src/trainer/ppo/core_algos/index.js";
+import type { LossMetrics, PolicyLossArgs } from "../../src/trainer/ppo/core_algos/index.js";
+import { maskedMean, maskedSum } from "../../src/trainer/ppo/core_algos/functional.js";
+import { vanillaRef } from "../trainer/ppo/core_algos/reference_losses.js";
+import { CASE, CONFIG, args } from "../trainer/ppo/core_algos/loss_case.js";
+import { close, closeAll, finiteDiff, t2 } from "../trainer/ppo/helpers.js";
+import { Rng } from "../../src/utils/rng.js";
+
+const skip = await webgpuOrReason();
+const gpu = { skip: skip || false };
+const MODES = ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"];
+
+test("vanilla PPO with the fused kernels: loss, metrics and gradient against the float64 reference in every mode, IS weights too", gpu, async () => {
+  const w = CASE.adv.map((r, i) => r.map((_, t) => 0.5 + ((i * 5 + t) % 7) / 7));
+  for (const [mode, weights] of [...MODES.map((m) => [m, undefined] as const), ["token-mean", w] as const]) {
+    const c = { ...CASE, w: weights }, a = args(c);
+    const tensors = { oldLogProb: a.oldLogProb, logProb: a.logProb, advantages: a.advantages, responseMask: a.responseMask, w: a.rolloutIsWeights ?? t2(CASE.mask) };
+    withFused(true, () => assert.equal(fusedPpoFor(a.logProb, a.oldLogProb, a.advantages, a.responseMask), true));
+    const got = await vanilla(tensors, true, mode, !!weights);
+    const ref = vanillaRef({ ...c, logp: CASE.logp }, 0.2, 0.28, 3, mode);
+    const what = `${mode}${weights ? " weighted" : ""}`;
+    close((await got.loss.data())[0]!, ref.loss, 2e-5, `${what} loss`);
+    for (const [k, v] of Object.entries(ref.metrics)) close(got.metrics[k]!, v, 2e-5, `${what} ${k}`);
+    const grad = Array.from(await got.grad.data());
+    closeAll(grad, finiteDiff((x) => vanillaRef({ ...c, logp: x }, 0.2, 0.28, 3, mode).loss, CASE.logp, 1e-6).flat(), 1e-4, `${what} gradient vs finite difference`);
+    assert.equal(grad[1 * 5 + 2], 0, `${what}: the dual-clipped token has no gradient`);
+    CASE.mask.flat().forEach((m, k) => { if (m === 0) assert.equal(grad[k]! + 0, 0, `${what}: gradient at masked position ${k}`); });
+    tf.dispose([got.loss, got.grad, ...Object.values(tensors)]);
+  }
+});
+
+/** A [B, T] case with every branch: ties (Δ = 0, A = 0), both clips, the dual clip, |Δ| > 20, an empty row, IS weights. */
+function bigCase(B: number, T: number, seed: number) {
+  const rng = new Rng(seed);
+  const n = B * T, old = new Float32Array(n), lp = new Float32Array(n), adv = new Float32Array(n), mask = new Float32Array(n), w = new Float32Array(n);
+  for (let i = 0; i < n; i++) {
+    old[i] = -0.1 - 3 * rng.random();
+    const kind = i % 11;
+    const delta = kind === 0 ? 0 : kind === 1 ? 25 : kind === 2 ? -30 : kind === 3 ? 1.5 : (rng.random() - 0.5) * 0.8;
+    lp[i] = old[i]! + delta;
+    adv[i] = kind === 4 ? 0 : Math.floor(i / T) % 3 === 1 ? -(0.2 + rng.random()) : rng.random() * 2 - 0.7;
+    mask[i] = Math.floor(i / T) === B - 1 ? 0 : (i % T) < T - (i % 5) ? 1 : 0;
+    w[i] = 0.5 + rng.random();
+  }
+  const t = (a: Float32Array) => tf.tensor2d(a, [B, T]);
+  return { oldLogProb: t(old), logProb: t(lp), advantages: t(adv), responseMask: t(mask), w: t(w) };
+}
+
+/** Loss, metrics and gradient of the vanilla loss, fused or composite, with the dispatches they took. */
+async function vanilla(c: Record<"oldLogProb" | "logProb" | "advantages" | "responseMask" | "w", tf.Tensor>, fused: boolean, mode: string, weighted: boolean) {
+  const lp = tf.variable(c.logProb);
+  let kept: LossMetrics = {};
+  const a: PolicyLossArgs = { oldLogProb: c.oldLogProb, logProb: lp, advantages: c.advantages, responseMask: c.responseMask, rolloutIsWeights: weighted ? c.w : null, config: CONFIG, lossAggMode: mode };
+  const { out, n } = withFused(fused, () => dispatches(() => tf.variableGrads(() => {
+    const o = getPolicyLoss("vanilla")({ ...a, logProb: lp });
+    kept = keepMetrics(o.metrics);
+    return o.pgLoss;
+  }, [lp])));
+  const grad = Object.values(out.grads)[0]!;
+  const res = { loss: out.value, grad, metrics: await readMetrics(kept), n };
+  lp.dispose();
+  return res;
+}
+
+test("fused vanilla PPO against the composite on the same backend: every branch, every mode, weighted or not; fewer dispatches", gpu, async () => {
+  const c = bigCase(24, 97, 5);
+  let worst = 0;
+  for (const mode of MODES) {
+    for (const weighted of [false, true]) {
+      const f = await vanilla(c, true, mode, weighted), r = await vanilla(c, false, mode, weighted);
+      const what = `${mode}${weighted ? " weighted" : ""}`;
+      const eLoss = await relErr(f.loss, r.loss), eGrad = await relErr(f.grad, r.grad);
+      worst = Math.max(worst, eLoss, eGrad);
+      assert.ok(eLoss <= 1e-5, `${what} loss: relative error ${eLoss.toExponential(2)}`);
+      assert.ok(eGrad <= 1e-5, `${what} gradient: relative error ${eGrad.toExponential(2)}`);
+      // where the composite's gradient is exactly zero (masked tokens, the clips, |Δ| > 20) the fused one is too
+      const fg = await f.grad.data(), rg = await r.grad.data();
+      rg.forEach((v, i) => { if (v === 0) assert.equal(fg[i]! + 0, 0, `${what}: gradient at ${i}`); });
+      for (const [k, v] of Object.entries(r.metrics)) assert.ok(Math.abs(f.metrics[k]! - v) <= 1e-5 * Math.max(1, Math.abs(v)), `${what} ${k}: ${f.metrics[k]} vs ${v}`);
+      assert.ok(f.metrics["actor/pg_clipfrac"]! > 0 && f.metrics["actor/pg_clipfrac_lower"]! > 0, "the case reaches both clips");
+      assert.ok(f.n < r.n, `${what}: fused ${f.n} dispatches, composite ${r.n}`);
+      if (mode === "token-mean") console.error(`vanilla PPO loss forward+backward (${what}): ${r.n} dispatches composite, ${f.n} fused`);
+      tf.dispose([f.loss, f.grad, r.loss, r.grad]);
+    }
+  }
+  console.error(`fused PPO against the composite: largest relative error ${worst.toExponential(2)}`);
+  tf.dispose(Object.values(c));
+});
+
+test("fused vanilla PPO: same bits twice; no leaked tensors", gpu, async () => {
+  const c = bigCase(8, 33, 9);
+  const a = await vanilla(c, true, "token-mean", true), b = await vanilla(c, true, "token-mean", true);
+  assert.deepEqual(await a.grad.data(), await b.grad.data());
+  assert.deepEqual(await a.loss.data(), await b.loss.data());
+  assert.deepEqual(a.metrics, b.metrics);
+  tf.dispose([a.loss, a.grad, b.loss, b.grad]);
+  const before = tf.memory().numTensors;
+  for (let k = 0; k < 3; k++) {
+    const s = await vanilla(c, true, "seq-mean-token-mean", false);
+    tf.dispose([s.loss, s.grad]);
+  }
+  assert.equal(tf.memory().numTensors, before);
+  tf.dispose(Object.values(c));
+});
+
+test("fused masked sum and mean: values and gradients equal the composite's; NaN outside the mask counts for nothing; one dispatch each way", gpu, async () => {
+  for (const [B, T] of [[1, 1], [3, 7], [16, 300], [70, 1000]] as const) {
+    const n = B * T, v = new Float32Array(n), m = new Int32Array(n);
+    for (let i = 0; i < n; i++) {
+      m[i] = (i * 7) % 5 === 0 ? 0 : 1;
+      v[i] = m[i] ? Math.sin(i) * 3 : i % 2 ? NaN : Infinity;
+    }
+    if (n === 1) m[0] = 1, v[0] = 2.5;
+    const values = tf.tensor2d(v, [B, T]), mask = tf.tensor2d(m, [B, T], "int32"), fm = tf.cast(mask, "float32");
+    const c = tf.randomNormal([], 0, 1, "float32", 3);
+    for (const [name, fn] of [["sum", maskedSum], ["mean", maskedMean]] as const) {
+      const go = (fused: boolean) => withFused(fused, () => dispatches(() => tf.valueAndGrad((x: tf.Tensor) => tf.mul(fn(x, mask), c) as tf.Scalar)(values)));
+      assert.equal(withFused(true, () => fusedMaskedFor(values, fm)), true);
+      const f = go(true), r = go(false);
+      // the value against float64 on the host, relative to Σ|v m| (the sums cancel: the two float32 orders differ by more than 1e-5 of the result)
+      let exact = 0, scale = 0, count = 0;
+      for (let i = 0; i < n; i++) if (m[i]) exact += v[i]!, scale += Math.abs(v[i]!), count++;
+      const c0 = (await c.data())[0]!, den = name === "mean" ? count + 1e-8 : 1;
+      const got = (await f.out.value.data())[0]!, e = Math.abs(got - (c0 * exact) / den) / (Math.abs(c0) * scale / den), g = await relErr(f.out.grad, r.out.grad);
+      assert.ok(Number.isFinite(got), `${name} [${B}, ${T}]: finite`);
+      assert.ok(e <= 1e-6 && g <= 1e-6, `${name} [${B}, ${T}]: value ${e.toExponential(2)}, gradient ${g.toExponential(2)}`);
+      assert.ok(f.n < r.n, `${name}: fused ${f.n} dispatches, composite ${r.n}`);
+      if (n === 16 * 300) console.error(`masked ${name} forward+backward: ${r.n} dispatches composite, ${f.n} fused`);
+      tf.dispose([f.out.value, f.out.grad, r.out.value, r.out.grad]);
+    }
+    // a partial reduction (along an axis) keeps the composite
+    const row = withFused(true, () => dispatches(() => maskedSum(values, mask, -1)));
+    assert.deepEqual(row.out.shape, [B]);
+    tf.dispose([values, mask, fm, c, row.out]);
+  }
+});
+
+test("off the webgpu backend, the fused PPO and masked paths are not taken", { skip: !skip ? "webgpu is the backend here" : false }, () => {
+  const x = tf.zeros([2, 3]);
+  assert.equal(fusedPpoFor(x, x, x, x), false);
+  assert.equal(fusedMaskedFor(x, x), false);
+  x.dispose();
+});
