@@ -14,6 +14,8 @@ import { WG, maskedReduceWgsl } from "./webgpu_fused_masked.js";
 // Inputs are read through f32(), as in webgpu_fused_masked.ts (a cast mask may hold int32 data).
 const f32 = (x: number): UniformValue => ({ type: "float32", data: [x] });
 
+const sizeOf = (shape: number[]) => shape.reduce((a, b) => a * b, 1);
+
 /** The clip bounds: ratio in [1 - low, 1 + high], the dual clip c. */
 export interface PpoClip { low: number; high: number; clipC: number }
 
@@ -82,15 +84,62 @@ class PpoMetricProgram extends FusedProgram {
   }
 }
 
+/** k3 = exp(k) - k - 1 with k = clamp(ref - logp, ±20), clamped at ±10; its gradient in logp is -(g e^k - g) inside both clamps. */
+const K3 = {
+  value: "clamp(exp(clamp(-d, -20.0, 20.0)) - clamp(-d, -20.0, 20.0) - 1.0, -10.0, 10.0)",
+  grad: `select(0.0, -(g * exp(clamp(-d, -20.0, 20.0)) - g), -d >= -20.0 && -d <= 20.0 && v >= -10.0 && v <= 10.0)`,
+};
+/**
+ * The KL estimators fused (kl.ts klPenaltyForward's kinds). k1 keeps its one subtraction, whose
+ * gradient takes no dispatch; the "+" straight-through kinds keep the composite.
+ */
+export const FUSED_KL_KINDS = ["abs", "mse", "k2", "low_var_kl", "k3"] as const;
+export type FusedKlKind = (typeof FUSED_KL_KINDS)[number];
+
+/** Per kind: the value of d = logp - ref, and dvalue/dlogp times g, with tfjs's gradient rules (abs: step(d, -1); clips pass their bounds). */
+const K2 = { value: "0.5 * (d * d)", grad: "(g * 0.5) * (d * 2.0)" };
+const KL_WGSL: Record<FusedKlKind, { value: string; grad: string }> = {
+  mse: K2, k2: K2, low_var_kl: K3, k3: K3,
+  abs: { value: "abs(d)", grad: "g * select(-1.0, 1.0, d > 0.0)" },
+};
+
+/** The KL penalty per token (forward), or its gradient in logp given g = dL/dkl (backward). */
+class KlTokenProgram extends FusedProgram {
+  variableNames: string[];
+  uniforms = "total : i32,";
+  constructor(shape: number[], private readonly kind: FusedKlKind, private readonly backward: boolean) {
+    super(shape, `verlKlToken_${kind}_${backward ? "grad" : "fwd"}`, WG, Math.ceil(sizeOf(shape) / WG));
+    this.variableNames = [...(backward ? ["g0"] : []), "lp0", "ref0"];
+  }
+  getUserCode(): string {
+    const f = KL_WGSL[this.kind];
+    const k3 = this.kind === "k3" || this.kind === "low_var_kl";
+    // k3's value before its ±10 clamp decides whether the gradient passes it
+    const pre = k3 ? "\n          let v = exp(clamp(-d, -20.0, 20.0)) - clamp(-d, -20.0, 20.0) - 1.0;" : "";
+    return `
+      fn main(index : i32) {
+        if (index < uniforms.total) {
+          let d = f32(lp0[index]) - f32(ref0[index]);${this.backward ? `${pre}
+          let g = f32(g0[index]);
+          result[index] = ${f.grad};` : `
+          result[index] = ${f.value};`}
+        }
+      }`;
+  }
+}
+
 const clipUniforms = (a: Record<string, unknown>): UniformValue[] =>
   [f32(1 - (a.low as number)), f32(1 + (a.high as number)), f32(a.clipC as number)];
-const sizeOf = (shape: number[]) => shape.reduce((a, b) => a * b, 1);
 
 const KERNELS: Record<string, Kernel> = {
   VerlPpoToken: ({ inputs: { lp, ol, a, w }, backend, attrs }) =>
     backend.runWebGPUProgram(new PpoTokenProgram(lp!.shape, false, !!w), [lp!, ol!, a!, ...(w ? [w] : [])], "float32", [int(sizeOf(lp!.shape)), ...clipUniforms(attrs)]),
   VerlPpoTokenGrad: ({ inputs: { g, lp, ol, a, w }, backend, attrs }) =>
     backend.runWebGPUProgram(new PpoTokenProgram(lp!.shape, true, !!w), [g!, lp!, ol!, a!, ...(w ? [w] : [])], "float32", [int(sizeOf(lp!.shape)), ...clipUniforms(attrs)]),
+  VerlKlToken: ({ inputs: { lp, ref }, backend, attrs }) =>
+    backend.runWebGPUProgram(new KlTokenProgram(lp!.shape, attrs.kind as FusedKlKind, false), [lp!, ref!], "float32", [int(sizeOf(lp!.shape))]),
+  VerlKlTokenGrad: ({ inputs: { g, lp, ref }, backend, attrs }) =>
+    backend.runWebGPUProgram(new KlTokenProgram(lp!.shape, attrs.kind as FusedKlKind, true), [g!, lp!, ref!], "float32", [int(sizeOf(lp!.shape))]),
   VerlPpoMetric: ({ inputs: { lp, ol, a, m }, backend, attrs }) => {
     const out = backend.runWebGPUProgram(new PpoMetricProgram(attrs.which as (typeof PPO_METRICS)[number]), [lp!, ol!, a!, m!], "float32", [int(sizeOf(lp!.shape)), ...clipUniforms(attrs)]);
     return { dataId: out.dataId, shape: [], dtype: "float32" };
@@ -140,4 +189,21 @@ export function fusedPpoTokenLosses(logProb: tf.Tensor, oldLogProb: tf.Tensor, a
 export function fusedPpoMetric(which: (typeof PPO_METRICS)[number], logProb: tf.Tensor, oldLogProb: tf.Tensor, advantages: tf.Tensor, mask: tf.Tensor, clip: PpoClip): tf.Scalar {
   ensureRegistered();
   return run("VerlPpoMetric", { lp: logProb, ol: oldLogProb, a: advantages, m: mask }, { ...clip, which }) as tf.Scalar;
+}
+
+/**
+ * The KL penalty per token of `kind` (one of FUSED_KL_KINDS), differentiable in `logProb` only
+ * (the reference's log-probs are a constant): one dispatch forward, one backward.
+ */
+export function fusedKlPenalty(logProb: tf.Tensor, refLogProb: tf.Tensor, kind: FusedKlKind): tf.Tensor {
+  ensureRegistered();
+  const op = tf.customGrad((...args: (tf.Tensor | tf.GradSaveFunc)[]) => {
+    const [lp, save] = args as [tf.Tensor, tf.GradSaveFunc];
+    save([lp, refLogProb]);
+    return {
+      value: run("VerlKlToken", { lp, ref: refLogProb }, { kind }),
+      gradFunc: (dy: tf.Tensor | tf.Tensor[], saved: tf.Tensor[]) => [run("VerlKlTokenGrad", { g: dy as tf.Tensor, lp: saved[0]!, ref: saved[1]! }, { kind })],
+    };
+  });
+  return op(logProb);
 }

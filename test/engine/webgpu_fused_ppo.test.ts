@@ -13,6 +13,7 @@ import { fusedMaskedFor } from "../../src/engine/webgpu_fused_masked.js";
 import { getPolicyLoss, keepMetrics, readMetrics } from "../../src/trainer/ppo/core_algos/index.js";
 import type { LossMetrics, PolicyLossArgs } from "../../src/trainer/ppo/core_algos/index.js";
 import { maskedMean, maskedSum } from "../../src/trainer/ppo/core_algos/functional.js";
+import { klPenalty } from "../../src/trainer/ppo/core_algos/kl.js";
 import { vanillaRef } from "../trainer/ppo/core_algos/reference_losses.js";
 import { CASE, CONFIG, args } from "../trainer/ppo/core_algos/loss_case.js";
 import { close, closeAll, finiteDiff, t2 } from "../trainer/ppo/helpers.js";
@@ -145,6 +146,34 @@ test("fused masked sum and mean: values and gradients equal the composite's; NaN
     assert.deepEqual(row.out.shape, [B]);
     tf.dispose([values, mask, fm, c, row.out]);
   }
+});
+
+test("fused KL penalties (k1, abs, k2, k3 and their aliases): values and gradients equal the composite's, clamps and ties included", gpu, async () => {
+  const n = 40 * 53, lp = new Float32Array(n), ref = new Float32Array(n);
+  for (let i = 0; i < n; i++) {
+    ref[i] = -0.2 - ((i * 37) % 100) / 25;
+    const kind = i % 9;
+    // Δ = 0 (abs's tie), beyond k3's ±20 clamp, beyond its ±10 value clamp (Δ = -5: e^5 - 6), small
+    const d = kind === 0 ? 0 : kind === 1 ? 30 : kind === 2 ? -25 : kind === 3 ? -5 : kind === 4 ? 3 : (((i * 13) % 17) - 8) / 20;
+    lp[i] = ref[i]! + d;
+  }
+  const x = tf.tensor2d(lp, [40, 53]), r = tf.tensor2d(ref, [40, 53]), c = tf.randomNormal([40, 53], 0, 1, "float32", 4);
+  for (const kind of ["kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3"]) {
+    const go = (fused: boolean) => withFused(fused, () => dispatches(() => tf.valueAndGrad((v: tf.Tensor) => tf.sum(tf.mul(klPenalty(v, r, kind), c)) as tf.Scalar)(x)));
+    const f = go(true), o = go(false);
+    const fv = withFused(true, () => klPenalty(x, r, kind)), ov = withFused(false, () => klPenalty(x, r, kind));
+    const e = await relErr(fv, ov), g = await relErr(f.out.grad, o.out.grad);
+    assert.ok(e <= 1e-6 && g <= 1e-6, `${kind}: value ${e.toExponential(2)}, gradient ${g.toExponential(2)}`);
+    const fg = await f.out.grad.data(), og = await o.out.grad.data();
+    og.forEach((v, i) => { if (v === 0) assert.equal(fg[i]! + 0, 0, `${kind}: gradient at ${i} (Δ ${lp[i]! - ref[i]!})`); });
+    assert.ok(kind === "kl" || kind === "k1" ? f.n === o.n : f.n < o.n, `${kind}: fused ${f.n} dispatches, composite ${o.n}`);
+    if (kind === "low_var_kl") console.error(`low_var_kl forward+backward (times a constant, summed): ${o.n} dispatches composite, ${f.n} fused`);
+    tf.dispose([f.out.value, f.out.grad, o.out.value, o.out.grad, fv, ov]);
+  }
+  // k1 is one subtraction either way; the straight-through kinds keep the composite
+  const st = withFused(true, () => dispatches(() => klPenalty(x, r, "k3+")));
+  assert.ok(st.n > 2, `k3+ ${st.n}`);
+  tf.dispose([x, r, c, st.out]);
 });
 
 test("off the webgpu backend, the fused PPO and masked paths are not taken", { skip: !skip ? "webgpu is the backend here" : false }, () => {
