@@ -12,24 +12,27 @@
 //                  into pooled staging, one submit, each copied into the shared buffer as it maps
 //   write_buffer   queue.writeBuffer of host values, then the queue drained
 //   mapped_upload  a MAP_WRITE staging buffer mapped at creation, filled, unmapped, copied
+//   kept_write_buffer, chunked_write_buffer (4 MiB writes), kept_mapped_upload (mapAsync, fill, unmap,
+//                  copy; phases printed): the same into a destination and staging kept across reps
 //   tfjs_upload    tf.tensor(values) and its upload (tfjs's staging path), the queue drained
 //   direct_upload  uploadTensor (webgpu_transfer.ts: writeBuffer into a pooled buffer), the queue drained
+//   staged_upload  the same through kept MAP_WRITE staging (VERL_WEBGPU_UPLOAD_STAGING_MB: made in the warm-up, reused)
 // Prints one JSON line per size with GB/s for each (and the phases of raw_read).
 //   bash scripts/gpu-run.sh node dist/bench/gpu_transfer.js [--mib 64,256,1024] [--chunk-mib 16] [--reps 3]
 import * as tf from "@tensorflow/tfjs";
 import { initBackend } from "../src/engine/backend.js";
-import { readIntoBuckets, uploadTensor } from "../src/engine/webgpu_transfer.js";
+import { readIntoBuckets, uploadStagingStats, uploadTensor } from "../src/engine/webgpu_transfer.js";
 import { emit, loadAvg1m, machine, parseBenchArgs, runMain } from "./common.js";
 
 const NAME = "gpu_transfer";
 const MAP_READ = 0x1, MAP_WRITE = 0x2, COPY_SRC = 0x4, COPY_DST = 0x8, STORAGE = 0x80;
-const MODE_READ = 0x1;
+const MODE_READ = 0x1, MODE_WRITE = 0x2;
 
 interface Buf { size: number; mapAsync(mode: number, offset?: number, size?: number): Promise<void>; getMappedRange(offset?: number, size?: number): ArrayBuffer; unmap(): void; destroy(): void }
 interface Device {
   createBuffer(d: { size: number; usage: number; mappedAtCreation?: boolean }): Buf;
   createCommandEncoder(): { copyBufferToBuffer(s: Buf, so: number, d: Buf, dof: number, n: number): void; finish(): unknown };
-  queue: { submit(cbs: unknown[]): void; onSubmittedWorkDone(): Promise<void>; writeBuffer(b: Buf, off: number, data: ArrayBufferView): void };
+  queue: { submit(cbs: unknown[]): void; onSubmittedWorkDone(): Promise<void>; writeBuffer(b: Buf, off: number, data: ArrayBufferView, dataOffset?: number, size?: number): void };
 }
 
 const gbps = (bytes: number, ms: number) => Number((bytes / ms / 1e6).toFixed(3));
@@ -75,6 +78,9 @@ runMain(NAME, async () => {
       shared.fill(0, 0, 2);
       shared[n - 1] = 0;
     };
+    const keptDst = device.createBuffer({ size: bytes, usage: STORAGE | COPY_DST | COPY_SRC });
+    const keptUp = device.createBuffer({ size: bytes, usage: MAP_WRITE | COPY_SRC, mappedAtCreation: true });
+    let keptUpMapped = true;
     for (let rep = 0; rep < args.warmup + args.reps; rep++) {
       const timed = rep >= args.warmup;
       // tfjs: a fresh tensor each time (data() caches its values on the tensor)
@@ -164,7 +170,38 @@ runMain(NAME, async () => {
         if (timed) keep("mapped_upload_ms", ms(t1));
         up.destroy();
         dst.destroy();
-        for (const [tag, make] of [["tfjs_upload", () => tf.tensor(host, [n], "float32")], ["direct_upload", () => uploadTensor(host, [n])]] as const) {
+        // the same into buffers kept across reps (first touched in the warm-up): what is left when
+        // neither the host staging nor the destination is fresh memory
+        t1 = performance.now();
+        device.queue.writeBuffer(keptDst, 0, host);
+        await device.queue.onSubmittedWorkDone();
+        if (timed) keep("kept_write_buffer_ms", ms(t1));
+        t1 = performance.now();
+        for (let o = 0; o < bytes; o += 4 * 2 ** 20) device.queue.writeBuffer(keptDst, o, host, o / 4, Math.min(4 * 2 ** 20, bytes - o) / 4);
+        await device.queue.onSubmittedWorkDone();
+        if (timed) keep("chunked_write_buffer_ms", ms(t1));
+        t1 = performance.now();
+        if (!keptUpMapped) await keptUp.mapAsync(MODE_WRITE);
+        const tMap = performance.now();
+        new Float32Array(keptUp.getMappedRange()).set(host);
+        const tCopy = performance.now();
+        keptUp.unmap();
+        keptUpMapped = false;
+        const enc2 = device.createCommandEncoder();
+        enc2.copyBufferToBuffer(keptUp, 0, keptDst, 0, bytes);
+        device.queue.submit([enc2.finish()]);
+        await device.queue.onSubmittedWorkDone();
+        if (timed) {
+          keep("kept_mapped_upload_ms", ms(t1));
+          phases.kept_mapped_upload_map_ms = r1(tMap - t1);
+          phases.kept_mapped_upload_memcpy_ms = r1(tCopy - tMap);
+          phases.kept_mapped_upload_copy_ms = r1(performance.now() - tCopy);
+        }
+        const staged = () => {
+          process.env.VERL_WEBGPU_UPLOAD_STAGING_MB = String(Math.ceil(bytes / 2 ** 20) + 16);
+          try { return uploadTensor(host, [n]); } finally { delete process.env.VERL_WEBGPU_UPLOAD_STAGING_MB; }
+        };
+        for (const [tag, make] of [["tfjs_upload", () => tf.tensor(host, [n], "float32")], ["direct_upload", () => uploadTensor(host, [n])], ["staged_upload", staged]] as const) {
           t1 = performance.now();
           const u = make();
           be.uploadToGPU(u.dataId); // what tfjs does before a kernel reads it (a no-op for the direct one)
@@ -172,9 +209,13 @@ runMain(NAME, async () => {
           if (timed) keep(`${tag}_ms`, ms(t1));
           u.dispose();
         }
+        // the kept staging buffers mapped again before the next rep (untimed)
+        for (let k = 0; k < 500 && uploadStagingStats().readyBuffers * 16 * 2 ** 20 < uploadStagingStats().madeBytes; k++) await new Promise((r) => setTimeout(r, 2));
       }
     }
     kept.destroy();
+    keptDst.destroy();
+    keptUp.destroy();
     src.dispose();
     const figures: Record<string, number> = { bytes };
     for (const [k, v] of Object.entries(best)) {

@@ -16,9 +16,9 @@
 // 18.7 GB/s against tfjs's 1.8, bench/gpu_transfer.ts direct_upload and tfjs_upload).
 import * as tf from "@tensorflow/tfjs";
 
-const MAP_READ = 0x1, COPY_DST = 0x8, MODE_READ = 0x1;
+const MAP_READ = 0x1, MAP_WRITE = 0x2, COPY_SRC = 0x4, COPY_DST = 0x8, MODE_READ = 0x1, MODE_WRITE = 0x2;
 
-interface Staging { size: number; mapAsync(mode: number): Promise<void>; getMappedRange(): ArrayBuffer; unmap(): void }
+interface Staging { size: number; mapAsync(mode: number): Promise<void>; getMappedRange(offset?: number, size?: number): ArrayBuffer; unmap(): void; destroy?(): void }
 
 /** The tfjs WebGPU backend's members this uses (tfjs-backend-webgpu 4.22). */
 interface TransferBackend {
@@ -30,7 +30,10 @@ interface TransferBackend {
   commandEncoder: { copyBufferToBuffer(src: unknown, srcOffset: number, dst: unknown, dstOffset: number, size: number): void };
   bufferManager: { acquireBuffer(size: number, usage: number): Staging; releaseBuffer(b: Staging): void };
   makeTensorInfo(shape: number[], dtype: string): { dataId: object; shape: number[]; dtype: string };
-  device: { queue: { writeBuffer(buffer: unknown, offset: number, data: ArrayBufferView): void } };
+  device: {
+    queue: { writeBuffer(buffer: unknown, offset: number, data: ArrayBufferView): void };
+    createBuffer(d: { size: number; usage: number; mappedAtCreation?: boolean }): Staging;
+  };
 }
 
 /** Whether readIntoBuckets can read `t` here (the WebGPU backend, float32). */
@@ -97,7 +100,8 @@ export function uploadTensor(values: Float32Array, shape: number[]): tf.Tensor {
   const info = be.makeTensorInfo(shape, "float32");
   be.uploadToGPU(info.dataId); // no values: a pooled storage buffer, nothing written
   const buffer = be.tensorMap.get(info.dataId)!.resource, queue = be.device.queue;
-  if (values.buffer instanceof ArrayBuffer) queue.writeBuffer(buffer, 0, values);
+  if (stagingCapBytes() > 0) uploadStaged(be, values, buffer);
+  else if (values.buffer instanceof ArrayBuffer) queue.writeBuffer(buffer, 0, values);
   else {
     // dawn.node refused views of the ranks' shared regions in pool threads ("Invalid argument"; a
     // plain SharedArrayBuffer in the main thread went): through a reused plain array, in chunks
@@ -110,4 +114,64 @@ export function uploadTensor(values: Float32Array, shape: number[]): tf.Tensor {
     }
   }
   return tf.engine().makeTensorFromTensorInfo(info as Parameters<ReturnType<typeof tf.engine>["makeTensorFromTensorInfo"]>[0]);
+}
+
+// Uploads through kept staging (VERL_WEBGPU_UPLOAD_STAGING_MB > 0). On the H100 every upload path
+// above ran at 1.4-1.7 GB/s (bench/gpu_transfer.ts, 2026-12-07): each takes staging memory the
+// host has not touched before (writeBuffer's own, or a buffer mapped at creation), and a first
+// touch costs about what a 716 MB shared buffer's did here (580 ms). These MAP_WRITE buffers are
+// kept: after their copy each is mapped again, and the next upload writes into memory already
+// mapped in. At most the cap's worth is made; past it, or while none is mapped again yet, a chunk
+// goes by writeBuffer as before.
+const STAGING_CHUNK = 16 << 20;
+const stagingReady: Staging[] = [];
+let stagingMade = 0;
+
+function stagingCapBytes(): number {
+  const mb = Number(process.env.VERL_WEBGPU_UPLOAD_STAGING_MB ?? 0);
+  return Number.isFinite(mb) && mb > 0 ? mb * 2 ** 20 : 0;
+}
+
+/** values into `buffer` from offset 0: a kept staging buffer a chunk where one is free, copied in tfjs's command stream. */
+function uploadStaged(be: TransferBackend, values: Float32Array, buffer: unknown): void {
+  be.ensureCommandEncoderReady();
+  be.endComputePassEncoder();
+  const used: Staging[] = [];
+  const chunk = STAGING_CHUNK / 4;
+  for (let o = 0; o < values.length; o += chunk) {
+    const len = Math.min(chunk, values.length - o), piece = values.subarray(o, o + len);
+    let staging = stagingReady.pop();
+    if (!staging && stagingMade + STAGING_CHUNK <= stagingCapBytes()) {
+      staging = be.device.createBuffer({ size: STAGING_CHUNK, usage: MAP_WRITE | COPY_SRC, mappedAtCreation: true });
+      stagingMade += STAGING_CHUNK;
+    }
+    if (!staging) {
+      // none free: as before (a view of shared memory through the scratch, see uploadTensor)
+      if (piece.buffer instanceof ArrayBuffer) be.device.queue.writeBuffer(buffer, o * 4, piece);
+      else {
+        scratch ??= new Float32Array(SCRATCH_ELEMS);
+        scratch.set(piece);
+        be.device.queue.writeBuffer(buffer, o * 4, scratch.subarray(0, len));
+      }
+      continue;
+    }
+    new Float32Array(staging.getMappedRange(0, len * 4)).set(piece);
+    staging.unmap();
+    be.commandEncoder.copyBufferToBuffer(staging, 0, buffer, o * 4, len * 4);
+    used.push(staging);
+  }
+  if (used.length === 0) return;
+  be.submitQueue();
+  for (const staging of used) {
+    staging.mapAsync(MODE_WRITE).then(() => void stagingReady.push(staging), () => {
+      // a device lost or torn down: the buffer is gone, and with it its share of the cap
+      stagingMade -= STAGING_CHUNK;
+      staging.destroy?.();
+    });
+  }
+}
+
+/** Kept staging buffers: how many bytes were made, and how many are mapped and free now (for tests). */
+export function uploadStagingStats(): { madeBytes: number; readyBuffers: number } {
+  return { madeBytes: stagingMade, readyBuffers: stagingReady.length };
 }

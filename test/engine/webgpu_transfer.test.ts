@@ -7,7 +7,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import * as tf from "@tensorflow/tfjs";
 import { dispatches, webgpuOrReason } from "./webgpu_adapter.js";
-import { canReadInto, canWriteDirect, readIntoBuckets, uploadTensor } from "../../src/engine/webgpu_transfer.js";
+import { canReadInto, canWriteDirect, readIntoBuckets, uploadStagingStats, uploadTensor } from "../../src/engine/webgpu_transfer.js";
 import { FlatGradAccumulator } from "../../src/engine/optim/grad_utils.js";
 import { Collective } from "../../src/single_controller/collective.js";
 import { allReduceBuckets } from "../../src/workers/dp_optimizer.js";
@@ -92,4 +92,29 @@ test("uploadTensor: the values (from shared memory too), copied at the call, no 
   } finally {
     device.createBuffer = create;
   }
+});
+
+test("uploadTensor through kept staging (VERL_WEBGPU_UPLOAD_STAGING_MB): the values, past the cap by writeBuffer, the buffers mapped again and reused", gpu, async () => {
+  process.env.VERL_WEBGPU_UPLOAD_STAGING_MB = "32"; // two 16 MiB buffers
+  try {
+    const n = 9 << 20; // 36 MiB: two chunks staged, the third by writeBuffer
+    for (const shared of [false, true]) {
+      const values = new Float32Array(shared ? new SharedArrayBuffer(4 * n) : new ArrayBuffer(4 * n)).map((_, i) => (i % 4099) - 2000.5);
+      const want = values.slice();
+      for (let round = 0; round < 2; round++) {
+        const before = uploadStagingStats();
+        const t = uploadTensor(values, [n]);
+        values.fill(0);
+        assert.deepEqual(await t.data(), want, `${shared ? "shared" : "plain"} values, round ${round}: as they were at the call`);
+        values.set(want);
+        t.dispose();
+        // the staging buffers come back once mapped again
+        for (let k = 0; k < 100 && uploadStagingStats().readyBuffers < 2; k++) await new Promise((r) => setTimeout(r, 10));
+        const after = uploadStagingStats();
+        assert.equal(after.madeBytes, 32 << 20, "never more than the cap");
+        assert.equal(after.readyBuffers, 2, "both mapped again");
+        if (before.madeBytes === 32 << 20) assert.equal(after.madeBytes, before.madeBytes, "reused, none made");
+      }
+    }
+  } finally { delete process.env.VERL_WEBGPU_UPLOAD_STAGING_MB; }
 });
