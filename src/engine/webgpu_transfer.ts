@@ -12,8 +12,9 @@
 //
 // Upload: tfjs puts a tensor made from host values into a MAP_WRITE staging buffer it creates for
 // that upload alone (mapped at creation, never reused), then copies it over. `uploadTensor` writes
-// the values with queue.writeBuffer into a storage buffer from the pool instead (llvmpipe, 64 MiB:
-// 18.7 GB/s against tfjs's 1.8, bench/gpu_transfer.ts direct_upload and tfjs_upload).
+// the values into a storage buffer from the pool instead, through kept MAP_WRITE staging (below;
+// H100, 256 MiB: 5.7 GB/s against tfjs's 1.6) or queue.writeBuffer (llvmpipe, 64 MiB: 18.7 GB/s
+// against tfjs's 1.8; bench/gpu_transfer.ts staged_upload, direct_upload and tfjs_upload).
 import * as tf from "@tensorflow/tfjs";
 
 const MAP_READ = 0x1, MAP_WRITE = 0x2, COPY_SRC = 0x4, COPY_DST = 0x8, MODE_READ = 0x1, MODE_WRITE = 0x2;
@@ -88,9 +89,10 @@ export function canWriteDirect(): boolean {
 
 /**
  * A float32 tensor of `shape` holding `values` (copied now: the array may change afterwards). On
- * WebGPU the values go by queue.writeBuffer into a pooled storage buffer, which the queue applies
- * before any work submitted later (a pooled buffer's earlier users were all submitted before it
- * was freed); elsewhere, or with VERL_WEBGPU_DIRECT_WRITE=0, tf.tensor.
+ * WebGPU the values go into a pooled storage buffer through kept staging (copies in tfjs's command
+ * stream) or by queue.writeBuffer (which the queue applies before any work submitted later: a
+ * pooled buffer's earlier users were all submitted before it was freed); elsewhere, or with
+ * VERL_WEBGPU_DIRECT_WRITE=0, tf.tensor.
  */
 export function uploadTensor(values: Float32Array, shape: number[]): tf.Tensor {
   const n = shape.reduce((a, b) => a * b, 1);
@@ -116,37 +118,44 @@ export function uploadTensor(values: Float32Array, shape: number[]): tf.Tensor {
   return tf.engine().makeTensorFromTensorInfo(info as Parameters<ReturnType<typeof tf.engine>["makeTensorFromTensorInfo"]>[0]);
 }
 
-// Uploads through kept staging (VERL_WEBGPU_UPLOAD_STAGING_MB > 0). On the H100 every upload path
-// above ran at 1.4-1.7 GB/s (bench/gpu_transfer.ts, 2026-12-07): each takes staging memory the
-// host has not touched before (writeBuffer's own, or a buffer mapped at creation), and a first
-// touch costs about what a 716 MB shared buffer's did here (580 ms). These MAP_WRITE buffers are
-// kept: after their copy each is mapped again, and the next upload writes into memory already
-// mapped in. At most the cap's worth is made; past it, or while none is mapped again yet, a chunk
-// goes by writeBuffer as before.
-const STAGING_CHUNK = 16 << 20;
-const stagingReady: Staging[] = [];
+// Uploads through kept staging (VERL_WEBGPU_UPLOAD_STAGING_MB, default 1024; 0: off). On the
+// H100 every other upload path ran at 0.9-1.6 GB/s (bench/gpu_transfer.ts, 2026-12-07), writeBuffer
+// into a kept destination too: each takes staging memory the host has not touched before
+// (writeBuffer's own, or a buffer mapped at creation). These MAP_WRITE buffers are kept: after
+// their copy each is mapped again, and the next upload writes into memory already mapped in
+// (64-256 MiB: 4.9-5.7 GB/s against writeBuffer's 1.2-1.3). Buffers come in power-of-two sizes
+// from 1 to 16 MiB (a larger upload goes in 16 MiB chunks), so a parameter of a few MiB does not
+// hold a whole chunk. At most the cap's worth is made; past it, while none of the size is mapped
+// again yet, or for a piece under 256 KiB, writeBuffer as before.
+const STAGING_MAX = 16 << 20, STAGING_MIN = 1 << 20, STAGING_SMALL = 256 << 10;
+const stagingReady = new Map<number, Staging[]>();
 let stagingMade = 0;
 
 function stagingCapBytes(): number {
-  const mb = Number(process.env.VERL_WEBGPU_UPLOAD_STAGING_MB ?? 0);
+  const mb = Number(process.env.VERL_WEBGPU_UPLOAD_STAGING_MB ?? 1024);
   return Number.isFinite(mb) && mb > 0 ? mb * 2 ** 20 : 0;
 }
 
-/** values into `buffer` from offset 0: a kept staging buffer a chunk where one is free, copied in tfjs's command stream. */
+/** A kept staging buffer of `bytes` (a size class) mapped and free, or a new one under the cap, or none. */
+function takeStaging(be: TransferBackend, bytes: number): Staging | undefined {
+  const free = stagingReady.get(bytes)?.pop();
+  if (free || stagingMade + bytes > stagingCapBytes()) return free;
+  stagingMade += bytes;
+  return be.device.createBuffer({ size: bytes, usage: MAP_WRITE | COPY_SRC, mappedAtCreation: true });
+}
+
+/** values into `buffer` from offset 0: kept staging a chunk where one is free, copied in tfjs's command stream. */
 function uploadStaged(be: TransferBackend, values: Float32Array, buffer: unknown): void {
   be.ensureCommandEncoderReady();
   be.endComputePassEncoder();
   const used: Staging[] = [];
-  const chunk = STAGING_CHUNK / 4;
-  for (let o = 0; o < values.length; o += chunk) {
-    const len = Math.min(chunk, values.length - o), piece = values.subarray(o, o + len);
-    let staging = stagingReady.pop();
-    if (!staging && stagingMade + STAGING_CHUNK <= stagingCapBytes()) {
-      staging = be.device.createBuffer({ size: STAGING_CHUNK, usage: MAP_WRITE | COPY_SRC, mappedAtCreation: true });
-      stagingMade += STAGING_CHUNK;
-    }
+  for (let o = 0; o < values.length; o += STAGING_MAX / 4) {
+    const len = Math.min(STAGING_MAX / 4, values.length - o), piece = values.subarray(o, o + len);
+    let size = STAGING_MIN;
+    while (size < len * 4) size *= 2;
+    const staging = len * 4 >= STAGING_SMALL ? takeStaging(be, size) : undefined;
     if (!staging) {
-      // none free: as before (a view of shared memory through the scratch, see uploadTensor)
+      // as before (a view of shared memory through the scratch, see uploadTensor)
       if (piece.buffer instanceof ArrayBuffer) be.device.queue.writeBuffer(buffer, o * 4, piece);
       else {
         scratch ??= new Float32Array(SCRATCH_ELEMS);
@@ -163,9 +172,13 @@ function uploadStaged(be: TransferBackend, values: Float32Array, buffer: unknown
   if (used.length === 0) return;
   be.submitQueue();
   for (const staging of used) {
-    staging.mapAsync(MODE_WRITE).then(() => void stagingReady.push(staging), () => {
+    staging.mapAsync(MODE_WRITE).then(() => {
+      const list = stagingReady.get(staging.size) ?? [];
+      list.push(staging);
+      stagingReady.set(staging.size, list);
+    }, () => {
       // a device lost or torn down: the buffer is gone, and with it its share of the cap
-      stagingMade -= STAGING_CHUNK;
+      stagingMade -= staging.size;
       staging.destroy?.();
     });
   }
@@ -173,5 +186,7 @@ function uploadStaged(be: TransferBackend, values: Float32Array, buffer: unknown
 
 /** Kept staging buffers: how many bytes were made, and how many are mapped and free now (for tests). */
 export function uploadStagingStats(): { madeBytes: number; readyBuffers: number } {
-  return { madeBytes: stagingMade, readyBuffers: stagingReady.length };
+  let ready = 0;
+  for (const list of stagingReady.values()) ready += list.length;
+  return { madeBytes: stagingMade, readyBuffers: ready };
 }

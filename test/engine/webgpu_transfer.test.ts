@@ -94,27 +94,35 @@ test("uploadTensor: the values (from shared memory too), copied at the call, no 
   }
 });
 
-test("uploadTensor through kept staging (VERL_WEBGPU_UPLOAD_STAGING_MB): the values, past the cap by writeBuffer, the buffers mapped again and reused", gpu, async () => {
-  process.env.VERL_WEBGPU_UPLOAD_STAGING_MB = "32"; // two 16 MiB buffers
+test("uploadTensor through kept staging (VERL_WEBGPU_UPLOAD_STAGING_MB): the values, size classes, past the cap by writeBuffer, the buffers mapped again and reused", gpu, async () => {
+  process.env.VERL_WEBGPU_UPLOAD_STAGING_MB = "40";
+  const settle = async (want: number) => {
+    for (let k = 0; k < 200 && uploadStagingStats().readyBuffers < want; k++) await new Promise((r) => setTimeout(r, 10));
+  };
+  const roundTrip = async (n: number, shared: boolean, what: string) => {
+    const values = new Float32Array(shared ? new SharedArrayBuffer(4 * n) : new ArrayBuffer(4 * n)).map((_, i) => (i % 4099) - 2000.5);
+    const want = values.slice();
+    const t = uploadTensor(values, [n]);
+    values.fill(0);
+    assert.deepEqual(await t.data(), want, `${what}: the values as they were at the call`);
+    t.dispose();
+  };
   try {
-    const n = 9 << 20; // 36 MiB: two chunks staged, the third by writeBuffer
-    for (const shared of [false, true]) {
-      const values = new Float32Array(shared ? new SharedArrayBuffer(4 * n) : new ArrayBuffer(4 * n)).map((_, i) => (i % 4099) - 2000.5);
-      const want = values.slice();
-      for (let round = 0; round < 2; round++) {
-        const before = uploadStagingStats();
-        const t = uploadTensor(values, [n]);
-        values.fill(0);
-        assert.deepEqual(await t.data(), want, `${shared ? "shared" : "plain"} values, round ${round}: as they were at the call`);
-        values.set(want);
-        t.dispose();
-        // the staging buffers come back once mapped again
-        for (let k = 0; k < 100 && uploadStagingStats().readyBuffers < 2; k++) await new Promise((r) => setTimeout(r, 10));
-        const after = uploadStagingStats();
-        assert.equal(after.madeBytes, 32 << 20, "never more than the cap");
-        assert.equal(after.readyBuffers, 2, "both mapped again");
-        if (before.madeBytes === 32 << 20) assert.equal(after.madeBytes, before.madeBytes, "reused, none made");
-      }
+    const base = uploadStagingStats().madeBytes;
+    assert.equal(base, 0, "nothing made before");
+    for (const [round, shared] of [[0, false], [1, true], [2, false]] as const) {
+      // 36 MiB: chunks of 16, 16 and 4 MiB, all staged under the 40 MiB cap; made once, then reused
+      await roundTrip(9 << 20, shared, `36 MiB, round ${round}`);
+      await settle(3);
+      assert.deepEqual(uploadStagingStats(), { madeBytes: 36 << 20, readyBuffers: 3 }, `round ${round}`);
     }
+    // 3 MiB: the 4 MiB buffer again; 5 MiB would need an 8 MiB one past the cap: by writeBuffer
+    await roundTrip(3 << 18, false, "3 MiB");
+    await roundTrip(5 << 18, true, "5 MiB past the cap");
+    await settle(3);
+    assert.deepEqual(uploadStagingStats(), { madeBytes: 36 << 20, readyBuffers: 3 });
+    // under 256 KiB: writeBuffer, nothing taken
+    await roundTrip(1000, false, "4 KB");
+    assert.equal(uploadStagingStats().madeBytes, 36 << 20);
   } finally { delete process.env.VERL_WEBGPU_UPLOAD_STAGING_MB; }
 });
