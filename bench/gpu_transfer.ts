@@ -15,8 +15,8 @@
 //   kept_write_buffer, chunked_write_buffer (4 MiB writes), kept_mapped_upload (mapAsync, fill, unmap,
 //                  copy; phases printed): the same into a destination and staging kept across reps
 //   tfjs_upload    tf.tensor(values) and its upload (tfjs's staging path), the queue drained
-//   direct_upload  uploadTensor (webgpu_transfer.ts: writeBuffer into a pooled buffer), the queue drained
-//   staged_upload  the same through kept MAP_WRITE staging (VERL_WEBGPU_UPLOAD_STAGING_MB: made in the warm-up, reused)
+//   direct_upload  uploadTensor with VERL_WEBGPU_UPLOAD_STAGING_MB=0 (webgpu_transfer.ts: writeBuffer into a pooled buffer), the queue drained
+//   staged_upload  uploadTensor through kept MAP_WRITE staging (its default; made in the warm-up, reused)
 // Prints one JSON line per size with GB/s for each (and the phases of raw_read).
 //   bash scripts/gpu-run.sh node dist/bench/gpu_transfer.js [--mib 64,256,1024] [--chunk-mib 16] [--reps 3]
 import * as tf from "@tensorflow/tfjs";
@@ -201,7 +201,11 @@ runMain(NAME, async () => {
           process.env.VERL_WEBGPU_UPLOAD_STAGING_MB = String(Math.ceil(bytes / 2 ** 20) + 16);
           try { return uploadTensor(host, [n]); } finally { delete process.env.VERL_WEBGPU_UPLOAD_STAGING_MB; }
         };
-        for (const [tag, make] of [["tfjs_upload", () => tf.tensor(host, [n], "float32")], ["direct_upload", () => uploadTensor(host, [n])], ["staged_upload", staged]] as const) {
+        const written = () => {
+          process.env.VERL_WEBGPU_UPLOAD_STAGING_MB = "0";
+          try { return uploadTensor(host, [n]); } finally { delete process.env.VERL_WEBGPU_UPLOAD_STAGING_MB; }
+        };
+        for (const [tag, make] of [["tfjs_upload", () => tf.tensor(host, [n], "float32")], ["direct_upload", written], ["staged_upload", staged]] as const) {
           t1 = performance.now();
           const u = make();
           be.uploadToGPU(u.dataId); // what tfjs does before a kernel reads it (a no-op for the direct one)

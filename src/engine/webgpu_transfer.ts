@@ -136,8 +136,16 @@ function stagingCapBytes(): number {
   return Number.isFinite(mb) && mb > 0 ? mb * 2 ** 20 : 0;
 }
 
+let stagingDevice: unknown;
+
 /** A kept staging buffer of `bytes` (a size class) mapped and free, or a new one under the cap, or none. */
 function takeStaging(be: TransferBackend, bytes: number): Staging | undefined {
+  if (stagingDevice !== be.device) {
+    // a new device (a backend made again in this thread): the old one's buffers are not for it
+    stagingReady.clear();
+    stagingMade = 0;
+    stagingDevice = be.device;
+  }
   const free = stagingReady.get(bytes)?.pop();
   if (free || stagingMade + bytes > stagingCapBytes()) return free;
   stagingMade += bytes;
@@ -171,14 +179,16 @@ function uploadStaged(be: TransferBackend, values: Float32Array, buffer: unknown
   }
   if (used.length === 0) return;
   be.submitQueue();
+  const device = be.device;
   for (const staging of used) {
     staging.mapAsync(MODE_WRITE).then(() => {
+      if (stagingDevice !== device) return void staging.destroy?.(); // its device was replaced meanwhile
       const list = stagingReady.get(staging.size) ?? [];
       list.push(staging);
       stagingReady.set(staging.size, list);
     }, () => {
       // a device lost or torn down: the buffer is gone, and with it its share of the cap
-      stagingMade -= staging.size;
+      if (stagingDevice === device) stagingMade -= staging.size;
       staging.destroy?.();
     });
   }
