@@ -1,4 +1,4 @@
-// The fused PPO kernels (engine/webgpu_fused_ppo.ts) and masked reductions
+// The fused PPO, KL and value-loss kernels (engine/webgpu_fused_ppo.ts, webgpu_fused_value.ts) and masked reductions
 // (engine/webgpu_fused_masked.ts) on the webgpu backend: the vanilla loss against its float64
 // reference and finite differences in every aggregation mode, the fused paths against the
 // composites on the same backend (ties, the dual clip, |Δ| > 20, IS weights, NaN outside the mask),
@@ -14,6 +14,7 @@ import { getPolicyLoss, keepMetrics, readMetrics } from "../../src/trainer/ppo/c
 import type { LossMetrics, PolicyLossArgs } from "../../src/trainer/ppo/core_algos/index.js";
 import { maskedMean, maskedSum } from "../../src/trainer/ppo/core_algos/functional.js";
 import { klPenalty } from "../../src/trainer/ppo/core_algos/kl.js";
+import { computeValueLoss } from "../../src/trainer/ppo/core_algos/value_loss.js";
 import { vanillaRef } from "../trainer/ppo/core_algos/reference_losses.js";
 import { CASE, CONFIG, args } from "../trainer/ppo/core_algos/loss_case.js";
 import { close, closeAll, finiteDiff, t2 } from "../trainer/ppo/helpers.js";
@@ -174,6 +175,43 @@ test("fused KL penalties (k1, abs, k2, k3 and their aliases): values and gradien
   const st = withFused(true, () => dispatches(() => klPenalty(x, r, "k3+")));
   assert.ok(st.n > 2, `k3+ ${st.n}`);
   tf.dispose([x, r, c, st.out]);
+});
+
+test("the critic's fused value loss: loss, gradient and vf_clipfrac equal the composite's in every mode (clip ties, v = V, v = R); fewer dispatches", gpu, async () => {
+  const B = 19, T = 61, n = B * T, rng = new Rng(13);
+  const v = new Float32Array(n), r = new Float32Array(n), vv = new Float32Array(n), m = new Float32Array(n);
+  for (let i = 0; i < n; i++) {
+    vv[i] = rng.random() * 4 - 2;
+    const kind = i % 7;
+    // inside the clip, outside on both sides, at V (no change), at R (zero error), far outside
+    v[i] = kind === 0 ? vv[i]! : kind === 1 ? vv[i]! + 0.9 : kind === 2 ? vv[i]! - 0.9 : kind === 3 ? vv[i]! + 0.1 : kind === 5 ? vv[i]! - 5 : vv[i]! + (rng.random() - 0.5) * 0.6;
+    r[i] = kind === 4 ? v[i]! : vv[i]! + (rng.random() - 0.5) * 2;
+    m[i] = Math.floor(i / T) === B - 1 || (i % T) > T - 1 - (i % 6) ? 0 : 1;
+  }
+  const t = (a: Float32Array) => tf.tensor2d(a, [B, T]);
+  const [vpreds, returns, values, responseMask] = [v, r, vv, m].map(t) as tf.Tensor2D[];
+  for (const mode of MODES) {
+    const go = (fused: boolean) => withFused(fused, () => dispatches(() => {
+      let clip: tf.Scalar | undefined;
+      const out = tf.valueAndGrad((x: tf.Tensor) => {
+        const o = computeValueLoss({ vpreds: x, returns: returns!, values: values!, responseMask: responseMask!, cliprangeValue: 0.5, lossAggMode: mode });
+        clip = tf.keep(o.vfClipfrac);
+        return o.vfLoss;
+      })(vpreds!);
+      return { ...out, clip: clip! };
+    }));
+    const f = go(true), o = go(false);
+    const e = await relErr(f.out.value, o.out.value), g = await relErr(f.out.grad, o.out.grad);
+    assert.ok(e <= 1e-5 && g <= 1e-6, `${mode}: loss ${e.toExponential(2)}, gradient ${g.toExponential(2)}`);
+    const fg = await f.out.grad.data(), og = await o.out.grad.data();
+    og.forEach((x, i) => { if (x === 0) assert.equal(fg[i]! + 0, 0, `${mode}: gradient at ${i}`); });
+    const fc = (await f.out.clip.data())[0]!, oc = (await o.out.clip.data())[0]!;
+    assert.ok(Math.abs(fc - oc) <= 1e-6 && fc > 0, `${mode}: vf_clipfrac ${fc} against ${oc}`);
+    assert.ok(f.n < o.n, `${mode}: fused ${f.n} dispatches, composite ${o.n}`);
+    if (mode === "token-mean") console.error(`value loss forward+backward with vf_clipfrac (token-mean): ${o.n} dispatches composite, ${f.n} fused`);
+    tf.dispose([f.out.value, f.out.grad, f.out.clip, o.out.value, o.out.grad, o.out.clip]);
+  }
+  tf.dispose([vpreds!, returns!, values!, responseMask!]);
 });
 
 test("off the webgpu backend, the fused PPO and masked paths are not taken", { skip: !skip ? "webgpu is the backend here" : false }, () => {

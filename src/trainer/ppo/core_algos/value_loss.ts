@@ -3,6 +3,8 @@ import * as tf from "@tensorflow/tfjs";
 import type { AggLossOptions } from "./types.js";
 import { aggLoss } from "./agg_loss.js";
 import { maskedMean, toFloatMask } from "./functional.js";
+import { fusedPpoFor } from "../../../engine/webgpu_fused_ppo.js";
+import { fusedValueClipfrac, fusedValueTokenLosses } from "../../../engine/webgpu_fused_value.js";
 
 export interface ValueLossArgs {
   /** [B,T] values predicted now. */
@@ -32,6 +34,14 @@ export function computeValueLoss(args: ValueLossArgs): { vfLoss: tf.Scalar; vfCl
   }
   return tf.tidy(() => {
     const mask = toFloatMask(args.responseMask);
+    if (fusedPpoFor(args.vpreds, args.returns, args.values, mask)) {
+      // WebGPU: the same formulas, one kernel for the per-token loss and one for the clip fraction
+      const losses = fusedValueTokenLosses(args.vpreds, args.returns, args.values, c);
+      return {
+        vfLoss: tf.mul(0.5, aggLoss(losses, mask, args.lossAggMode ?? "token-mean", args.globalBatchInfo)) as tf.Scalar,
+        vfClipfrac: fusedValueClipfrac(args.vpreds, args.returns, args.values, mask, c),
+      };
+    }
     const vClipped = tf.minimum(tf.maximum(args.vpreds, tf.sub(args.values, c)), tf.add(args.values, c));
     const losses1 = tf.square(tf.sub(args.vpreds, args.returns));
     const losses2 = tf.square(tf.sub(vClipped, args.returns));
