@@ -197,15 +197,13 @@ runMain(NAME, async () => {
           phases.kept_mapped_upload_memcpy_ms = r1(tCopy - tMap);
           phases.kept_mapped_upload_copy_ms = r1(performance.now() - tCopy);
         }
-        const staged = () => {
-          process.env.VERL_WEBGPU_UPLOAD_STAGING_MB = String(Math.ceil(bytes / 2 ** 20) + 16);
+        // uploadTensor with VERL_WEBGPU_UPLOAD_STAGING_MB at `mb` (0: writeBuffer)
+        const withStaging = (mb: number) => () => {
+          process.env.VERL_WEBGPU_UPLOAD_STAGING_MB = String(mb);
           try { return uploadTensor(host, [n]); } finally { delete process.env.VERL_WEBGPU_UPLOAD_STAGING_MB; }
         };
-        const written = () => {
-          process.env.VERL_WEBGPU_UPLOAD_STAGING_MB = "0";
-          try { return uploadTensor(host, [n]); } finally { delete process.env.VERL_WEBGPU_UPLOAD_STAGING_MB; }
-        };
-        for (const [tag, make] of [["tfjs_upload", () => tf.tensor(host, [n], "float32")], ["direct_upload", written], ["staged_upload", staged]] as const) {
+        const uploads = [["tfjs_upload", () => tf.tensor(host, [n], "float32")], ["direct_upload", withStaging(0)], ["staged_upload", withStaging(Math.ceil(bytes / 2 ** 20) + 16)]] as const;
+        for (const [tag, make] of uploads) {
           t1 = performance.now();
           const u = make();
           be.uploadToGPU(u.dataId); // what tfjs does before a kernel reads it (a no-op for the direct one)
@@ -214,7 +212,11 @@ runMain(NAME, async () => {
           u.dispose();
         }
         // the kept staging buffers mapped again before the next rep (untimed)
-        for (let k = 0; k < 500 && uploadStagingStats().readyBuffers * 16 * 2 ** 20 < uploadStagingStats().madeBytes; k++) await new Promise((r) => setTimeout(r, 2));
+        for (let k = 0; k < 500; k++) {
+          const st = uploadStagingStats();
+          if (st.readyBytes >= st.madeBytes) break;
+          await new Promise((r) => setTimeout(r, 2));
+        }
       }
     }
     kept.destroy();

@@ -234,6 +234,21 @@ class GluProgram extends FusedProgram {
 
 export const int = (x: number): UniformValue => ({ type: "int32", data: [x] });
 
+/**
+ * The WGSL main of an element-wise program over uniforms.total elements: each name of `reads` is
+ * bound to f32(<buffer>[index]) (read through f32(): tfjs's int32-to-float32 cast keeps the int32
+ * data, so a float32 input may be bound as array<i32>), then `body` runs.
+ */
+export const elementwiseMain = (reads: Record<string, string>, body: string): string => `
+      fn main(index : i32) {
+        if (index < uniforms.total) {${Object.entries(reads).map(([name, buf]) => `
+          let ${name} = f32(${buf}[index]);`).join("")}${body}
+        }
+      }`;
+
+/** A program's [1] output handed back as the scalar it stands for. */
+export const asScalar = (out: TensorInfo): TensorInfo => ({ dataId: out.dataId, shape: [], dtype: "float32" });
+
 /** Rows per dw chunk: about 256 chunks, at most DW_CHUNK_MAX rows each (fixed by N, so the sum order is too). */
 export function dwChunkRows(N: number): number {
   return Math.min(DW_CHUNK_MAX, Math.max(1, Math.ceil(N / 256)));

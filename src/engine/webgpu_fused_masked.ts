@@ -6,7 +6,7 @@
 // by one. One workgroup walks the elements in a fixed order and sums in a fixed tree, so the same
 // inputs give the same bits; a masked-out element contributes nothing, even NaN, as in the composite.
 import * as tf from "@tensorflow/tfjs";
-import { FusedProgram, fusedLayersFor, int, registerWebGPUKernels, run, type Kernel } from "./webgpu_fused.js";
+import { FusedProgram, asScalar, fusedLayersFor, int, registerWebGPUKernels, run, type Kernel } from "./webgpu_fused.js";
 
 /** Threads of the one workgroup of a reduction. */
 export const WG = 256;
@@ -81,12 +81,10 @@ class MaskedReduceGrad extends FusedProgram {
 }
 
 const KERNELS: Record<string, Kernel> = {
-  VerlMaskedReduce: ({ inputs: { v, m }, backend, attrs }) => {
-    const out = backend.runWebGPUProgram(new MaskedReduce(attrs.mean as boolean), [v!, m!], "float32", [int(v!.shape.reduce((a, b) => a * b, 1))]);
-    return { dataId: out.dataId, shape: [], dtype: "float32" };
-  },
+  VerlMaskedReduce: ({ inputs: { v, m }, backend, attrs }) =>
+    asScalar(backend.runWebGPUProgram(new MaskedReduce(attrs.mean as boolean), [v!, m!], "float32", [int(tf.util.sizeFromShape(v!.shape))])),
   VerlMaskedReduceGrad: ({ inputs: { dy, m }, backend, attrs }) => {
-    const n = m!.shape.reduce((a, b) => a * b, 1);
+    const n = tf.util.sizeFromShape(m!.shape);
     const out = backend.runWebGPUProgram(new MaskedReduceGrad(n, attrs.mean as boolean), [dy!, m!], "float32", [int(n)]);
     return { dataId: out.dataId, shape: m!.shape, dtype: "float32" };
   },
@@ -101,8 +99,7 @@ let registered = false;
  */
 export function fusedMaskedFor(values: tf.Tensor, mask: tf.Tensor): boolean {
   if (process.env.VERL_WEBGPU_FUSED_MASKED === "0") return false;
-  if (values.shape.length !== mask.shape.length || values.shape.some((d, i) => d !== mask.shape[i])) return false;
-  if (!fusedLayersFor(values, mask)) return false;
+  if (!tf.util.arraysEqual(values.shape, mask.shape) || !fusedLayersFor(values, mask)) return false;
   if (!registered) {
     registerWebGPUKernels(KERNELS);
     registered = true;

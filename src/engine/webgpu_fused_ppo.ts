@@ -7,14 +7,12 @@
 // formulas and the gradient's tie rules are tfjs's own (clipByValue passes the bounds, maximum
 // sends ties to its first operand, minimum to its first), so the values match the composite's.
 import * as tf from "@tensorflow/tfjs";
-import { FusedProgram, fusedLayersFor, int, registerWebGPUKernels, run, type Kernel } from "./webgpu_fused.js";
+import { FusedProgram, asScalar, elementwiseMain, fusedLayersFor, int, registerWebGPUKernels, run, type Kernel } from "./webgpu_fused.js";
 import type { UniformValue } from "../rollout/webgpu_programs.js";
 import { WG, maskedReduceWgsl } from "./webgpu_fused_masked.js";
 
-// Inputs are read through f32(), as in webgpu_fused_masked.ts (a cast mask may hold int32 data).
 const f32 = (x: number): UniformValue => ({ type: "float32", data: [x] });
-
-const sizeOf = (shape: number[]) => shape.reduce((a, b) => a * b, 1);
+const sizeOf = tf.util.sizeFromShape;
 
 /** The clip bounds: ratio in [1 - low, 1 + high], the dual clip c. */
 export interface PpoClip { low: number; high: number; clipC: number }
@@ -37,7 +35,7 @@ class PpoTokenProgram extends FusedProgram {
   variableNames: string[];
   uniforms = `total : i32, ${CLIP_UNIFORMS}`;
   constructor(shape: number[], private readonly backward: boolean, private readonly weighted: boolean) {
-    super(shape, `verlPpoToken_${backward ? "grad" : "fwd"}_${weighted ? "w" : "1"}`, WG, Math.ceil(shape.reduce((a, b) => a * b, 1) / WG));
+    super(shape, `verlPpoToken_${backward ? "grad" : "fwd"}_${weighted ? "w" : "1"}`, WG, Math.ceil(sizeOf(shape) / WG));
     this.variableNames = [...(backward ? ["g"] : []), "lp0", "ol0", "a0", ...(weighted ? ["w0"] : [])];
   }
   getUserCode(): string {
@@ -53,14 +51,7 @@ class PpoTokenProgram extends FusedProgram {
           let gr = gl1 * na + select(0.0, gl2 * na, ratio >= uniforms.lo && ratio <= uniforms.hi);
           result[index] = select(0.0, gr * ratio, d >= -20.0 && d <= 20.0);` : `
           result[index] = select(c1, c2, a < 0.0)${w ? " * f32(w0[index])" : ""};`;
-    return `
-      fn main(index : i32) {
-        if (index < uniforms.total) {
-          let lp = f32(lp0[index]);
-          let ol = f32(ol0[index]);
-          let a = f32(a0[index]);${TERMS}${body}
-        }
-      }`;
+    return elementwiseMain({ lp: "lp0", ol: "ol0", a: "a0" }, TERMS + body);
   }
 }
 
@@ -84,10 +75,14 @@ class PpoMetricProgram extends FusedProgram {
   }
 }
 
-/** k3 = exp(k) - k - 1 with k = clamp(ref - logp, ±20), clamped at ±10; its gradient in logp is -(g e^k - g) inside both clamps. */
+/**
+ * k3 = clamp(exp(k) - k - 1, ±10) with k = clamp(ref - logp, ±20) = clamp(-d, ±20); its gradient in
+ * logp is -(g e^k - g) inside both clamps (k3 before its clamp, v, decides the second).
+ */
 const K3 = {
-  value: "clamp(exp(clamp(-d, -20.0, 20.0)) - clamp(-d, -20.0, 20.0) - 1.0, -10.0, 10.0)",
-  grad: `select(0.0, -(g * exp(clamp(-d, -20.0, 20.0)) - g), -d >= -20.0 && -d <= 20.0 && v >= -10.0 && v <= 10.0)`,
+  terms: "\n          let k = clamp(-d, -20.0, 20.0);\n          let e = exp(k);\n          let v = e - k - 1.0;",
+  value: "clamp(v, -10.0, 10.0)",
+  grad: "select(0.0, -(g * e - g), -d >= -20.0 && -d <= 20.0 && v >= -10.0 && v <= 10.0)",
 };
 /**
  * The KL estimators fused (kl.ts klPenaltyForward's kinds). k1 keeps its one subtraction, whose
@@ -98,7 +93,7 @@ export type FusedKlKind = (typeof FUSED_KL_KINDS)[number];
 
 /** Per kind: the value of d = logp - ref, and dvalue/dlogp times g, with tfjs's gradient rules (abs: step(d, -1); clips pass their bounds). */
 const K2 = { value: "0.5 * (d * d)", grad: "(g * 0.5) * (d * 2.0)" };
-const KL_WGSL: Record<FusedKlKind, { value: string; grad: string }> = {
+const KL_WGSL: Record<FusedKlKind, { terms?: string; value: string; grad: string }> = {
   mse: K2, k2: K2, low_var_kl: K3, k3: K3,
   abs: { value: "abs(d)", grad: "g * select(-1.0, 1.0, d > 0.0)" },
 };
@@ -113,18 +108,10 @@ class KlTokenProgram extends FusedProgram {
   }
   getUserCode(): string {
     const f = KL_WGSL[this.kind];
-    const k3 = this.kind === "k3" || this.kind === "low_var_kl";
-    // k3's value before its ±10 clamp decides whether the gradient passes it
-    const pre = k3 ? "\n          let v = exp(clamp(-d, -20.0, 20.0)) - clamp(-d, -20.0, 20.0) - 1.0;" : "";
-    return `
-      fn main(index : i32) {
-        if (index < uniforms.total) {
-          let d = f32(lp0[index]) - f32(ref0[index]);${this.backward ? `${pre}
-          let g = f32(g0[index]);
-          result[index] = ${f.grad};` : `
-          result[index] = ${f.value};`}
-        }
-      }`;
+    const reads: Record<string, string> = { lp: "lp0", rlp: "ref0", ...(this.backward ? { g: "g0" } : {}) };
+    return elementwiseMain(reads, `
+          let d = lp - rlp;${f.terms ?? ""}
+          result[index] = ${this.backward ? f.grad : f.value};`);
   }
 }
 
@@ -140,10 +127,8 @@ const KERNELS: Record<string, Kernel> = {
     backend.runWebGPUProgram(new KlTokenProgram(lp!.shape, attrs.kind as FusedKlKind, false), [lp!, ref!], "float32", [int(sizeOf(lp!.shape))]),
   VerlKlTokenGrad: ({ inputs: { g, lp, ref }, backend, attrs }) =>
     backend.runWebGPUProgram(new KlTokenProgram(lp!.shape, attrs.kind as FusedKlKind, true), [g!, lp!, ref!], "float32", [int(sizeOf(lp!.shape))]),
-  VerlPpoMetric: ({ inputs: { lp, ol, a, m }, backend, attrs }) => {
-    const out = backend.runWebGPUProgram(new PpoMetricProgram(attrs.which as (typeof PPO_METRICS)[number]), [lp!, ol!, a!, m!], "float32", [int(sizeOf(lp!.shape)), ...clipUniforms(attrs)]);
-    return { dataId: out.dataId, shape: [], dtype: "float32" };
-  },
+  VerlPpoMetric: ({ inputs: { lp, ol, a, m }, backend, attrs }) =>
+    asScalar(backend.runWebGPUProgram(new PpoMetricProgram(attrs.which as (typeof PPO_METRICS)[number]), [lp!, ol!, a!, m!], "float32", [int(sizeOf(lp!.shape)), ...clipUniforms(attrs)])),
 };
 
 let registered = false;
@@ -153,14 +138,13 @@ function ensureRegistered(): void {
 }
 
 /**
- * Whether the fused PPO kernels take these tensors: the fused switch is on (webgpu_fused.ts), all
- * are float32 of one shape, and VERL_WEBGPU_FUSED_PPO is not 0.
+ * Whether the fused loss kernels (the PPO and KL losses here, the value loss in
+ * webgpu_fused_value.ts) take these tensors: the fused switch is on (webgpu_fused.ts), all are
+ * float32 of one shape, and VERL_WEBGPU_FUSED_PPO is not 0.
  */
-export function fusedPpoFor(...xs: tf.Tensor[]): boolean {
+export function fusedLossFor(...xs: tf.Tensor[]): boolean {
   if (process.env.VERL_WEBGPU_FUSED_PPO === "0") return false;
-  const shape = xs[0]!.shape;
-  if (!xs.every((x) => x.shape.length === shape.length && x.shape.every((d, i) => d === shape[i]))) return false;
-  return fusedLayersFor(...xs);
+  return xs.every((x) => tf.util.arraysEqual(x.shape, xs[0]!.shape)) && fusedLayersFor(...xs);
 }
 
 /**

@@ -6,11 +6,11 @@
 // rules are tfjs's (maximum sends ties to its first operand, minimum to its first; square's
 // gradient is dy (x 2)), so the gradient is zero exactly where the composite's is.
 import * as tf from "@tensorflow/tfjs";
-import { FusedProgram, int, registerWebGPUKernels, run, type Kernel } from "./webgpu_fused.js";
+import { FusedProgram, asScalar, elementwiseMain, int, registerWebGPUKernels, run, type Kernel } from "./webgpu_fused.js";
 import type { UniformValue } from "../rollout/webgpu_programs.js";
 import { WG, maskedReduceWgsl } from "./webgpu_fused_masked.js";
 
-const sizeOf = (shape: number[]) => shape.reduce((a, b) => a * b, 1);
+const sizeOf = tf.util.sizeFromShape;
 
 /** The composite's intermediate values for one token (v, R, V read through f32(): a cast input may hold int32 data). */
 const TERMS = `
@@ -40,14 +40,7 @@ class ValueTokenProgram extends FusedProgram {
           let gc = select(0.0, g2 * (d2 * 2.0), up <= hi && v >= lo);
           result[index] = g1 * (d1 * 2.0) + gc;` : `
           result[index] = max(l1, l2);`;
-    return `
-      fn main(index : i32) {
-        if (index < uniforms.total) {
-          let v = f32(v0[index]);
-          let r = f32(r0[index]);
-          let vv = f32(vv0[index]);${TERMS}${body}
-        }
-      }`;
+    return elementwiseMain({ v: "v0", r: "r0", vv: "vv0" }, TERMS + body);
   }
 }
 
@@ -71,10 +64,8 @@ const KERNELS: Record<string, Kernel> = {
     backend.runWebGPUProgram(new ValueTokenProgram(v!.shape, false), [v!, r!, vv!], "float32", uniformsOf(v!.shape, attrs.c as number)),
   VerlValueTokenGrad: ({ inputs: { g, v, r, vv }, backend, attrs }) =>
     backend.runWebGPUProgram(new ValueTokenProgram(v!.shape, true), [g!, v!, r!, vv!], "float32", uniformsOf(v!.shape, attrs.c as number)),
-  VerlValueClipfrac: ({ inputs: { v, r, vv, m }, backend, attrs }) => {
-    const out = backend.runWebGPUProgram(new ValueClipfracProgram(), [v!, r!, vv!, m!], "float32", uniformsOf(v!.shape, attrs.c as number));
-    return { dataId: out.dataId, shape: [], dtype: "float32" };
-  },
+  VerlValueClipfrac: ({ inputs: { v, r, vv, m }, backend, attrs }) =>
+    asScalar(backend.runWebGPUProgram(new ValueClipfracProgram(), [v!, r!, vv!, m!], "float32", uniformsOf(v!.shape, attrs.c as number))),
 };
 
 let registered = false;
@@ -86,7 +77,7 @@ function ensureRegistered(): void {
 /**
  * max((v - R)^2, (clip(v, V - c, V + c) - R)^2) per token, differentiable in `vpreds` only (the
  * returns and the rollout's values are constants): one dispatch forward, one backward. Callers
- * check fusedPpoFor (webgpu_fused_ppo.ts) first.
+ * check fusedLossFor (webgpu_fused_ppo.ts) first.
  */
 export function fusedValueTokenLosses(vpreds: tf.Tensor, returns: tf.Tensor, values: tf.Tensor, c: number): tf.Tensor {
   ensureRegistered();

@@ -87,6 +87,20 @@ export function canWriteDirect(): boolean {
   return tf.getBackend() === "webgpu" && process.env.VERL_WEBGPU_DIRECT_WRITE !== "0";
 }
 
+/** values into `buffer` at element `at` by queue.writeBuffer. */
+function writeValues(be: TransferBackend, buffer: unknown, at: number, values: Float32Array): void {
+  if (values.buffer instanceof ArrayBuffer) return be.device.queue.writeBuffer(buffer, at * 4, values);
+  // dawn.node refused views of the ranks' shared regions in pool threads ("Invalid argument"; a
+  // plain SharedArrayBuffer in the main thread went): through a reused plain array, in chunks
+  // (writeBuffer copies at the call, so the chunk is free again at once)
+  for (let o = 0; o < values.length; o += SCRATCH_ELEMS) {
+    const len = Math.min(SCRATCH_ELEMS, values.length - o);
+    scratch ??= new Float32Array(SCRATCH_ELEMS);
+    scratch.set(values.subarray(o, o + len));
+    be.device.queue.writeBuffer(buffer, (at + o) * 4, scratch.subarray(0, len));
+  }
+}
+
 /**
  * A float32 tensor of `shape` holding `values` (copied now: the array may change afterwards). On
  * WebGPU the values go into a pooled storage buffer through kept staging (copies in tfjs's command
@@ -101,20 +115,9 @@ export function uploadTensor(values: Float32Array, shape: number[]): tf.Tensor {
   const be = tf.backend() as unknown as TransferBackend;
   const info = be.makeTensorInfo(shape, "float32");
   be.uploadToGPU(info.dataId); // no values: a pooled storage buffer, nothing written
-  const buffer = be.tensorMap.get(info.dataId)!.resource, queue = be.device.queue;
+  const buffer = be.tensorMap.get(info.dataId)!.resource;
   if (stagingCapBytes() > 0) uploadStaged(be, values, buffer);
-  else if (values.buffer instanceof ArrayBuffer) queue.writeBuffer(buffer, 0, values);
-  else {
-    // dawn.node refused views of the ranks' shared regions in pool threads ("Invalid argument"; a
-    // plain SharedArrayBuffer in the main thread went): through a reused plain array, in chunks
-    // (writeBuffer copies at the call, so the chunk is free again at once)
-    for (let o = 0; o < n; o += SCRATCH_ELEMS) {
-      const len = Math.min(SCRATCH_ELEMS, n - o);
-      scratch ??= new Float32Array(SCRATCH_ELEMS);
-      scratch.set(values.subarray(o, o + len));
-      queue.writeBuffer(buffer, o * 4, scratch.subarray(0, len));
-    }
-  }
+  else writeValues(be, buffer, 0, values);
   return tf.engine().makeTensorFromTensorInfo(info as Parameters<ReturnType<typeof tf.engine>["makeTensorFromTensorInfo"]>[0]);
 }
 
@@ -163,13 +166,7 @@ function uploadStaged(be: TransferBackend, values: Float32Array, buffer: unknown
     while (size < len * 4) size *= 2;
     const staging = len * 4 >= STAGING_SMALL ? takeStaging(be, size) : undefined;
     if (!staging) {
-      // as before (a view of shared memory through the scratch, see uploadTensor)
-      if (piece.buffer instanceof ArrayBuffer) be.device.queue.writeBuffer(buffer, o * 4, piece);
-      else {
-        scratch ??= new Float32Array(SCRATCH_ELEMS);
-        scratch.set(piece);
-        be.device.queue.writeBuffer(buffer, o * 4, scratch.subarray(0, len));
-      }
+      writeValues(be, buffer, o, piece);
       continue;
     }
     new Float32Array(staging.getMappedRange(0, len * 4)).set(piece);
@@ -194,9 +191,9 @@ function uploadStaged(be: TransferBackend, values: Float32Array, buffer: unknown
   }
 }
 
-/** Kept staging buffers: how many bytes were made, and how many are mapped and free now (for tests). */
-export function uploadStagingStats(): { madeBytes: number; readyBuffers: number } {
-  let ready = 0;
-  for (const list of stagingReady.values()) ready += list.length;
-  return { madeBytes: stagingMade, readyBuffers: ready };
+/** Kept staging: the bytes made, and the buffers (and their bytes) mapped and free now; all made are free once the copies are done. */
+export function uploadStagingStats(): { madeBytes: number; readyBuffers: number; readyBytes: number } {
+  let readyBuffers = 0, readyBytes = 0;
+  for (const [size, list] of stagingReady) { readyBuffers += list.length; readyBytes += size * list.length; }
+  return { madeBytes: stagingMade, readyBuffers, readyBytes };
 }

@@ -8,7 +8,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import * as tf from "@tensorflow/tfjs";
 import { dispatches, relErr, webgpuOrReason, withFused } from "./webgpu_adapter.js";
-import { fusedPpoFor } from "../../src/engine/webgpu_fused_ppo.js";
+import { fusedLossFor } from "../../src/engine/webgpu_fused_ppo.js";
 import { fusedMaskedFor } from "../../src/engine/webgpu_fused_masked.js";
 import { getPolicyLoss, keepMetrics, readMetrics } from "../../src/trainer/ppo/core_algos/index.js";
 import type { LossMetrics, PolicyLossArgs } from "../../src/trainer/ppo/core_algos/index.js";
@@ -29,7 +29,7 @@ test("vanilla PPO with the fused kernels: loss, metrics and gradient against the
   for (const [mode, weights] of [...MODES.map((m) => [m, undefined] as const), ["token-mean", w] as const]) {
     const c = { ...CASE, w: weights }, a = args(c);
     const tensors = { oldLogProb: a.oldLogProb, logProb: a.logProb, advantages: a.advantages, responseMask: a.responseMask, w: a.rolloutIsWeights ?? t2(CASE.mask) };
-    withFused(true, () => assert.equal(fusedPpoFor(a.logProb, a.oldLogProb, a.advantages, a.responseMask), true));
+    withFused(true, () => assert.equal(fusedLossFor(a.logProb, a.oldLogProb, a.advantages, a.responseMask), true));
     const got = await vanilla(tensors, true, mode, !!weights);
     const ref = vanillaRef({ ...c, logp: CASE.logp }, 0.2, 0.28, 3, mode);
     const what = `${mode}${weights ? " weighted" : ""}`;
@@ -138,7 +138,9 @@ test("fused masked sum and mean: values and gradients equal the composite's; NaN
       const got = (await f.out.value.data())[0]!, e = Math.abs(got - (c0 * exact) / den) / (Math.abs(c0) * scale / den), g = await relErr(f.out.grad, r.out.grad);
       assert.ok(Number.isFinite(got), `${name} [${B}, ${T}]: finite`);
       assert.ok(e <= 1e-6 && g <= 1e-6, `${name} [${B}, ${T}]: value ${e.toExponential(2)}, gradient ${g.toExponential(2)}`);
-      assert.ok(f.n < r.n, `${name}: fused ${f.n} dispatches, composite ${r.n}`);
+      // the reduction and its gradient one dispatch each, the product with c and its gradient one each
+      assert.equal(f.n, 4, `${name}: fused ${f.n} dispatches`);
+      assert.ok(r.n > f.n, `${name}: composite ${r.n}`);
       if (n === 16 * 300) console.error(`masked ${name} forward+backward: ${r.n} dispatches composite, ${f.n} fused`);
       tf.dispose([f.out.value, f.out.grad, r.out.value, r.out.grad]);
     }
@@ -216,7 +218,7 @@ test("the critic's fused value loss: loss, gradient and vf_clipfrac equal the co
 
 test("off the webgpu backend, the fused PPO and masked paths are not taken", { skip: !skip ? "webgpu is the backend here" : false }, () => {
   const x = tf.zeros([2, 3]);
-  assert.equal(fusedPpoFor(x, x, x, x), false);
+  assert.equal(fusedLossFor(x, x, x, x), false);
   assert.equal(fusedMaskedFor(x, x), false);
   x.dispose();
 });

@@ -114,13 +114,13 @@ test("uploadTensor through kept staging (VERL_WEBGPU_UPLOAD_STAGING_MB): the val
       // 36 MiB: chunks of 16, 16 and 4 MiB, all staged under the 40 MiB cap; made once, then reused
       await roundTrip(9 << 20, shared, `36 MiB, round ${round}`);
       await settle(3);
-      assert.deepEqual(uploadStagingStats(), { madeBytes: 36 << 20, readyBuffers: 3 }, `round ${round}`);
+      assert.deepEqual(uploadStagingStats(), { madeBytes: 36 << 20, readyBuffers: 3, readyBytes: 36 << 20 }, `round ${round}`);
     }
     // 3 MiB: the 4 MiB buffer again; 5 MiB would need an 8 MiB one past the cap: by writeBuffer
     await roundTrip(3 << 18, false, "3 MiB");
     await roundTrip(5 << 18, true, "5 MiB past the cap");
     await settle(3);
-    assert.deepEqual(uploadStagingStats(), { madeBytes: 36 << 20, readyBuffers: 3 });
+    assert.deepEqual(uploadStagingStats(), { madeBytes: 36 << 20, readyBuffers: 3, readyBytes: 36 << 20 });
     // under 256 KiB: writeBuffer, nothing taken
     await roundTrip(1000, false, "4 KB");
     assert.equal(uploadStagingStats().madeBytes, 36 << 20);

@@ -1,7 +1,7 @@
 // KL estimators between the policy and the reference (verl kl_penalty, §4.4) and the
 // controllers of the in-reward KL coefficient.
 import * as tf from "@tensorflow/tfjs";
-import { FUSED_KL_KINDS, fusedKlPenalty, fusedPpoFor, type FusedKlKind } from "../../../engine/webgpu_fused_ppo.js";
+import { FUSED_KL_KINDS, fusedKlPenalty, fusedLossFor, type FusedKlKind } from "../../../engine/webgpu_fused_ppo.js";
 import type { KlCtrlConfig } from "./types.js";
 import { stopGradient } from "./functional.js";
 
@@ -45,7 +45,7 @@ export function klPenaltyForward(logProb: tf.Tensor, refLogProb: tf.Tensor, kind
  */
 export function klPenalty(logProb: tf.Tensor, refLogProb: tf.Tensor, kind: string): tf.Tensor {
   // WebGPU: one kernel forward, one backward (the same formulas and gradient rules)
-  if ((FUSED_KL_KINDS as readonly string[]).includes(kind) && fusedPpoFor(logProb, refLogProb)) return fusedKlPenalty(logProb, refLogProb, kind as FusedKlKind);
+  if ((FUSED_KL_KINDS as readonly string[]).includes(kind) && fusedLossFor(logProb, refLogProb)) return fusedKlPenalty(logProb, refLogProb, kind as FusedKlKind);
   const straightThrough = kind.endsWith("+");
   const base = straightThrough ? kind.slice(0, -1) : kind;
   if (!straightThrough || base === "mse" || base === "k2") return klPenaltyForward(logProb, refLogProb, base);

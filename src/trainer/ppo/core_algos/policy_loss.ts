@@ -5,7 +5,7 @@ import * as tf from "@tensorflow/tfjs";
 import type { PolicyLossArgs, PolicyLossOutput } from "./types.js";
 import { aggLoss } from "./agg_loss.js";
 import { maskedMean, maskedSum, stopGradient, toFloatMask } from "./functional.js";
-import { fusedPpoFor, fusedPpoMetric, fusedPpoTokenLosses, type PPO_METRICS } from "../../../engine/webgpu_fused_ppo.js";
+import { fusedLossFor, fusedPpoMetric, fusedPpoTokenLosses, type PPO_METRICS } from "../../../engine/webgpu_fused_ppo.js";
 import { actorNumber, batchInfo, checkLossShapes, clipRange, lossAggModeOf, requireConfig } from "./policy_config.js";
 
 function prepare(args: PolicyLossArgs, loss: string): void {
@@ -33,7 +33,7 @@ export function computePolicyLossVanilla(args: PolicyLossArgs): PolicyLossOutput
     const mask = toFloatMask(args.responseMask);
     const A = args.advantages;
     const w = args.rolloutIsWeights;
-    if (fusedPpoFor(args.logProb, args.oldLogProb, A, mask, ...(w ? [w] : []))) {
+    if (fusedLossFor(args.logProb, args.oldLogProb, A, mask, ...(w ? [w] : []))) {
       // WebGPU: the same formulas as below, one kernel for the per-token loss and one per metric
       const clip = { low, high, clipC }, metric = (m: (typeof PPO_METRICS)[number]) => fusedPpoMetric(m, args.logProb, args.oldLogProb, A, mask, clip);
       return {

@@ -3,7 +3,7 @@ import * as tf from "@tensorflow/tfjs";
 import type { AggLossOptions } from "./types.js";
 import { aggLoss } from "./agg_loss.js";
 import { maskedMean, toFloatMask } from "./functional.js";
-import { fusedPpoFor } from "../../../engine/webgpu_fused_ppo.js";
+import { fusedLossFor } from "../../../engine/webgpu_fused_ppo.js";
 import { fusedValueClipfrac, fusedValueTokenLosses } from "../../../engine/webgpu_fused_value.js";
 
 export interface ValueLossArgs {
@@ -34,7 +34,7 @@ export function computeValueLoss(args: ValueLossArgs): { vfLoss: tf.Scalar; vfCl
   }
   return tf.tidy(() => {
     const mask = toFloatMask(args.responseMask);
-    if (fusedPpoFor(args.vpreds, args.returns, args.values, mask)) {
+    if (fusedLossFor(args.vpreds, args.returns, args.values, mask)) {
       // WebGPU: the same formulas, one kernel for the per-token loss and one for the clip fraction
       const losses = fusedValueTokenLosses(args.vpreds, args.returns, args.values, c);
       return {
