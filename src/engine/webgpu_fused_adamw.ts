@@ -102,11 +102,11 @@ class SumSquaresPartial extends FusedProgram {
   }
 }
 
-/** Pass 2: one workgroup sums the partials (strided, then a tree) and writes the square root. */
+/** Pass 2: one workgroup sums the partials (strided, then a tree) and writes the square root (`root`) or the sum. */
 class SqrtSum extends FusedProgram {
   variableNames = ["p"];
   uniforms = "total : i32,";
-  constructor() { super([1], "verlSqrtSum", WG, 1); }
+  constructor(private readonly root = true) { super([1], root ? "verlSqrtSum" : "verlSumOfPartials", WG, 1); }
   getUserCode(): string {
     return `
       var<workgroup> acc : array<f32, ${WG}>;
@@ -114,7 +114,7 @@ class SqrtSum extends FusedProgram {
         let group = 0;
         let tid = i32(localIndex);
         var a = 0.0;
-        for (var i = tid; i < uniforms.total; i = i + ${WG}) { a = a + p[i]; }${treeSum("sqrt(s)")}
+        for (var i = tid; i < uniforms.total; i = i + ${WG}) { a = a + p[i]; }${treeSum(this.root ? "sqrt(s)" : "s")}
       }`;
   }
 }
@@ -133,7 +133,7 @@ const KERNELS: Record<string, Kernel> = {
   VerlGradNorm: ({ inputs: { g }, backend, attrs }) => {
     const n = g!.shape[0]!, groups = Math.ceil(n / NORM_CHUNK);
     const part = backend.runWebGPUProgram(new SumSquaresPartial(groups), [g!], "float32", [int(n), f32(attrs.gradScale as number)]);
-    const out = backend.runWebGPUProgram(new SqrtSum(), [part], "float32", [int(groups)]);
+    const out = backend.runWebGPUProgram(new SqrtSum(attrs.root !== false), [part], "float32", [int(groups)]);
     backend.disposeData(part.dataId);
     return out;
   },
@@ -180,4 +180,10 @@ export function fusedAdamW(p: tf.Tensor1D, m: tf.Tensor1D, v: tf.Tensor1D, g: tf
 export function fusedGradNorm(g: tf.Tensor1D, gradScale = 1): tf.Tensor1D {
   ensureRegistered();
   return run("VerlGradNorm", { g }, { gradScale }) as tf.Tensor1D;
+}
+
+/** The sum of squares of (g gradScale), fusedGradNorm's before its square root: [1], the same two passes. */
+export function fusedSumSquares(g: tf.Tensor1D, gradScale = 1): tf.Tensor1D {
+  ensureRegistered();
+  return run("VerlGradNorm", { g }, { gradScale, root: false }) as tf.Tensor1D;
 }

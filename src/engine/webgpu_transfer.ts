@@ -43,15 +43,18 @@ export function canReadInto(t: tf.Tensor): boolean {
 }
 
 /**
- * `t`'s values into dst[at, at + t.size), in buckets of `bucket` values (the last shorter): one
- * promise a bucket, resolved once its values are in dst; a failed map rejects its own promise.
+ * `t`'s values [from, to) (default all of them) into dst[at, at + to - from), in buckets of `bucket`
+ * values (the last shorter): one promise a bucket, resolved once its values are in dst; a failed map
+ * rejects its own promise.
  * The copies are submitted before this returns, so `t` may be disposed at once. VERL_WEBGPU_DIRECT_READ=0
  * makes canReadInto false (callers then read through tfjs, for comparisons).
  */
-export function readIntoBuckets(t: tf.Tensor, dst: Float32Array, at: number, bucket: number): Promise<void>[] {
+export function readIntoBuckets(t: tf.Tensor, dst: Float32Array, at: number, bucket: number, from = 0, to = t.size): Promise<void>[] {
   if (!canReadInto(t)) throw new Error(`readIntoBuckets: needs a float32 tensor on the webgpu backend, got ${t.dtype} on '${tf.getBackend()}'`);
   if (!(Number.isInteger(bucket) && bucket >= 1)) throw new Error(`readIntoBuckets: bucket must be a positive integer, got ${bucket}`);
-  if (!(Number.isInteger(at) && at >= 0) || at + t.size > dst.length) throw new Error(`readIntoBuckets: ${t.size} values do not fit at ${at} of ${dst.length}`);
+  if (!(Number.isInteger(from) && Number.isInteger(to) && 0 <= from && from <= to && to <= t.size)) throw new Error(`readIntoBuckets: [${from}, ${to}) is not a range of the tensor's ${t.size} values`);
+  const size = to - from;
+  if (!(Number.isInteger(at) && at >= 0) || at + size > dst.length) throw new Error(`readIntoBuckets: ${size} values do not fit at ${at} of ${dst.length}`);
   const be = tf.backend() as unknown as TransferBackend;
   be.uploadToGPU(t.dataId);
   const src = be.tensorMap.get(t.dataId)?.resource;
@@ -59,9 +62,9 @@ export function readIntoBuckets(t: tf.Tensor, dst: Float32Array, at: number, buc
   be.ensureCommandEncoderReady();
   be.endComputePassEncoder();
   const pieces: { o: number; len: number; staging: Staging }[] = [];
-  for (let o = 0; o < t.size; o += bucket) {
-    const len = Math.min(bucket, t.size - o), staging = be.bufferManager.acquireBuffer(len * 4, MAP_READ | COPY_DST);
-    be.commandEncoder.copyBufferToBuffer(src, o * 4, staging, 0, len * 4);
+  for (let o = 0; o < size; o += bucket) {
+    const len = Math.min(bucket, size - o), staging = be.bufferManager.acquireBuffer(len * 4, MAP_READ | COPY_DST);
+    be.commandEncoder.copyBufferToBuffer(src, (from + o) * 4, staging, 0, len * 4);
     pieces.push({ o, len, staging });
   }
   be.submitQueue();

@@ -74,7 +74,7 @@ const DIRECT_BLOCK = 1 << 20;
 
 const COUNT = 0, GEN = 1, BELL = 2, BROKEN = 3, HEADER = 4;
 const REASON_BYTES = 2048;
-const OP_BARRIER = 1, OP_BROADCAST = 2, OP_REDUCE_SCATTER = 20, OP_ALL_GATHER = 30, OP_REDUCE_SCALED = 40;
+const OP_BARRIER = 1, OP_BROADCAST = 2, OP_REDUCE_SCATTER = 20, OP_ALL_GATHER = 30, OP_REDUCE_SCALED = 40, OP_PEER_REGIONS = 50;
 const REDUCE_CODES: Record<ReduceOp, number> = { sum: 10, mean: 11, max: 12, min: 13 };
 
 /** ES2024's growable SharedArrayBuffer (Node 20+), beyond this project's TypeScript lib. */
@@ -181,6 +181,14 @@ export interface RankCollective {
    * continued across calls over consecutive pieces of one buffer.
    */
   reduceScaled?(buf: Float32Array, bounds: ArrayLike<number>, opts: ReduceScaledOptions): number;
+  /**
+   * Every rank's reduceBuffer(elems), a view each (this rank's own among them), once all ranks have
+   * arrived; undefined on every rank when any of them has no direct region of that size. For work
+   * that reads the peers' values where they lie (the GPU-side gradient reduce,
+   * workers/dp_device_reduce.ts); the caller ends with barrier() after its last read of a peer's
+   * region, before any rank writes its own where a peer reads.
+   */
+  peerRegions?(elems: number): Float32Array[] | undefined;
 }
 
 export interface ReduceScaledOptions {
@@ -302,6 +310,20 @@ export class Collective implements RankCollective {
 
   inRegion(buf: ArrayBufferView): boolean {
     return this.regionOffset(buf) >= 0;
+  }
+
+  peerRegions(elems: number): Float32Array[] | undefined {
+    const own = this.reduceBuffer(elems);
+    if (this.worldSize === 1) return own && [own];
+    this.enter("peerRegions");
+    this.announce(OP_PEER_REGIONS, elems, own ? 0 : -1);
+    this.arriveAndWait("peerRegions");
+    this.checkAgreement("peerRegions");
+    const all = this.allDirect(0);
+    // a second step, as barrier's, so no rank's next announce overwrites what a slower one still checks
+    this.arriveAndWait("peerRegions");
+    if (all) this.stats.direct++;
+    return all ? this.regions.map((sab) => new Float32Array(sab, 0, elems)) : undefined;
   }
 
   /** In place: every rank's `buf` becomes the element-wise reduction over ranks (rank order). */
@@ -624,6 +646,7 @@ function describeOp(code: number): string {
   if (code === OP_REDUCE_SCATTER) return "reduceScatter sum float32";
   if (code === OP_ALL_GATHER) return "allGather float32";
   if (code === OP_REDUCE_SCALED) return "reduceScaled sum float32";
+  if (code === OP_PEER_REGIONS) return "peerRegions float32";
   if (code >= OP_BROADCAST * 1000) return `broadcast from rank ${code - OP_BROADCAST * 1000} (bytes)`;
   const is64 = code >= 100;
   const name = Object.entries(REDUCE_CODES).find(([, c]) => c === code % 100)?.[0];

@@ -20,6 +20,7 @@ import { fusedLayersFor } from "../engine/webgpu_fused.js";
 import { fusedGradNorm } from "../engine/webgpu_fused_adamw.js";
 import { canReadInto, canWriteDirect, readIntoBuckets, uploadTensor } from "../engine/webgpu_transfer.js";
 import { envSwitch } from "../utils/env_switch.js";
+import { deviceReduceApplies, deviceReduceStep } from "./dp_device_reduce.js";
 import { clipCoefficient, FlatGradAccumulator, normOfPartials, readTensorInto, scaleInPlace, shardBounds, sumSquares } from "../engine/optim/grad_utils.js";
 import { LrScheduler, type LrSchedulerState } from "../engine/optim/lr_scheduler.js";
 import type { TensorData } from "../protocol/tensor.js";
@@ -47,6 +48,9 @@ export interface AllReducer {
   /** RankCollective.reduceScatter / allGather: needed by a sharded optimizer. */
   reduceScatter?(buf: Float32Array, bounds: ArrayLike<number>): void;
   allGather?(buf: Float32Array, bounds: ArrayLike<number>): void;
+  /** RankCollective.barrier and peerRegions: needed by the device reduce (dp_device_reduce.ts). */
+  barrier?(): void;
+  peerRegions?(elems: number): Float32Array[] | undefined;
 }
 
 /** The gradient all-reduce's bucket: about this many bytes (torch DDP's bucket_cap_mb is 25). */
@@ -159,6 +163,8 @@ export interface StepResult {
   skipped: boolean;
   /** The extra scalars, summed over ranks. */
   scalars: Float64Array;
+  /** True when the ranks' gradients were summed on their GPUs (dp_device_reduce.ts), not in host memory. */
+  deviceReduce?: boolean;
 }
 
 /** torch AdamW keywords that only pick a kernel (same arithmetic here). */
@@ -317,6 +323,16 @@ export class DataParallelOptimizer {
     // VERL_PROFILE_UPDATE=1: where a host-reduced step's time goes (read-back waits, the collective
     // with its wait for the other ranks, the norm, the optimizer and its upload)
     const prof = phaseProfile(`optimizer.step rank ${this.rank}`);
+    if (deviceReduceApplies(this.collective, this.shards)) {
+      const res = await deviceReduceStep({
+        collective: this.collective, acc: this.acc, optimizer: this.optimizer, vars: this.vars, rankBounds: this.rankBounds,
+        sharded: this.shards > 1, lr: this.scheduler.lr, gradClip: this.gradClip, bucket: bucketElems(undefined),
+      }, scalars, gradScale, prof);
+      if (res) {
+        prof?.print({ elems: this.numel, shards: this.shards, device_reduce: 1 });
+        return { ...res, deviceReduce: true };
+      }
+    }
     // tf.variableGrads hands every gradient over at once when the backward pass ends, so buckets
     // cannot go out during it; what overlaps is the read-back of later buckets with the reduce
     // of earlier ones. Bucket bounds at multiples of the collective's alignment: the same bits

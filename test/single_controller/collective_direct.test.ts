@@ -135,6 +135,18 @@ test("a rank that fails before a direct reduce releases its peers; one that neve
   });
 });
 
+test("peerRegions: every rank's region, its own included, once all have arrived; none on any rank over the limit; lengths that differ are an error", async () => {
+  await withPool({ worldSize: 3, directMaxBytes: 64 * 1024 }, async (pool) => {
+    const wg = await directWorker(pool);
+    const n = 1000, want = [0, 1, 2].map((r) => Array.from({ length: n }, (_, i) => Math.fround(r + i / n)).reduce((a, b) => a + b, 0));
+    const res = (await wg.peerRegionSums!([n, n, n])) as { got: boolean; sums: number[] }[];
+    for (const x of res) assert.deepEqual(x, { got: true, sums: want }, "every rank sees what each rank wrote");
+    const big = 16 * 1024 + 1; // over the 64 KiB limit: no region, on every rank alike
+    for (const x of (await wg.peerRegionSums!([big, big, big])) as { got: boolean }[]) assert.deepEqual(x, { got: false, sums: [] });
+    await assert.rejects(wg.peerRegionSums!([n, n + 1, n]), /ranks disagree on the operation or its length \(rank 0: peerRegions float32 of 1000; rank 1: peerRegions float32 of 1001/);
+  });
+});
+
 test("the direct region: grown to fit and kept, bounded by directMaxBytes (over it, or 0: the chunked path)", async () => {
   await withPool({ worldSize: 2, directMaxBytes: 64 * 1024 }, async (pool) => {
     const wg = await directWorker(pool);

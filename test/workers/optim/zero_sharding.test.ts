@@ -161,8 +161,47 @@ test("two ranks on WebGPU: the gradient read back and the parameters uploaded di
   };
   const [direct, viaTfjs] = [await run(true), await run(false)];
   assert.deepEqual(direct[0]![0]!.skipped, [false, false, true, false], "a NaN on one rank skips the step everywhere");
+  for (const res of [...direct, ...viaTfjs]) assert.ok(res.every((x) => x.deviceReduce.every(Boolean)), "the gradients were summed on the device");
   assert.equal(bits(direct[0]![0]!.params), bits(direct[0]![1]!.params), "replicas agree");
   assertSameBits(direct[1]!, direct[0]!, "direct, 2 shards against replicated");
   assertSameBits(direct[0]!, viaTfjs[0]!, "replicated: direct against tfjs's transfers");
   assertSameBits(direct[1]!, viaTfjs[1]!, "2 shards: direct against tfjs's transfers");
+});
+
+test("two ranks on WebGPU: the gradient summed on the device (dp_device_reduce.ts) against the host sum, sharded and replicated, with a loss scale", { timeout: 180_000 }, async (t) => {
+  const why = await webgpuOrReason();
+  if (why) return t.skip(why);
+  const steps = [0, 1, 2, 3, 4, 5];
+  const run = async (device: boolean) => {
+    const saved = process.env.VERL_WEBGPU_DEVICE_REDUCE;
+    process.env.VERL_WEBGPU_DEVICE_REDUCE = device ? "1" : "0"; // the rank threads copy the environment when the pool starts them
+    try {
+      return await train(2, [1, 2].map((shards) => ({ backend: "webgpu", shards, steps, nanStep: 3, gradScale: 0.5 })));
+    } finally {
+      if (saved === undefined) delete process.env.VERL_WEBGPU_DEVICE_REDUCE; else process.env.VERL_WEBGPU_DEVICE_REDUCE = saved;
+    }
+  };
+  const [device, host] = [await run(true), await run(false)];
+  for (const [i, what] of ["replicated", "2 shards"].entries()) {
+    const d = device[i]!, h = host[i]!;
+    for (const [r, x] of d.entries()) {
+      assert.ok(x.deviceReduce.every(Boolean), `${what}: rank ${r} summed on the device`);
+      assert.ok(h[r]!.deviceReduce.every((b) => !b), `${what}: rank ${r} summed on the host with VERL_WEBGPU_DEVICE_REDUCE=0`);
+      assert.deepEqual(x.skipped, [false, false, false, true, false, false], `${what}: the NaN step skipped on every rank`);
+      assert.deepEqual(x.skipped, h[r]!.skipped);
+      assert.deepEqual(x.scalars, h[r]!.scalars, `${what}: rank ${r} scalars (float32 sums either way)`);
+      x.norms.forEach((nrm, k) => {
+        if (x.skipped[k]) return assert.ok(!Number.isFinite(nrm) && !Number.isFinite(h[r]!.norms[k]!));
+        // the device adds the squares in float32 (a fixed tree), the host in float64
+        assert.ok(Math.abs(nrm - h[r]!.norms[k]!) <= 1e-6 * h[r]!.norms[k]!, `${what}: step ${k} norm ${nrm} against ${h[r]!.norms[k]}`);
+      });
+      let worst = 0;
+      x.params.forEach((p, k) => { worst = Math.max(worst, Math.abs(p - h[r]!.params[k]!)); });
+      assert.ok(worst <= 1e-6, `${what}: rank ${r} parameters within 1e-6 of the host sum's (${worst}; they differ only through a clip coefficient's last bits)`);
+      assert.equal(x.leaked, 0, `${what}: rank ${r} left tensors behind`);
+    }
+  }
+  // the device path's own promise: sharded and replicated give the same bits (norms from the same per-rank partials)
+  assertSameBits(device[1]!, device[0]!, "device sum, 2 shards against replicated");
+  assert.equal(bits(device[1]![0]!.params), bits(device[1]![1]!.params), "the ranks' parameters agree after the gather");
 });
