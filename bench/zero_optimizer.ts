@@ -6,6 +6,8 @@
 // Each optimizer case runs in a fresh process (the wasm heap never shrinks: its size is the case's peak).
 // --backend webgpu times the optimizer part on a GPU (one rank then steps on the device; the recipe
 // part is CPU only): bash scripts/gpu-run.sh node dist/bench/zero_optimizer.js --backend webgpu --parts optimizer --numel 358000000
+// (two ranks there sum the gradient on their GPUs, workers/dp_device_reduce.ts; VERL_WEBGPU_DEVICE_REDUCE=0 in the
+// environment, which each case's process inherits, times the host sum instead)
 // Each optimizer case also reports where a rank's step goes: the phases DataParallelOptimizer.step
 // marks under VERL_PROFILE_UPDATE=1 (read-back, copy-in, reduce, norm, AdamW, all-gather, upload),
 // the median ms over the timed steps, per rank (phase_ms_per_rank).
