@@ -10,8 +10,8 @@
 //   2. barrier; each peer's values for this rank's range uploaded from the peer's region; the sum
 //      formed in rank order ((g_0 + g_1) + g_2 ..., each sum rounded to float32; two ranks give the host sum's bits);
 //   3. the squares of this rank's slice of (sum gradScale) on the device (two dispatches), one read,
-//      the partials all-reduced with the scalars riding along (which is also the barrier after the
-//      last read of a peer's gradient values);
+//      the partials all-reduced with the scalars riding along (also the barrier after the last read
+//      of a peer's gradient values);
 //   4. AdamW with the loss-scale division and the clip inside its kernel; sharded, the new slice is
 //      read back into the region, and after a barrier every variable outside it is uploaded from its
 //      owner's region (no host all-gather), then a last barrier.
@@ -104,14 +104,15 @@ export async function deviceReduceStep(spec: DeviceReduceSpec, scalarsIn: number
     }
     G.dispose();
     mark("upload_sum");
-    // 3. this rank's slice's squares on the device; the partials and the scalars summed over ranks
-    const own = await sumSquaresOf(sum, lo - from, hi - from, gradScale);
-    const partials = new Float64Array(W);
-    partials[r] = own;
-    c.allReduce(partials, "sum");
-    const scalars = Float32Array.from(scalarsIn);
-    if (scalars.length > 0) c.allReduce(scalars, "sum");
-    const gradNorm = normOfPartials(partials);
+    // 3. this rank's slice's squares on the device; the partials (each from one rank: exact) and the
+    // scalars summed over ranks in one call, the scalars as the host path sums them (float32 values
+    // added in float64 in rank order, rounded once)
+    const sums = new Float64Array(W + scalarsIn.length);
+    sums[r] = await sumSquaresOf(sum, lo - from, hi - from, gradScale);
+    scalarsIn.forEach((x, i) => { sums[W + i] = Math.fround(x); });
+    c.allReduce(sums, "sum");
+    const gradNorm = normOfPartials(sums.subarray(0, W));
+    const scalars = Float64Array.from(sums.subarray(W), Math.fround);
     mark("norm");
     const skipped = !Number.isFinite(gradNorm);
     if (!skipped) {
@@ -126,7 +127,7 @@ export async function deviceReduceStep(spec: DeviceReduceSpec, scalarsIn: number
     }
     c.barrier!();
     mark("final_wait");
-    return { gradNorm, skipped, scalars: Float64Array.from(scalars) };
+    return { gradNorm, skipped, scalars };
   } finally {
     if (!G.isDisposed) G.dispose();
     sum?.dispose();
