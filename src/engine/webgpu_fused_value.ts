@@ -33,14 +33,13 @@ class ValueTokenProgram extends FusedProgram {
   }
   getUserCode(): string {
     const body = this.backward ? `
-          let g = f32(g0[index]);
           let g1 = select(0.0, g, l1 >= l2);
           let g2 = select(0.0, g, l1 < l2);
           // through min(up, hi) (ties to up), then max(v, lo) (ties to v)
           let gc = select(0.0, g2 * (d2 * 2.0), up <= hi && v >= lo);
           result[index] = g1 * (d1 * 2.0) + gc;` : `
           result[index] = max(l1, l2);`;
-    return elementwiseMain({ v: "v0", r: "r0", vv: "vv0" }, TERMS + body);
+    return elementwiseMain({ v: "v0", r: "r0", vv: "vv0", ...(this.backward ? { g: "g0" } : {}) }, TERMS + body);
   }
 }
 

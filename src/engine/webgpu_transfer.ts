@@ -112,7 +112,7 @@ function writeValues(be: TransferBackend, buffer: unknown, at: number, values: F
  * VERL_WEBGPU_DIRECT_WRITE=0, tf.tensor.
  */
 export function uploadTensor(values: Float32Array, shape: number[]): tf.Tensor {
-  const n = shape.reduce((a, b) => a * b, 1);
+  const n = tf.util.sizeFromShape(shape);
   if (n !== values.length) throw new Error(`uploadTensor: ${values.length} values for shape [${shape}]`);
   if (!canWriteDirect() || n === 0) return tf.tensor(values.slice(), shape, "float32");
   const be = tf.backend() as unknown as TransferBackend;

@@ -14,7 +14,8 @@
 //      of a peer's gradient values);
 //   4. AdamW with the loss-scale division and the clip inside its kernel; sharded, the new slice is
 //      read back into the region, and after a barrier every variable outside it is uploaded from its
-//      owner's region (no host all-gather), then a last barrier.
+//      owner's region (no host all-gather), then a last barrier. (Replicated, no region is read after
+//      the all-reduce of part 3.)
 // The sum and the parameters have the host path's bits when no clip applies; the norm's squares add
 // in float32 on the device (a fixed tree: the same bits every run, sharded or replicated) where the
 // host adds them in float64, so the norm (and a clip coefficient from it) may differ in its last bits.
@@ -125,8 +126,6 @@ export async function deviceReduceStep(spec: DeviceReduceSpec, scalarsIn: number
         await stepSliceAndGather(spec, views, sum, gradScale, coef, mark);
       }
     }
-    c.barrier!();
-    mark("final_wait");
     return { gradNorm, skipped, scalars };
   } finally {
     if (!G.isDisposed) G.dispose();
@@ -159,7 +158,7 @@ async function sumSquaresOf(sum: tf.Tensor1D | undefined, a: number, b: number, 
  * Sharded: AdamW on this rank's slice (the variables wholly inside it assigned on the device), the
  * new slice read back into the region, and after a barrier every other variable uploaded from the
  * regions of the ranks that own its values (a variable across owners is put together in this rank's
- * region first, outside its own slice, where only its spent gradient values were).
+ * region first, outside its own slice, where only its spent gradient values were), then a barrier.
  */
 async function stepSliceAndGather(spec: DeviceReduceSpec, views: Float32Array[], sum: tf.Tensor1D | undefined, gradScale: number, coef: number,
   mark: (phase: string) => void): Promise<void> {
@@ -198,4 +197,7 @@ async function stepSliceAndGather(spec: DeviceReduceSpec, views: Float32Array[],
     o = end;
   }
   mark("gather_upload");
+  // the peers' slices are read: the regions are their owners' again (the next step writes them)
+  c.barrier!();
+  mark("final_wait");
 }
