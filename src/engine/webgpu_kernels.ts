@@ -7,7 +7,7 @@
 // kernel, which stays the reference and the fallback.
 import * as tf from "@tensorflow/tfjs";
 import {
-  DEFAULT_DIRECT_TILE, DEFAULT_TILE, THIN_DIRECT_TILE, isThinProduct, GemmProgram, PackF16Program, PackPadProgram, SplitKSumProgram, directKernel, directPadding, fitTile, operandFormat, stagedKernel,
+  DEFAULT_DIRECT_TILE, DEFAULT_TILE, THIN_DIRECT_TILE, THIN_SIDE, isThinProduct, GemmProgram, PackF16Program, PackPadProgram, SplitKSumProgram, directKernel, directPadding, fitTile, operandFormat, stagedKernel,
   type DirectTile, type GemmShape, type GemmTile, type PaddedGemmKernel, type Rounding, type StagedTile,
 } from "./webgpu_gemm.js";
 import type { GpuProgram, UniformValue } from "../rollout/webgpu_programs.js";
@@ -619,6 +619,18 @@ function f32Reference(a: tf.Tensor, b: tf.Tensor, s: GemmShape): tf.Tensor {
   return tf.engine().makeTensorFromTensorInfo(info as tf.TensorInfo);
 }
 
+/**
+ * a b (each 2-D, transposed as asked) on tfjs's float32 kernel whatever the products' precision: no
+ * packing to 16 bits, so a float32 operand keeps its range (LoRA's merged path projects a weight
+ * gradient onto its factors with it; src/models/lora_linear.ts). No gradient is recorded.
+ */
+export function float32MatMul(a: tf.Tensor2D, b: tf.Tensor2D, transposeA = false, transposeB = false): tf.Tensor2D {
+  if (!state.installed) return tf.matMul(a, b, transposeA, transposeB);
+  const [m, k] = transposeA ? [a.shape[1], a.shape[0]] : a.shape, n = transposeB ? b.shape[0] : b.shape[1];
+  const s: GemmShape = { batch: 1, m, n, k, transposeA, transposeB, batchA: 1, batchB: 1 };
+  return tf.tidy(() => f32Reference(a.reshape([1, ...a.shape]), b.reshape([1, ...b.shape]), s).reshape([m, n]) as tf.Tensor2D);
+}
+
 let tuner: GemmAutotuner | undefined;
 /** Tuning runs when asked for (VERL_GEMM_AUTOTUNE=1) or to check a pinned kernel (VERL_GEMM_KERNEL). */
 const autotuneOn = (): boolean => process.env.VERL_GEMM_AUTOTUNE === "1" || !!process.env.VERL_GEMM_KERNEL;
@@ -655,6 +667,7 @@ export async function tuneTensorCores(classes: Iterable<string> = pendingClasses
  * its class is tuned, the default direct kernel (the class is noted for tuning).
  */
 function kernelFor(s: GemmShape): PaddedGemmKernel | null {
+  if (thinOnF32(s)) return null;
   const cls = productClass(s), choice = tuner?.chosen(cls);
   if (choice) {
     const c = choice.candidate as TensorCoreCandidate | null;
@@ -664,6 +677,36 @@ function kernelFor(s: GemmShape): PaddedGemmKernel | null {
   if (autotuneOn()) pendingClasses.add(cls);
   // the default tile gives way to the thin one for thin products; a tile the caller set is kept
   return splitKernel(state.direct === DEFAULT_DIRECT_TILE && isThinProduct(s) ? THIN_DIRECT_TILE : state.direct);
+}
+
+/**
+ * VERL_GEMM_THIN=f32: products with a thin side (m, n or K at most THIN_SIDE: LoRA's adapter
+ * products) run on tfjs's float32 kernel, one dispatch with the transposes inside, instead of a
+ * tensor-core product with its packs and split-K sums. Those whose K is long (>= 2,000: dA and dB
+ * over the tokens) stay on the tensor cores: there tfjs would split K with atomic adds, whose order,
+ * and so whose bits, change from run to run. Read once.
+ */
+export function parseThinPolicy(v: string | undefined): "tc" | "f32" {
+  if (v === undefined || v === "" || v === "tc") return "tc";
+  if (v === "f32") return "f32";
+  throw new Error(`VERL_GEMM_THIN=${v}: expected tc (tensor cores, the default) or f32`);
+}
+let thinPolicy: "tc" | "f32" | undefined;
+/** Sets the thin products' policy (undefined: VERL_GEMM_THIN again); returns the previous one. Tests and benchmarks compare the two with it. */
+export function setThinPolicy(p: "tc" | "f32" | undefined): "tc" | "f32" {
+  const prev = (thinPolicy ??= parseThinPolicy(process.env.VERL_GEMM_THIN));
+  thinPolicy = p;
+  return prev;
+}
+/** K from which a product with a thin side stays on the tensor cores under VERL_GEMM_THIN=f32 (tfjs's split-K threshold). */
+export const THIN_F32_MAX_K = 2000;
+/** Whether a product runs on tfjs's float32 kernel under the thin policy `policy`. */
+export function thinProductOnF32(s: GemmShape, policy: "tc" | "f32"): boolean {
+  if (policy !== "f32") return false;
+  return s.k <= THIN_SIDE || (Math.min(s.m, s.n) <= THIN_SIDE && s.k < THIN_F32_MAX_K);
+}
+function thinOnF32(s: GemmShape): boolean {
+  return thinProductOnF32(s, (thinPolicy ??= parseThinPolicy(process.env.VERL_GEMM_THIN)));
 }
 
 /**

@@ -5,7 +5,7 @@ import { splitRows, stackRows } from "../engine/copies.js";
 import { onWasm } from "../engine/matmul.js";
 import { markWeightLike } from "../engine/weight_like.js";
 import { frozenStackProduct } from "../engine/frozen_weights.js";
-import { onTensorCores } from "../engine/webgpu_kernels.js";
+import { float32MatMul, onTensorCores } from "../engine/webgpu_kernels.js";
 
 type GradArgs = (tf.Tensor | tf.GradSaveFunc)[];
 
@@ -217,21 +217,22 @@ function layoutConstants(sizes: number[], slotOf: number[], rank: number, scale:
  * 16-bit products, pack them again (about 7 dispatches a call). Keyed by the first B variable; calls
  * on copies of the variables (recomputed layers) build their own.
  */
-interface AdapterOperands { ids: object[]; scale: number; aCat: tf.Tensor; bd: tf.Tensor2D }
+interface AdapterOperands { ids: object[]; scale: number; aCat: tf.Tensor; bd: tf.Tensor2D; merged?: tf.Tensor2D }
 /** Per call site (its first B variable): the operands in each A layout (stacked for pre-dropout training passes, flat otherwise, by slot count). */
 const adapterOperandCache = new WeakMap<tf.Tensor, Map<string, AdapterOperands>>();
 
-function adapterOperands(as: tf.Tensor2D[], bs: tf.Tensor2D[], layoutName: string, scale: number, build: () => { aCat: tf.Tensor; bd: tf.Tensor2D }): { aCat: tf.Tensor; bd: tf.Tensor2D } {
+function adapterOperands(as: tf.Tensor2D[], bs: tf.Tensor2D[], layoutName: string, scale: number, build: () => { aCat: tf.Tensor; bd: tf.Tensor2D }): AdapterOperands {
   const vars = [...as, ...bs];
-  if (!vars.every((v) => v instanceof tf.Variable)) return build();
+  // not variables (a one-off call): built every call, nothing kept (no ids)
+  if (!vars.every((v) => v instanceof tf.Variable)) return { ids: [], scale, ...build() };
   let site = adapterOperandCache.get(bs[0]!);
   if (!site) adapterOperandCache.set(bs[0]!, (site = new Map()));
   const ids = vars.map((v) => v.dataId), hit = site.get(layoutName);
   if (hit && hit.scale === scale && !hit.aCat.isDisposed && !hit.bd.isDisposed && hit.ids.length === ids.length && hit.ids.every((id, i) => id === ids[i])) return hit;
   // a saved clone of the old ones (the backward pass of a call before the step) keeps its own
   // reference; a lone A is the variable itself (no concatenation), never disposed here
-  if (hit) tf.dispose([hit.aCat, hit.bd].filter((t) => !(t instanceof tf.Variable)));
-  const made = build(), entry = { ids, scale, aCat: tf.keep(made.aCat), bd: tf.keep(made.bd) };
+  if (hit) tf.dispose([hit.aCat, hit.bd, ...(hit.merged ? [hit.merged] : [])].filter((t) => !(t instanceof tf.Variable)));
+  const made = build(), entry: AdapterOperands = { ids, scale, aCat: tf.keep(made.aCat), bd: tf.keep(made.bd) };
   markWeightLike(entry.aCat);
   markWeightLike(entry.bd);
   site.set(layoutName, entry);
@@ -263,21 +264,23 @@ function batchedLoraLinear(x: tf.Tensor2D, blocks: LoraBlock[], scale: number, p
   const layout = u > 1 ? layoutConstants(sizes, slotOf, r, scale, slots) : undefined;
   const inMasks = blocks[0]!.dropIn ? slotBlock.map((j) => blocks[j]!.dropIn!) : undefined;
   const outMasks = blocks[0]!.dropOut ? blocks.map((bl) => bl.dropOut!) : undefined;
+  const operands = (as: tf.Tensor2D[], bs: tf.Tensor2D[]) => adapterOperands(as, bs, stacked ? "stacked" : `flat${slots}`, scale, () => {
+    const bCat = stackRows(bs);
+    const empty = slots > u ? [tf.zeros([(slots - u) * r, inF])] : [];
+    // [out, 1, r] against the mask as [out, slots, r]: the broadcast places B in every slot, the mask keeps its own
+    return {
+      aCat: stacked ? tf.stack(as) : stackRows([...as, ...empty]), // [u, r, in] or [slots r, in]
+      bd: (layout ? tf.mul(bCat.reshape([-1, 1, r]), layout.mask.reshape([-1, slots, r])).reshape([-1, slots * r]) : tf.mul(bCat, scale)) as tf.Tensor2D,
+    };
+  });
+  if (!inMasks && !outMasks && mergesAdapters()) return mergedLoraLinear(x, blocks, plan, operands, layout, scale, slots);
   const op = tf.customGrad((...args: GradArgs) => {
     const xs = args[0] as tf.Tensor2D, save = args[args.length - 1] as tf.GradSaveFunc;
     const as = args.slice(1, 1 + u) as tf.Tensor2D[], bs = args.slice(1 + u, 1 + u + k) as tf.Tensor2D[];
     const value = tf.tidy(() => {
       const din = inMasks && (stacked ? tf.stack(inMasks) : inMasks[0]!);
       const dout = outMasks && cat(outMasks, 1);
-      const { aCat, bd } = adapterOperands(as, bs, stacked ? "stacked" : `flat${slots}`, scale, () => {
-        const bCat = stackRows(bs);
-        const empty = slots > u ? [tf.zeros([(slots - u) * r, inF])] : [];
-        // [out, 1, r] against the mask as [out, slots, r]: the broadcast places B in every slot, the mask keeps its own
-        return {
-          aCat: stacked ? tf.stack(as) : stackRows([...as, ...empty]), // [u, r, in] or [slots r, in]
-          bd: (layout ? tf.mul(bCat.reshape([-1, 1, r]), layout.mask.reshape([-1, slots, r])).reshape([-1, slots * r]) : tf.mul(bCat, scale)) as tf.Tensor2D,
-        };
-      });
+      const { aCat, bd } = operands(as, bs);
       let h: tf.Tensor2D;
       if (stacked) {
         const h3 = tf.matMul(tf.mul(xs, din!) as tf.Tensor3D, aCat as tf.Tensor3D, false, true); // [u, N, r]
@@ -315,6 +318,64 @@ function batchedLoraLinear(x: tf.Tensor2D, blocks: LoraBlock[], scale: number, p
           das = splitRows(daCat, [...slotBlock.map(() => r), ...(slots > u ? [(slots - u) * r] : [])]).slice(0, u);
         }
         return [tf.add(frozenStackProduct(g, sw, false) ?? tf.matMul(g, stackRows(sw) as tf.Tensor2D), dxa), ...das, ...dbs];
+      }),
+    };
+  });
+  return op(x, ...slotBlock.map((j) => blocks[j]!.a!), ...blocks.map((bl) => bl.b!)) as tf.Tensor2D;
+}
+
+/**
+ * Whether LoRA runs on merged weights (mergedLoraLinear): on WebGPU, where an update is bound by
+ * the host's cost per dispatch, when VERL_LORA_MERGED=1.
+ */
+export function mergesAdapters(): boolean {
+  return process.env.VERL_LORA_MERGED === "1" && tf.getBackend() === "webgpu";
+}
+
+/**
+ * The batched form on merged weights, for a call with no dropout (WebGPU, VERL_LORA_MERGED=1):
+ *   W' = W + Bd aCat                        [out, in]  once per adapter version (kept with aCat and Bd)
+ *   y = x W'^T                              one product, as full fine-tuning's
+ *   dx = g W',  dW' = g^T x                 as full fine-tuning's
+ *   dBd = dW' aCat^T,  daCat = Bd^T dW'     on the float32 kernel (dW' keeps its range)
+ * and dB, dA taken from dBd and daCat as the unmerged form takes them (own slot times s; split by
+ * slot). The gradients are the unmerged form's (dL/dBd = g^T x aCat^T = g^T H); the forward sees W'
+ * rounded to 16 bits where the unmerged form rounds W and adds its low-rank product separately.
+ * A site's adapter work is then three kernels forward and backward where the unmerged form takes
+ * about fifteen, for the full weight gradient's product, which full fine-tuning pays too.
+ */
+function mergedLoraLinear(x: tf.Tensor2D, blocks: LoraBlock[], plan: BatchPlan, operands: (as: tf.Tensor2D[], bs: tf.Tensor2D[]) => AdapterOperands,
+  layout: { mask: tf.Tensor2D; own: tf.Tensor1D } | undefined, scale: number, slots: number): tf.Tensor2D {
+  const { slotBlock, rank: r } = plan;
+  const u = slotBlock.length, k = blocks.length;
+  const sizes = blocks.map((bl) => bl.w.shape[0]), ws = blocks.map((bl) => bl.w);
+  const merged = (ops: AdapterOperands): tf.Tensor2D => {
+    if (ops.merged && !ops.merged.isDisposed) return ops.merged;
+    const made = tf.tidy(() => {
+      const w = stackRows(ws) as tf.Tensor2D;
+      // W as the bias of one float32 product: the merge keeps W's bits where the adapter adds nothing
+      return tf.fused.matMul({ a: ops.bd, b: ops.aCat as tf.Tensor2D, bias: w }) as tf.Tensor2D;
+    });
+    // kept only where the operands are (variables' adapters); a one-off call's weight goes with the op's scope
+    if (ops.ids.length) { ops.merged = tf.keep(made); markWeightLike(made); }
+    return made;
+  };
+  const op = tf.customGrad((...args: GradArgs) => {
+    const xs = args[0] as tf.Tensor2D, save = args[args.length - 1] as tf.GradSaveFunc;
+    const as = args.slice(1, 1 + u) as tf.Tensor2D[], bs = args.slice(1 + u, 1 + u + k) as tf.Tensor2D[];
+    const ops = operands(as, bs), wm = merged(ops);
+    save([xs, ops.aCat, ops.bd, wm]);
+    return {
+      value: matmulT(xs, wm),
+      gradFunc: (dy: tf.Tensor | tf.Tensor[], saved: tf.Tensor[]) => tf.tidy(() => {
+        const [x0, aCat, bd, w] = saved as [tf.Tensor2D, tf.Tensor2D, tf.Tensor2D, tf.Tensor2D];
+        const g = dy as tf.Tensor2D;
+        const dw = matmulTN(g, x0); // [out, in]
+        const gh = float32MatMul(dw, aCat, false, true); // dL/dBd [out, slots r]
+        const dbCat = layout ? tf.mul(tf.gather(gh.reshape([-1]), layout.own).reshape([-1, r]), scale) : tf.mul(gh, scale);
+        const daCat = float32MatMul(bd, dw, true, false); // [slots r, in]
+        const das = splitRows(daCat, [...slotBlock.map(() => r), ...(slots > u ? [(slots - u) * r] : [])]).slice(0, u);
+        return [tf.matMul(g, w), ...das, ...splitRows(dbCat, sizes)];
       }),
     };
   });
