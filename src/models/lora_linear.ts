@@ -5,6 +5,7 @@ import { splitRows, stackRows } from "../engine/copies.js";
 import { onWasm } from "../engine/matmul.js";
 import { markWeightLike } from "../engine/weight_like.js";
 import { frozenStackProduct } from "../engine/frozen_weights.js";
+import { onRelease } from "../engine/data_release.js";
 import { float32MatMul, onTensorCores } from "../engine/webgpu_kernels.js";
 
 type GradArgs = (tf.Tensor | tf.GradSaveFunc)[];
@@ -356,8 +357,15 @@ function mergedLoraLinear(x: tf.Tensor2D, blocks: LoraBlock[], plan: BatchPlan, 
       // W as the bias of one float32 product: the merge keeps W's bits where the adapter adds nothing
       return tf.fused.matMul({ a: ops.bd, b: ops.aCat as tf.Tensor2D, bias: w }) as tf.Tensor2D;
     });
-    // kept only where the operands are (variables' adapters); a one-off call's weight goes with the op's scope
-    if (ops.ids.length) { ops.merged = tf.keep(made); markWeightLike(made); }
+    // kept only where the operands are (variables' adapters); a one-off call's weight goes with the op's
+    // scope. Freed as soon as an adapter's data is (the step's assignment, or the model disposed): the
+    // cache entry itself is replaced only by the next call, and W' is a weight's size
+    if (ops.ids.length) {
+      ops.merged = tf.keep(made);
+      markWeightLike(made);
+      const be = tf.backend() as unknown as Parameters<typeof onRelease>[0];
+      for (const id of ops.ids) onRelease(be, id, () => { if (ops.merged === made) ops.merged = undefined; made.dispose(); });
+    }
     return made;
   };
   const op = tf.customGrad((...args: GradArgs) => {
