@@ -667,7 +667,7 @@ export async function tuneTensorCores(classes: Iterable<string> = pendingClasses
  * its class is tuned, the default direct kernel (the class is noted for tuning).
  */
 function kernelFor(s: GemmShape): PaddedGemmKernel | null {
-  if (thinOnF32(s)) return null;
+  if (thinProductOnF32(s, currentThinPolicy())) return null;
   const cls = productClass(s), choice = tuner?.chosen(cls);
   if (choice) {
     const c = choice.candidate as TensorCoreCandidate | null;
@@ -682,9 +682,9 @@ function kernelFor(s: GemmShape): PaddedGemmKernel | null {
 /**
  * VERL_GEMM_THIN=f32: products with a thin side (m, n or K at most THIN_SIDE: LoRA's adapter
  * products) run on tfjs's float32 kernel, one dispatch with the transposes inside, instead of a
- * tensor-core product with its packs and split-K sums. Those whose K is long (>= 2,000: dA and dB
- * over the tokens) stay on the tensor cores: there tfjs would split K with atomic adds, whose order,
- * and so whose bits, change from run to run. Read once.
+ * tensor-core product with its packs and split-K sums. Those with a long K as well (dA and dB over
+ * the tokens) stay on the tensor cores, whose split-K spreads them over the GPU; tfjs's guarded kernel
+ * (guardFloat32MatMul) would run them on its few small-output tiles.
  */
 export function parseThinPolicy(v: string | undefined): "tc" | "f32" {
   if (v === undefined || v === "" || v === "tc") return "tc";
@@ -692,21 +692,20 @@ export function parseThinPolicy(v: string | undefined): "tc" | "f32" {
   throw new Error(`VERL_GEMM_THIN=${v}: expected tc (tensor cores, the default) or f32`);
 }
 let thinPolicy: "tc" | "f32" | undefined;
+/** The thin products' policy: set by setThinPolicy, else VERL_GEMM_THIN (read once). */
+const currentThinPolicy = (): "tc" | "f32" => (thinPolicy ??= parseThinPolicy(process.env.VERL_GEMM_THIN));
 /** Sets the thin products' policy (undefined: VERL_GEMM_THIN again); returns the previous one. Tests and benchmarks compare the two with it. */
 export function setThinPolicy(p: "tc" | "f32" | undefined): "tc" | "f32" {
-  const prev = (thinPolicy ??= parseThinPolicy(process.env.VERL_GEMM_THIN));
+  const prev = currentThinPolicy();
   thinPolicy = p;
   return prev;
 }
-/** K from which a product with a thin side stays on the tensor cores under VERL_GEMM_THIN=f32 (tfjs's split-K threshold). */
+/** K from which a product with a thin side stays on the tensor cores under VERL_GEMM_THIN=f32 (tfjs's own bound for a long K). */
 export const THIN_F32_MAX_K = 2000;
 /** Whether a product runs on tfjs's float32 kernel under the thin policy `policy`. */
 export function thinProductOnF32(s: GemmShape, policy: "tc" | "f32"): boolean {
   if (policy !== "f32") return false;
   return s.k <= THIN_SIDE || (Math.min(s.m, s.n) <= THIN_SIDE && s.k < THIN_F32_MAX_K);
-}
-function thinOnF32(s: GemmShape): boolean {
-  return thinProductOnF32(s, (thinPolicy ??= parseThinPolicy(process.env.VERL_GEMM_THIN)));
 }
 
 /**

@@ -274,7 +274,13 @@ function batchedLoraLinear(x: tf.Tensor2D, blocks: LoraBlock[], scale: number, p
       bd: (layout ? tf.mul(bCat.reshape([-1, 1, r]), layout.mask.reshape([-1, slots, r])).reshape([-1, slots * r]) : tf.mul(bCat, scale)) as tf.Tensor2D,
     };
   });
-  if (!inMasks && !outMasks && mergesAdapters()) return mergedLoraLinear(x, blocks, plan, operands, layout, scale, slots);
+  // dB from dL/dBd [out, slots r]: each row keeps its own slot's r columns, times s (a gather: one
+  // kernel; a masked sum over the slots took a multiply, a transpose and a reduction; a product with
+  // stacked identities would round dB to 16 bits under 16-bit products, and pack and pad two operands)
+  const dbsOf = (gh: tf.Tensor2D) => splitRows(layout ? tf.mul(tf.gather(gh.reshape([-1]), layout.own).reshape([-1, r]), scale) : tf.mul(gh, scale), sizes);
+  // dA from dL/daCat [slots r, in]: the empty slots' rows (past u r) cut off as one piece and dropped
+  const dasOf = (daCat: tf.Tensor2D) => splitRows(daCat, [...slotBlock.map(() => r), ...(slots > u ? [(slots - u) * r] : [])]).slice(0, u);
+  if (!inMasks && !outMasks && mergesAdapters()) return mergedLoraLinear(x, blocks, plan, { operands, dasOf, dbsOf });
   const op = tf.customGrad((...args: GradArgs) => {
     const xs = args[0] as tf.Tensor2D, save = args[args.length - 1] as tf.GradSaveFunc;
     const as = args.slice(1, 1 + u) as tf.Tensor2D[], bs = args.slice(1 + u, 1 + u + k) as tf.Tensor2D[];
@@ -300,12 +306,7 @@ function batchedLoraLinear(x: tf.Tensor2D, blocks: LoraBlock[], scale: number, p
         const din = inMasks ? saved[i++]! : undefined, dout = outMasks ? saved[i++]! : undefined, sw = saved.slice(i) as tf.Tensor2D[];
         const g = dy as tf.Tensor2D, gl = dout ? (tf.mul(g, dout) as tf.Tensor2D) : g;
         const dh = tf.matMul(gl, bd) as tf.Tensor2D; // [N, u r]
-        const gh = matmulTN(gl, h); // [out, u r]: block j's rows against every slot's columns
-        // each row keeps its own slot's r columns, times s: a gather (one kernel; a masked sum over
-        // the slots took a multiply, a transpose and a reduction; a product with stacked identities
-        // would round dB to 16 bits under 16-bit products, and pack and pad two operands for it)
-        const dbCat = layout ? tf.mul(tf.gather(gh.reshape([-1]), layout.own).reshape([-1, r]), scale) : tf.mul(gh, scale);
-        const dbs = splitRows(dbCat, sizes);
+        const dbs = dbsOf(matmulTN(gl, h)); // gl^T H [out, u r]: block j's rows against every slot's columns
         let dxa: tf.Tensor, das: tf.Tensor[];
         if (stacked) {
           const dh3 = tf.transpose(dh.reshape([N, u, r]), [1, 0, 2]) as tf.Tensor3D; // [u, N, r]
@@ -314,9 +315,7 @@ function batchedLoraLinear(x: tf.Tensor2D, blocks: LoraBlock[], scale: number, p
         } else {
           const dxd = tf.matMul(dh, aCat as tf.Tensor2D);
           dxa = din ? tf.mul(dxd, din) : dxd;
-          const daCat = matmulTN(dh, din ? (tf.mul(x0, din) as tf.Tensor2D) : x0); // [slots r, in]
-          // the empty slots' rows (past u r) are cut off as one piece and dropped
-          das = splitRows(daCat, [...slotBlock.map(() => r), ...(slots > u ? [(slots - u) * r] : [])]).slice(0, u);
+          das = dasOf(matmulTN(dh, din ? (tf.mul(x0, din) as tf.Tensor2D) : x0)); // daCat [slots r, in]
         }
         return [tf.add(frozenStackProduct(g, sw, false) ?? tf.matMul(g, stackRows(sw) as tf.Tensor2D), dxa), ...das, ...dbs];
       }),
@@ -345,11 +344,11 @@ export function mergesAdapters(): boolean {
  * A site's adapter work is then three kernels forward and backward where the unmerged form takes
  * about fifteen, for the full weight gradient's product, which full fine-tuning pays too.
  */
-function mergedLoraLinear(x: tf.Tensor2D, blocks: LoraBlock[], plan: BatchPlan, operands: (as: tf.Tensor2D[], bs: tf.Tensor2D[]) => AdapterOperands,
-  layout: { mask: tf.Tensor2D; own: tf.Tensor1D } | undefined, scale: number, slots: number): tf.Tensor2D {
-  const { slotBlock, rank: r } = plan;
-  const u = slotBlock.length, k = blocks.length;
-  const sizes = blocks.map((bl) => bl.w.shape[0]), ws = blocks.map((bl) => bl.w);
+function mergedLoraLinear(x: tf.Tensor2D, blocks: LoraBlock[], plan: BatchPlan, site: {
+  operands: (as: tf.Tensor2D[], bs: tf.Tensor2D[]) => AdapterOperands; dasOf: (daCat: tf.Tensor2D) => tf.Tensor[]; dbsOf: (gh: tf.Tensor2D) => tf.Tensor[];
+}): tf.Tensor2D {
+  const { slotBlock } = plan;
+  const u = slotBlock.length, k = blocks.length, ws = blocks.map((bl) => bl.w);
   const merged = (ops: AdapterOperands): tf.Tensor2D => {
     if (ops.merged && !ops.merged.isDisposed) return ops.merged;
     const made = tf.tidy(() => {
@@ -371,7 +370,7 @@ function mergedLoraLinear(x: tf.Tensor2D, blocks: LoraBlock[], plan: BatchPlan, 
   const op = tf.customGrad((...args: GradArgs) => {
     const xs = args[0] as tf.Tensor2D, save = args[args.length - 1] as tf.GradSaveFunc;
     const as = args.slice(1, 1 + u) as tf.Tensor2D[], bs = args.slice(1 + u, 1 + u + k) as tf.Tensor2D[];
-    const ops = operands(as, bs), wm = merged(ops);
+    const ops = site.operands(as, bs), wm = merged(ops);
     save([xs, ops.aCat, ops.bd, wm]);
     return {
       value: matmulT(xs, wm),
@@ -379,11 +378,8 @@ function mergedLoraLinear(x: tf.Tensor2D, blocks: LoraBlock[], plan: BatchPlan, 
         const [x0, aCat, bd, w] = saved as [tf.Tensor2D, tf.Tensor2D, tf.Tensor2D, tf.Tensor2D];
         const g = dy as tf.Tensor2D;
         const dw = matmulTN(g, x0); // [out, in]
-        const gh = float32MatMul(dw, aCat, false, true); // dL/dBd [out, slots r]
-        const dbCat = layout ? tf.mul(tf.gather(gh.reshape([-1]), layout.own).reshape([-1, r]), scale) : tf.mul(gh, scale);
-        const daCat = float32MatMul(bd, dw, true, false); // [slots r, in]
-        const das = splitRows(daCat, [...slotBlock.map(() => r), ...(slots > u ? [(slots - u) * r] : [])]).slice(0, u);
-        return [tf.matMul(g, w), ...das, ...splitRows(dbCat, sizes)];
+        // dL/daCat = Bd^T dW' [slots r, in], dL/dBd = dW' aCat^T [out, slots r]
+        return [tf.matMul(g, w), ...site.dasOf(float32MatMul(bd, dw, true, false)), ...site.dbsOf(float32MatMul(dw, aCat, false, true))];
       }),
     };
   });

@@ -1,7 +1,7 @@
 // VERL_GEMM_THIN=f32 (issue 23, LoRA at full speed): LoRA's adapter products, those with a side or a
 // K of at most THIN_SIDE, run on tfjs's float32 kernel (one dispatch, transposes inside) instead of a
 // tensor-core product with its packs and split-K sums; those with a long K stay on the tensor cores,
-// where tfjs would split K with atomic adds. The policy's classification runs anywhere; the products,
+// whose split-K spreads them over the GPU. The policy's classification runs anywhere; the products,
 // where an adapter has the tensor cores.
 import { test } from "node:test";
 import assert from "node:assert/strict";
