@@ -10,6 +10,7 @@
 //                            or products' own tiles, the rest default: gate_up=1x1x4x4+p/down_proj=1x1x2x4+b, products
 //                            qkv, o_proj, gate_up, down_proj, lm_head)
 //     [--cpu-profile DIR]  (the update part: a V8 CPU profile of each steady update, for bench/profile_summary.ts)
+//     [--repeat 10]  (the update part: steady updates timed after the first, ms_next their median)
 //     [--profile-step 128]  (the decode part times each dispatch of that replayed step; VERL_DAWN_FLAGS needs
 //                            disable-dawn-features=timestamp_quantization for sub-microsecond times)
 // (after scripts/gpu-bundle.sh; the device tool carries .gpu and .gl). Runs on any backend with an
@@ -105,6 +106,8 @@ interface Args {
   profileStep?: number;
   /** the update part writes a V8 CPU profile of each steady (second timed) update into this folder (bench/profile_summary.ts reads it) */
   cpuProfile?: string;
+  /** Steady updates timed after the first (their median is ms_next): more samples for --cpu-profile. */
+  repeat?: number;
 }
 
 function parseArgs(argv: string[]): Args {
@@ -134,6 +137,7 @@ function parseArgs(argv: string[]): Args {
     else if (k === "--assume-tensor-cores") a.assumeTensorCores = v === "1";
     else if (k === "--profile-step") a.profileStep = Number(v);
     else if (k === "--cpu-profile") a.cpuProfile = v;
+    else if (k === "--repeat") a.repeat = Number(v);
     else if (k === "--precision") a.precisions = v.split(",").map((x) => parsePrecision(x, "--precision"));
     else throw new Error(`bench/gpu_decode: unknown argument '${k}'`);
   }
@@ -392,11 +396,15 @@ async function updateOnce(a: Args, model: LlamaModel, ins: ReturnType<typeof ins
   // a second timed update: a loop's steady state (uniform blocks are kept from their second sight,
   // so the first timed update still makes bind groups for them)
   const profiler = a.cpuProfile ? await startCpuProfile() : undefined;
-  const bg1 = bindGroupStats(), t1 = performance.now();
-  await actor.updatePolicy(data);
-  const msNext = performance.now() - t1;
+  const bg1 = bindGroupStats(), repeat = Math.max(1, a.repeat ?? 1), nextMs: number[] = [];
+  for (let i = 0; i < repeat; i++) {
+    const t1 = performance.now();
+    await actor.updatePolicy(data);
+    nextMs.push(performance.now() - t1);
+  }
+  const msNext = [...nextMs].sort((x, y) => x - y)[Math.floor(repeat / 2)]!;
   if (profiler) await profiler.stop(join(a.cpuProfile!, `update_lora${rank}_${spec}.cpuprofile`));
-  const again = { ms_next: msNext, dispatches_next: ins.reset().dispatches, bind_groups_next: delta(bg1, bindGroupStats()), pool_next: pool() };
+  const again = { ms_next: msNext, ...(repeat > 1 ? { ms_next_all: nextMs } : {}), dispatches_next: ins.reset().dispatches / repeat, bind_groups_next: delta(bg1, bindGroupStats()), pool_next: pool() };
   emit("update_0.5B_worker_path", { B: rows, P, R, micro: mb, lora_rank: rank, host_only: a.assumeTensorCores, optimizer: onDevice ? "device" : "host", params: numParams(cfg), matmul: matmulPrecision(), tensor_core_calls: tensorCoreStats().calls, submit_batch: tf.env().get("WEBGPU_DEFERRED_SUBMIT_BATCH_SIZE") },
     { ...fig(ms, counted), ...host, ...again, forward_only_ms: fwdMs, forward_tflops: flop / 3 / (fwdMs / 1e3) / 1e12, forward_dispatches: fwd.dispatches, forward_reads: fwd.reads, ...(fwd.by_program ? { forward_by_program: fwd.by_program } : {}) });
   actor.optimizer?.dispose();

@@ -1,5 +1,6 @@
 import { hoistDirectives, rewriteF16Bindings } from "./webgpu_gemm.js";
 import { tensorCoreSupport } from "./webgpu_kernels.js";
+import { setFragmentGeometry } from "./subgroup_fragments.js";
 import { cacheBindGroups } from "./bind_group_cache.js";
 
 // WebGPU through Dawn (the `webgpu` npm package). navigator.gpu must exist before
@@ -81,7 +82,7 @@ export function webGpuSummary(): string {
   return `webgpu adapter: ${webGpuInfo.adapter ?? "?"}; dawn flags: ${webGpuInfo.flags.join(" ") || "(none)"}; ` +
     `features: ${webGpuInfo.features.join(",")}; subgroup sizes ${webGpuInfo.subgroupMinSize ?? "?"}-${webGpuInfo.subgroupMaxSize ?? "?"}; ` +
     `subgroup-matrix configs: ${webGpuInfo.subgroupMatrixConfigs.join(" ") || "none"}; ` +
-    `tensor-core GEMM: ${tensorCoreSupport.available ? "available" : `unavailable (${tensorCoreSupport.reason})`}`;
+    `tensor-core GEMM: ${tensorCoreSupport.available ? `available (${tensorCoreSupport.fragments})` : `unavailable (${tensorCoreSupport.reason})`}`;
 }
 
 interface SubgroupMatrixConfig { M: number; N: number; K: number; componentType: string; resultComponentType: string }
@@ -97,12 +98,18 @@ function describeAdapter(adapter: AdapterLike): void {
   const configs = [...(info.subgroupMatrixConfigs ?? [])];
   webGpuInfo.subgroupMatrixConfigs = configs.map((c) => `${c.componentType}->${c.resultComponentType}:M${c.M}N${c.N}K${c.K}`);
   const has = (f: string) => webGpuInfo.features.includes(f);
-  const f16x16 = configs.some((c) => c.componentType === "f16" && c.resultComponentType === "f32" && c.M === 16 && c.N === 16 && c.K === 16);
+  const side = ([16, 8] as const).find((n) => configs.some((c) => c.componentType === "f16" && c.resultComponentType === "f32" && c.M === n && c.N === n && c.K === n));
+  const fixedSubgroup = info.subgroupMinSize !== undefined && info.subgroupMinSize === info.subgroupMaxSize ? info.subgroupMinSize : undefined;
   const missing = ["shader-f16", "chromium-experimental-subgroup-matrix"].filter((f) => !has(f));
-  if (missing.length) Object.assign(tensorCoreSupport, { available: false, reason: `the adapter lacks ${missing.join(", ")} (Dawn toggles allow_unsafe_apis and vulkan_enable_f16_on_nvidia expose them on NVIDIA)` });
-  else if (!f16x16) Object.assign(tensorCoreSupport, { available: false, reason: "no f16 x f16 -> f32 16x16x16 subgroup-matrix config" });
-  else if (info.subgroupMinSize !== 32 || info.subgroupMaxSize !== 32) Object.assign(tensorCoreSupport, { available: false, reason: `subgroup size ${info.subgroupMinSize}-${info.subgroupMaxSize}, the kernel assumes 32` });
-  else Object.assign(tensorCoreSupport, { available: true, reason: "" });
+  if (missing.length) Object.assign(tensorCoreSupport, { available: false, reason: `the adapter lacks ${missing.join(", ")} (Dawn toggles allow_unsafe_apis and vulkan_enable_f16_on_nvidia expose them on NVIDIA)`, fragments: "" });
+  else if (!side) Object.assign(tensorCoreSupport, { available: false, reason: "no f16 x f16 -> f32 subgroup-matrix config of 16x16x16 or 8x8x8", fragments: "" });
+  // the kernels place fragments by subgroup index (invocation / subgroup size): the size must be known
+  else if (fixedSubgroup === undefined) Object.assign(tensorCoreSupport, { available: false, reason: `subgroup size ${info.subgroupMinSize}-${info.subgroupMaxSize} is not fixed, the kernels need to know it`, fragments: "" });
+  else {
+    setFragmentGeometry({ side, subgroupSize: fixedSubgroup });
+    const fragments = side === 16 ? `16x16x16, subgroups of ${fixedSubgroup}` : `16x16x16 as 2x2 of 8x8x8, subgroups of ${fixedSubgroup}`;
+    Object.assign(tensorCoreSupport, { available: true, reason: "", fragments });
+  }
 }
 
 /**

@@ -12,7 +12,7 @@
 //   PackF16Program   float32 [n] -> int32 [n / 2], two f16 a word (optionally bf16-rounded first)
 //   GemmProgram      C[b] = op(A[b]) op(B[b]), op = optional transpose, batch broadcast, with
 //                    operands either float32 (converted while staged) or packed f16 words.
-// A workgroup of (sgM x sgN) subgroups of 32 lanes computes a BM x BN tile of C; each
+// A workgroup of (sgM x sgN) subgroups (32 lanes on NVIDIA) computes a BM x BN tile of C; each
 // subgroup holds (BM / 16 / sgM) x (BN / 16 / sgN) result fragments. Per step of BK along K
 // the workgroup stages the A and B tiles in workgroup memory as f16 (double-buffered: the
 // next tile's global loads are issued before the current tile's products), and the subgroups
@@ -23,13 +23,14 @@
 // declarations to the user code: `hoistDirectives` (applied by webgpu.ts to every shader
 // module of the device) moves them to the top.
 import type { GpuProgram, UniformValue } from "../rollout/webgpu_programs.js";
+import { Fragments, fragmentTile, geometryKey } from "./subgroup_fragments.js";
 
 export type Rounding = "f16" | "bf16";
 
 /** The tile shape of one GEMM kernel. */
 export interface GemmTile {
   bm: number; bn: number; bk: number;
-  /** subgroups along M and N (the workgroup has 32 * sgM * sgN lanes) */
+  /** subgroups along M and N (the workgroup has subgroupSize * sgM * sgN lanes: 32 on NVIDIA) */
   sgM: number; sgN: number;
   /** 2: double-buffered workgroup tiles, 1: single */
   buffers: 1 | 2;
@@ -180,16 +181,18 @@ export class GemmProgram implements GpuProgram {
   workgroupSize: [number, number, number];
   uniforms = "dimM : i32, dimN : i32, dimK : i32, strideA : i32, strideB : i32,";
   variableComponents: number[];
+  /** the adapter's fragments, as the backend found them when the program was made */
+  private readonly fragments = new Fragments();
   constructor(private readonly s: GemmShape, private readonly t: GemmTile, private readonly fa: OperandFormat, private readonly fb: OperandFormat,
     private readonly rounding: Rounding, private readonly uniformityOff = true) {
     checkTile(t, s);
     this.outputShape = [s.batch, s.m, s.n];
-    this.workgroupSize = [32 * t.sgM * t.sgN, 1, 1];
+    this.workgroupSize = [this.fragments.subgroupSize * t.sgM * t.sgN, 1, 1];
     this.dispatch = [Math.ceil(s.n / t.bn), Math.ceil(s.m / t.bm), s.batch];
     const comp = (f: OperandFormat) => (f.packed ? f.width / 2 : f.width);
     this.variableComponents = [comp(fa), comp(fb)];
     const fmt = (f: OperandFormat) => `${f.packed ? "h" : "f"}${f.width}`;
-    this.shaderKey = `verlGemm_${t.bm}_${t.bn}_${t.bk}_${t.sgM}x${t.sgN}_${t.buffers}_${s.transposeA ? "T" : "N"}${s.transposeB ? "T" : "N"}_${fmt(fa)}_${fmt(fb)}_${rounding}${uniformityOff ? "" : "_strict"}`;
+    this.shaderKey = `verlGemm_${t.bm}_${t.bn}_${t.bk}_${t.sgM}x${t.sgN}_${t.buffers}_${s.transposeA ? "T" : "N"}${s.transposeB ? "T" : "N"}_${fmt(fa)}_${fmt(fb)}_${rounding}${uniformityOff ? "" : "_strict"}${geometryKey(this.fragments.g)}`;
   }
 
   uniformValues(): UniformValue[] {
@@ -263,25 +266,25 @@ export class GemmProgram implements GpuProgram {
     const B = s.transposeB
       ? this.stage("b", this.fb, t.bn, t.bk, "uniforms.dimN", "uniforms.dimK", "n0", "k0", "uniforms.dimK", "Bs", (o, i) => `bBase + ${o} * ${bStride}u + ${i}`)
       : this.stage("b", this.fb, t.bk, t.bn, "uniforms.dimK", "uniforms.dimN", "k0", "n0", "uniforms.dimN", "Bs", (o, i) => `bBase + ${o} * ${bStride}u + ${i}`);
-    const L = "subgroup_matrix_left<f16, 16, 16>", R = "subgroup_matrix_right<f16, 16, 16>", C = "subgroup_matrix_result<f32, 16, 16>";
+    const F = this.fragments, SG = F.subgroupSize;
     // fragment (row block i of the subgroup's tile, k block kk) of A in workgroup memory
     const aFrag = (i: number, kk: string) => s.transposeA
-      ? `subgroupMatrixLoad<${L}, col_major>(&As, cur * ${aSize}u + (${kk}) * 16u * ${aStride}u + sgRow + ${i * 16}u, ${aStride}u)`
-      : `subgroupMatrixLoad<${L}, row_major>(&As, cur * ${aSize}u + (sgRow + ${i * 16}u) * ${aStride}u + (${kk}) * 16u, ${aStride}u)`;
+      ? F.load("let", `fa${i}`, "left", "&As", `cur * ${aSize}u + (${kk}) * 16u * ${aStride}u + sgRow + ${i * 16}u`, `${aStride}u`, "col_major")
+      : F.load("let", `fa${i}`, "left", "&As", `cur * ${aSize}u + (sgRow + ${i * 16}u) * ${aStride}u + (${kk}) * 16u`, `${aStride}u`, "row_major");
     const bFrag = (j: number, kk: string) => s.transposeB
-      ? `subgroupMatrixLoad<${R}, col_major>(&Bs, cur * ${bSize}u + (sgCol + ${j * 16}u) * ${bStride}u + (${kk}) * 16u, ${bStride}u)`
-      : `subgroupMatrixLoad<${R}, row_major>(&Bs, cur * ${bSize}u + (${kk}) * 16u * ${bStride}u + sgCol + ${j * 16}u, ${bStride}u)`;
+      ? F.load("let", `fb${j}`, "right", "&Bs", `cur * ${bSize}u + (sgCol + ${j * 16}u) * ${bStride}u + (${kk}) * 16u`, `${bStride}u`, "col_major")
+      : F.load("let", `fb${j}`, "right", "&Bs", `cur * ${bSize}u + (${kk}) * 16u * ${bStride}u + sgCol + ${j * 16}u`, `${bStride}u`, "row_major");
     const accs: string[] = [], macs: string[] = [], stores: string[] = [], edge: string[] = [];
-    for (let i = 0; i < TM; i++) for (let j = 0; j < TN; j++) accs.push(`var c${i}_${j} : ${C};`);
-    macs.push(...Array.from({ length: TM }, (_, i) => `let fa${i} = ${aFrag(i, "kk")};`));
-    macs.push(...Array.from({ length: TN }, (_, j) => `let fb${j} = ${bFrag(j, "kk")};`));
-    for (let i = 0; i < TM; i++) for (let j = 0; j < TN; j++) macs.push(`c${i}_${j} = subgroupMatrixMultiplyAccumulate(fa${i}, fb${j}, c${i}_${j});`);
+    for (let i = 0; i < TM; i++) for (let j = 0; j < TN; j++) accs.push(F.declareResult(`c${i}_${j}`));
+    macs.push(...Array.from({ length: TM }, (_, i) => aFrag(i, "kk")));
+    macs.push(...Array.from({ length: TN }, (_, j) => bFrag(j, "kk")));
+    for (let i = 0; i < TM; i++) for (let j = 0; j < TN; j++) macs.push(F.multiplyAccumulate(`c${i}_${j}`, `fa${i}`, `fb${j}`));
     for (let i = 0; i < TM; i++) for (let j = 0; j < TN; j++) {
-      stores.push(`subgroupMatrixStore<row_major>(&result, cBase + (m0 + sgRow + ${i * 16}u) * N + n0 + sgCol + ${j * 16}u, c${i}_${j}, N);`);
+      stores.push(F.store("&result", `cBase + (m0 + sgRow + ${i * 16}u) * N + n0 + sgCol + ${j * 16}u`, "N", `c${i}_${j}`));
       edge.push(`
-          subgroupMatrixStore<row_major>(&Cs, sg * 256u, c${i}_${j}, 16u);
+          ${F.store("&Cs", "sg * 256u", "16u", `c${i}_${j}`)}
           workgroupBarrier();
-          for (var e = lane; e < 256u; e = e + 32u) {
+          for (var e = lane; e < 256u; e = e + ${SG}u) {
             let gm = m0 + sgRow + ${i * 16}u + e / 16u;
             let gn = n0 + sgCol + ${j * 16}u + e % 16u;
             if (gm < M && gn < N) { result[cBase + gm * N + gn] = Cs[sg * 256u + e]; }
@@ -308,8 +311,8 @@ export class GemmProgram implements GpuProgram {
         // as non-uniform: the workgroup id goes through workgroup memory
         if (tid == 0u) { wgShared = workgroupId; }
         let wid = workgroupUniformLoad(&wgShared);
-        let sg = tid / 32u;
-        let lane = tid % 32u;
+        let sg = tid / ${SG}u;
+        let lane = tid % ${SG}u;
         let sgRow = (sg / ${t.sgN}u) * ${TM * 16}u;
         let sgCol = (sg % ${t.sgN}u) * ${TN * 16}u;
         let M = u32(uniforms.dimM);
@@ -559,7 +562,6 @@ export function directPadding(s: GemmShape, t: DirectTile): { mP: number; nP: nu
   return { mP: roundUp(s.m, 16 * t.tm * t.sgM), nP: roundUp(s.n, 16 * t.tn * t.sgN), kP: roundUp(s.k, 16 * t.unroll) };
 }
 
-const FRAG_L = "subgroup_matrix_left<f16, 16, 16>", FRAG_R = "subgroup_matrix_right<f16, 16, 16>", FRAG_C = "subgroup_matrix_result<f32, 16, 16>";
 const TC_ENABLES = `
       enable f16;
       enable chromium_experimental_subgroup_matrix;
@@ -701,11 +703,13 @@ abstract class PaddedGemmProgram implements GpuProgram {
   dispatch: [number, number, number];
   workgroupSize: [number, number, number];
   uniforms = "mP : i32, nP : i32, kP : i32, strideA : i32, strideB : i32,";
+  /** the adapter's fragments, as the backend found them when the program was made */
+  protected readonly fragments = new Fragments();
   constructor(protected readonly s: GemmShape, t: { sgM: number; sgN: number; tm: number; tn: number }, readonly pad: { mP: number; nP: number; kP: number },
     readonly split: { splits: number; chunk: number } = { splits: 1, chunk: pad.kP }) {
     const splits = split.splits;
     this.outputShape = [s.batch * splits, pad.mP, pad.nP];
-    this.workgroupSize = [32 * t.sgM * t.sgN, 1, 1];
+    this.workgroupSize = [this.fragments.subgroupSize * t.sgM * t.sgN, 1, 1];
     this.dispatch = [pad.nP / (16 * t.tn * t.sgN), pad.mP / (16 * t.tm * t.sgM), s.batch * splits];
     if (splits > 1) this.uniforms += " splits : i32, chunk : i32,";
   }
@@ -724,34 +728,36 @@ abstract class PaddedGemmProgram implements GpuProgram {
  */
 export class DirectGemmProgram extends PaddedGemmProgram {
   shaderKey: string;
-  constructor(s: GemmShape, private readonly t: DirectTile) {
-    if (![1, 2, 4].includes(t.unroll)) throw new Error(`DirectGemmProgram: unroll ${t.unroll} is not 1, 2 or 4`);
-    super(s, t, directPadding(s, t), splitPlan(s, t));
-    this.shaderKey = `verlDirectGemm_${t.sgM}x${t.sgN}_${t.tm}x${t.tn}_u${t.unroll}${t.prefetch ? "p" : ""}${this.splits > 1 ? "_split" : ""}_${keyShape(s, this.pad, !!t.baked)}`;
+  private readonly t: DirectTile;
+  constructor(s: GemmShape, tile: DirectTile) {
+    if (![1, 2, 4].includes(tile.unroll)) throw new Error(`DirectGemmProgram: unroll ${tile.unroll} is not 1, 2 or 4`);
+    super(s, fragmentTile(tile), directPadding(s, tile), splitPlan(s, tile));
+    const t = (this.t = fragmentTile(tile));
+    this.shaderKey = `verlDirectGemm_${t.sgM}x${t.sgN}_${t.tm}x${t.tn}_u${t.unroll}${t.prefetch ? "p" : ""}${this.splits > 1 ? "_split" : ""}_${keyShape(s, this.pad, !!t.baked)}${geometryKey(this.fragments.g)}`;
   }
   getUserCode(): string {
-    const { s, t } = this;
-    const aFrag = (i: number, k: string) => s.transposeA
-      ? `subgroupMatrixLoad<${FRAG_L}, col_major>(&a, aOff + (${k}) * lda + row0 + ${i * 16}u, lda)`
-      : `subgroupMatrixLoad<${FRAG_L}, row_major>(&a, aOff + (row0 + ${i * 16}u) * lda + ${k}, lda)`;
-    const bFrag = (j: number, k: string) => s.transposeB
-      ? `subgroupMatrixLoad<${FRAG_R}, col_major>(&b, bOff + (col0 + ${j * 16}u) * ldb + ${k}, ldb)`
-      : `subgroupMatrixLoad<${FRAG_R}, row_major>(&b, bOff + (${k}) * ldb + col0 + ${j * 16}u, ldb)`;
+    const { s, t } = this, F = this.fragments;
+    const aFrag = (decl: "let" | "var" | "", name: string, i: number, k: string) => s.transposeA
+      ? F.load(decl, name, "left", "&a", `aOff + (${k}) * lda + row0 + ${i * 16}u`, "lda", "col_major")
+      : F.load(decl, name, "left", "&a", `aOff + (row0 + ${i * 16}u) * lda + ${k}`, "lda", "row_major");
+    const bFrag = (decl: "let" | "var" | "", name: string, j: number, k: string) => s.transposeB
+      ? F.load(decl, name, "right", "&b", `bOff + (col0 + ${j * 16}u) * ldb + ${k}`, "ldb", "col_major")
+      : F.load(decl, name, "right", "&b", `bOff + (${k}) * ldb + col0 + ${j * 16}u`, "ldb", "row_major");
     const acc: string[] = [], store: string[] = [];
-    for (let i = 0; i < t.tm; i++) for (let j = 0; j < t.tn; j++) acc.push(`var c${i}_${j} : ${FRAG_C};`);
+    for (let i = 0; i < t.tm; i++) for (let j = 0; j < t.tn; j++) acc.push(F.declareResult(`c${i}_${j}`));
     const kAt = (base: string, u: number) => (u === 0 ? base : `${base} + ${16 * u}u`);
     /** fragment loads of one K step (all unrolled parts) at `base`, as `let`/assignments to names with prefix p */
     const loads = (base: string, p: string, decl: "let" | "var" | "") => {
       const out: string[] = [];
       for (let u = 0; u < t.unroll; u++) {
-        for (let i = 0; i < t.tm; i++) out.push(`${decl ? decl + " " : ""}${p}a${u}_${i} = ${aFrag(i, kAt(base, u))};`);
-        for (let j = 0; j < t.tn; j++) out.push(`${decl ? decl + " " : ""}${p}b${u}_${j} = ${bFrag(j, kAt(base, u))};`);
+        for (let i = 0; i < t.tm; i++) out.push(aFrag(decl, `${p}a${u}_${i}`, i, kAt(base, u)));
+        for (let j = 0; j < t.tn; j++) out.push(bFrag(decl, `${p}b${u}_${j}`, j, kAt(base, u)));
       }
       return out;
     };
     const macs = (p: string) => {
       const out: string[] = [];
-      for (let u = 0; u < t.unroll; u++) for (let i = 0; i < t.tm; i++) for (let j = 0; j < t.tn; j++) out.push(`c${i}_${j} = subgroupMatrixMultiplyAccumulate(${p}a${u}_${i}, ${p}b${u}_${j}, c${i}_${j});`);
+      for (let u = 0; u < t.unroll; u++) for (let i = 0; i < t.tm; i++) for (let j = 0; j < t.tn; j++) out.push(F.multiplyAccumulate(`c${i}_${j}`, `${p}a${u}_${i}`, `${p}b${u}_${j}`));
       return out;
     };
     const step = 16 * t.unroll, split = this.splits > 1;
@@ -767,8 +773,8 @@ export class DirectGemmProgram extends PaddedGemmProgram {
       // (the last iteration reloads its own step: kn is clamped, never out of bounds)
       const cur = loads(k0, "", "var"), copy: string[] = [];
       for (let u = 0; u < t.unroll; u++) {
-        for (let i = 0; i < t.tm; i++) copy.push(`a${u}_${i} = na${u}_${i};`);
-        for (let j = 0; j < t.tn; j++) copy.push(`b${u}_${j} = nb${u}_${j};`);
+        for (let i = 0; i < t.tm; i++) copy.push(F.copy(`a${u}_${i}`, `na${u}_${i}`));
+        for (let j = 0; j < t.tn; j++) copy.push(F.copy(`b${u}_${j}`, `nb${u}_${j}`));
       }
       loop = `${cur.join("\n        ")}
         for (var k = ${k0}; k < ${kEnd}; k = k + ${step}u) {
@@ -777,7 +783,7 @@ export class DirectGemmProgram extends PaddedGemmProgram {
         }`;
     }
     for (let i = 0; i < t.tm; i++) for (let j = 0; j < t.tn; j++) {
-      store.push(`subgroupMatrixStore<row_major>(&result, cOff + (row0 + ${i * 16}u) * ldc + col0 + ${j * 16}u, c${i}_${j}, ldc);`);
+      store.push(F.store("&result", `cOff + (row0 + ${i * 16}u) * ldc + col0 + ${j * 16}u`, "ldc", `c${i}_${j}`));
     }
     return `${TC_ENABLES}
       ${F16_BINDINGS} a,b
@@ -786,7 +792,7 @@ export class DirectGemmProgram extends PaddedGemmProgram {
         let tid = localIndex;
         if (tid == 0u) { wgShared = workgroupId; }
         let wid = workgroupUniformLoad(&wgShared);
-        let sg = tid / 32u;${split ? splitLines() : extentLines()}${strideLines(s, this.pad, !!t.baked)}
+        let sg = tid / ${F.subgroupSize}u;${split ? splitLines() : extentLines()}${strideLines(s, this.pad, !!t.baked)}
         let row0 = wid.y * ${16 * t.tm * t.sgM}u + (sg / ${t.sgN}u) * ${16 * t.tm}u;
         let col0 = wid.x * ${16 * t.tn * t.sgN}u + (sg % ${t.sgN}u) * ${16 * t.tn}u;
         let cOff = wid.z * mP * nP;
@@ -836,10 +842,12 @@ export class StagedF16GemmProgram extends PaddedGemmProgram {
   shaderKey: string;
   // the packed operands as vec4<i32>: 8 halves a load
   variableComponents = [4, 4];
-  constructor(s: GemmShape, private readonly t: StagedTile) {
-    if (![0, 8, 16].includes(t.pad)) throw new Error(`StagedF16GemmProgram: pad ${t.pad} is not 0, 8 or 16 halves`);
-    super(s, t, stagedPadding(s, t));
-    this.shaderKey = `verlStagedF16Gemm_${t.sgM}x${t.sgN}_${t.tm}x${t.tn}_k${t.kf}_b${t.buffers}_p${t.pad}_${keyShape(s, this.pad, false)}`;
+  private readonly t: StagedTile;
+  constructor(s: GemmShape, tile: StagedTile) {
+    if (![0, 8, 16].includes(tile.pad)) throw new Error(`StagedF16GemmProgram: pad ${tile.pad} is not 0, 8 or 16 halves`);
+    super(s, fragmentTile(tile), stagedPadding(s, tile));
+    const t = (this.t = fragmentTile(tile));
+    this.shaderKey = `verlStagedF16Gemm_${t.sgM}x${t.sgN}_${t.tm}x${t.tn}_k${t.kf}_b${t.buffers}_p${t.pad}_${keyShape(s, this.pad, false)}${geometryKey(this.fragments.g)}`;
   }
 
   /** Copy of one operand's tile (rows x cols halves, cols contiguous in storage) into workgroup memory through registers. */
@@ -867,19 +875,20 @@ export class StagedF16GemmProgram extends PaddedGemmProgram {
     const { aStride, aSize, bStride, bSize } = stagedLayout(t, s);
     const A = s.transposeA ? this.copy("a", bk, bm, "k0", "m0", "mP", aStride) : this.copy("a", bm, bk, "m0", "k0", "kP", aStride);
     const B = s.transposeB ? this.copy("b", bn, bk, "n0", "k0", "kP", bStride) : this.copy("b", bk, bn, "k0", "n0", "nP", bStride);
+    const F = this.fragments;
     const aFrag = (i: number) => s.transposeA
-      ? `subgroupMatrixLoad<${FRAG_L}, col_major>(&As, cur * ${aSize}u + kk * ${16 * aStride}u + sgRow + ${i * 16}u, ${aStride}u)`
-      : `subgroupMatrixLoad<${FRAG_L}, row_major>(&As, cur * ${aSize}u + (sgRow + ${i * 16}u) * ${aStride}u + kk * 16u, ${aStride}u)`;
+      ? F.load("let", `fa${i}`, "left", "&As", `cur * ${aSize}u + kk * ${16 * aStride}u + sgRow + ${i * 16}u`, `${aStride}u`, "col_major")
+      : F.load("let", `fa${i}`, "left", "&As", `cur * ${aSize}u + (sgRow + ${i * 16}u) * ${aStride}u + kk * 16u`, `${aStride}u`, "row_major");
     const bFrag = (j: number) => s.transposeB
-      ? `subgroupMatrixLoad<${FRAG_R}, col_major>(&Bs, cur * ${bSize}u + (sgCol + ${j * 16}u) * ${bStride}u + kk * 16u, ${bStride}u)`
-      : `subgroupMatrixLoad<${FRAG_R}, row_major>(&Bs, cur * ${bSize}u + kk * ${16 * bStride}u + sgCol + ${j * 16}u, ${bStride}u)`;
+      ? F.load("let", `fb${j}`, "right", "&Bs", `cur * ${bSize}u + (sgCol + ${j * 16}u) * ${bStride}u + kk * 16u`, `${bStride}u`, "col_major")
+      : F.load("let", `fb${j}`, "right", "&Bs", `cur * ${bSize}u + kk * ${16 * bStride}u + sgCol + ${j * 16}u`, `${bStride}u`, "row_major");
     const acc: string[] = [], macs: string[] = [], store: string[] = [];
-    for (let i = 0; i < t.tm; i++) for (let j = 0; j < t.tn; j++) acc.push(`var c${i}_${j} : ${FRAG_C};`);
-    for (let i = 0; i < t.tm; i++) macs.push(`let fa${i} = ${aFrag(i)};`);
-    for (let j = 0; j < t.tn; j++) macs.push(`let fb${j} = ${bFrag(j)};`);
-    for (let i = 0; i < t.tm; i++) for (let j = 0; j < t.tn; j++) macs.push(`c${i}_${j} = subgroupMatrixMultiplyAccumulate(fa${i}, fb${j}, c${i}_${j});`);
+    for (let i = 0; i < t.tm; i++) for (let j = 0; j < t.tn; j++) acc.push(F.declareResult(`c${i}_${j}`));
+    for (let i = 0; i < t.tm; i++) macs.push(aFrag(i));
+    for (let j = 0; j < t.tn; j++) macs.push(bFrag(j));
+    for (let i = 0; i < t.tm; i++) for (let j = 0; j < t.tn; j++) macs.push(F.multiplyAccumulate(`c${i}_${j}`, `fa${i}`, `fb${j}`));
     for (let i = 0; i < t.tm; i++) for (let j = 0; j < t.tn; j++) {
-      store.push(`subgroupMatrixStore<row_major>(&result, cOff + (m0 + sgRow + ${i * 16}u) * nP + n0 + sgCol + ${j * 16}u, c${i}_${j}, nP);`);
+      store.push(F.store("&result", `cOff + (m0 + sgRow + ${i * 16}u) * nP + n0 + sgCol + ${j * 16}u`, "nP", `c${i}_${j}`));
     }
     const compute = `for (var kk = 0u; kk < ${t.kf}u; kk = kk + 1u) {
             ${macs.join("\n            ")}
@@ -917,7 +926,7 @@ export class StagedF16GemmProgram extends PaddedGemmProgram {
         let tid = localIndex;
         if (tid == 0u) { wgShared = workgroupId; }
         let wid = workgroupUniformLoad(&wgShared);
-        let sg = tid / 32u;${extentLines()}
+        let sg = tid / ${F.subgroupSize}u;${extentLines()}
         let m0 = wid.y * ${bm}u;
         let n0 = wid.x * ${bn}u;
         let sgRow = (sg / ${t.sgN}u) * ${16 * t.tm}u;

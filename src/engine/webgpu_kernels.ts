@@ -38,7 +38,8 @@ const state: {
 } = { precision: "f32", installed: false, tile: { ...DEFAULT_TILE, buffers: 1 }, direct: DEFAULT_DIRECT_TILE, packMin: 256, calls: 0, fallbacks: 0 };
 
 /** What the tensor-core path needs of the adapter, filled in by webgpu.ts. */
-export const tensorCoreSupport = { available: false, reason: "the WebGPU backend was not initialised" };
+/** Whether the adapter runs the tensor-core kernels; `fragments` says in which fragment shape (subgroup_fragments.ts). */
+export const tensorCoreSupport = { available: false, reason: "the WebGPU backend was not initialised", fragments: "" };
 
 export function matmulPrecision(): MatmulPrecision { return state.precision; }
 

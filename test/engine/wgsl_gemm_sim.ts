@@ -201,11 +201,18 @@ export function parseKernel(code: string): ParsedKernel {
 
 // ---- values and memory ----------------------------------------------------------------------
 
-/** A subgroup matrix value (16 x 16, row r column c at r * 16 + c), shared by the lanes of its subgroup. */
+/** A subgroup matrix value (side x side, row r column c at r * side + c), shared by the lanes of its subgroup. */
 class Frag {
   static next = 0;
   readonly id = Frag.next++;
-  constructor(readonly role: string, readonly data: Float64Array) {}
+  constructor(readonly role: string, readonly data: Float64Array, readonly side: number) {}
+}
+
+/** The side of a square subgroup-matrix type, `subgroup_matrix_left<f16, 16, 16>` -> 16. */
+function sideOf(type: string): number {
+  const m = /^subgroup_matrix_\w+<\s*\w+\s*,\s*(\d+)\s*,\s*(\d+)\s*>/.exec(type);
+  if (!m || m[1] !== m[2]) throw new Error(`wgsl sim: subgroup-matrix type ${type} is not square`);
+  return Number(m[1]);
 }
 
 interface WgArray { name: string; length: number; data: Val[]; written: Uint8Array; wPhase: Int32Array; wAgent: Int32Array; rPhase: Int32Array; rAgent: Int32Array }
@@ -223,6 +230,8 @@ export interface SimProblem {
   dispatch: [number, number, number]; lanes: number;
   uniforms: Record<string, number>;
   a: StorageBuf; b: StorageBuf; result: StorageBuf;
+  /** lanes a subgroup (32 unless given) */
+  subgroupSize?: number;
 }
 
 export interface SimReport {
@@ -291,7 +300,7 @@ function runWorkgroup(k: ParsedKernel, prob: SimProblem, wgId: [number, number, 
   const fragIndex = (offset: number, stride: number, colMajor: boolean, r: number, c: number) => (colMajor ? offset + c * stride + r : offset + r * stride + c);
 
   interface Inv { tid: number; sg: number; seq: number; scope: Scope }
-  const lanes = prob.lanes;
+  const lanes = prob.lanes, SG = prob.subgroupSize ?? 32;
 
   const evalE = (e: Expr, inv: Inv): Val => {
     switch (e.k) {
@@ -356,7 +365,7 @@ function runWorkgroup(k: ParsedKernel, prob: SimProblem, wgId: [number, number, 
     const got = sgOps.get(key);
     if (!got) { const value = run(); sgOps.set(key, { sig, value, seen: 1 }); return value; }
     if (got.sig !== sig) err(`${where}: subgroup ${inv.sg}: invocation ${inv.tid} passed ${sig}, its subgroup ${got.sig} (non-uniform subgroup-matrix arguments)`);
-    if (++got.seen === Math.min(32, lanes - inv.sg * 32)) sgOps.delete(key);
+    if (++got.seen === Math.min(SG, lanes - inv.sg * SG)) sgOps.delete(key);
     return got.value;
   };
 
@@ -384,17 +393,17 @@ function runWorkgroup(k: ParsedKernel, prob: SimProblem, wgId: [number, number, 
         if (e.targs[1] !== "col_major" && e.targs[1] !== "row_major") throw new Error(`wgsl sim: layout ${e.targs[1]}`);
         return sgOp(inv, `load ${role} ${p.ref} ${offset} ${stride} ${colMajor}`, () => {
           stats.matrixLoads++;
-          const data = new Float64Array(256), name: string = p.ref;
+          const n = sideOf(e.targs[0]!), data = new Float64Array(n * n), name: string = p.ref;
           const arr = wg.get(name);
           const len = arr ? arr.length : storage[name]!.data.length;
-          if (offset + 15 * stride + 16 > len) err(`${where}: subgroupMatrixLoad(&${name}, ${offset}, stride ${stride}): Tint's robustness predicate fails (end ${offset + 15 * stride + 16} > ${len}): zeros under robustness, out of bounds without`);
-          for (let r = 0; r < 16; r++) for (let c = 0; c < 16; c++) {
+          if (offset + (n - 1) * stride + n > len) err(`${where}: subgroupMatrixLoad(&${name}, ${offset}, stride ${stride}): Tint's robustness predicate fails (end ${offset + (n - 1) * stride + n} > ${len}): zeros under robustness, out of bounds without`);
+          for (let r = 0; r < n; r++) for (let c = 0; c < n; c++) {
             const i = fragIndex(offset, stride, colMajor, r, c);
-            if (arr) { if (wgAccess(arr, i, false, SG_AGENT + inv.sg, `subgroupMatrixLoad by subgroup ${inv.sg}`)) data[r * 16 + c] = arr.data[i] ?? 0; }
+            if (arr) { if (wgAccess(arr, i, false, SG_AGENT + inv.sg, `subgroupMatrixLoad by subgroup ${inv.sg}`)) data[r * n + c] = arr.data[i] ?? 0; }
             else if (storage[name]!.view !== "f16" || !k.f16Bindings.includes(name)) throw new Error(`wgsl sim: subgroupMatrixLoad from storage ${name} that is not f16`);
-            else if (storageIndex(name, i, len, "subgroupMatrixLoad")) data[r * 16 + c] = storage[name]!.data[i]!;
+            else if (storageIndex(name, i, len, "subgroupMatrixLoad")) data[r * n + c] = storage[name]!.data[i]!;
           }
-          return new Frag(role, data);
+          return new Frag(role, data, n);
         });
       }
       case "subgroupMatrixStore": {
@@ -404,13 +413,14 @@ function runWorkgroup(k: ParsedKernel, prob: SimProblem, wgId: [number, number, 
           stats.matrixStores++;
           const name: string = p.ref, arr = wg.get(name);
           const len = arr ? arr.length : storage[name]!.data.length;
-          if (offset + 15 * stride + 16 > len) err(`${where}: subgroupMatrixStore(&${name}, ${offset}, stride ${stride}): Tint's robustness predicate fails (end ${offset + 15 * stride + 16} > ${len})`);
-          for (let r = 0; r < 16; r++) for (let c = 0; c < 16; c++) {
+          const n: number = m.side;
+          if (offset + (n - 1) * stride + n > len) err(`${where}: subgroupMatrixStore(&${name}, ${offset}, stride ${stride}): Tint's robustness predicate fails (end ${offset + (n - 1) * stride + n} > ${len})`);
+          for (let r = 0; r < n; r++) for (let c = 0; c < n; c++) {
             const i = fragIndex(offset, stride, colMajor, r, c);
-            if (arr) { if (wgAccess(arr, i, true, SG_AGENT + inv.sg, `subgroupMatrixStore by subgroup ${inv.sg}`)) arr.data[i] = m.data[r * 16 + c]; }
+            if (arr) { if (wgAccess(arr, i, true, SG_AGENT + inv.sg, `subgroupMatrixStore by subgroup ${inv.sg}`)) arr.data[i] = m.data[r * n + c]; }
             else if (storageIndex(name, i, len, "subgroupMatrixStore")) {
               if (name !== "result") throw new Error(`wgsl sim: store into read-only ${name}`);
-              storage[name]!.data[i] = m.data[r * 16 + c];
+              storage[name]!.data[i] = m.data[r * n + c];
             }
           }
           return null;
@@ -420,13 +430,15 @@ function runWorkgroup(k: ParsedKernel, prob: SimProblem, wgId: [number, number, 
       case "subgroupMatrixMultiplyAccumulate": {
         const [fa, fb, fc] = args();
         return sgOp(inv, `mma ${fa.id} ${fb.id} ${fc.id}`, () => {
+          const n: number = fc.side;
+          if (fa.side !== n || fb.side !== n) err(`${where}: subgroupMatrixMultiplyAccumulate of sides ${fa.side}, ${fb.side}, ${n}`);
           const out = Float64Array.from(fc.data as Float64Array);
-          for (let r = 0; r < 16; r++) for (let c = 0; c < 16; c++) {
+          for (let r = 0; r < n; r++) for (let c = 0; c < n; c++) {
             let s = 0;
-            for (let q = 0; q < 16; q++) s += fa.data[r * 16 + q] * fb.data[q * 16 + c];
-            out[r * 16 + c] += s;
+            for (let q = 0; q < n; q++) s += fa.data[r * n + q] * fb.data[q * n + c];
+            out[r * n + c] += s;
           }
-          return new Frag("subgroup_matrix_result", out);
+          return new Frag("subgroup_matrix_result", out, n);
         });
       }
     }
@@ -447,7 +459,7 @@ function runWorkgroup(k: ParsedKernel, prob: SimProblem, wgId: [number, number, 
           }
           let v: Val;
           if (s.init) v = evalE(s.init, inv);
-          else if (s.type?.startsWith("subgroup_matrix")) v = sgOp(inv, `zero ${s.type}`, () => new Frag(s.type!.replace(/<.*/, ""), new Float64Array(256)));
+          else if (s.type?.startsWith("subgroup_matrix")) v = sgOp(inv, `zero ${s.type}`, () => new Frag(s.type!.replace(/<.*/, ""), new Float64Array(sideOf(s.type!) ** 2), sideOf(s.type!)));
           else if (s.type?.startsWith("array<")) v = [];
           else v = 0;
           inv.scope.set(s.n, v);
@@ -508,7 +520,7 @@ function runWorkgroup(k: ParsedKernel, prob: SimProblem, wgId: [number, number, 
 
   const invs: Inv[] = [], gens: Generator<"barrier", void, void>[] = [];
   for (let tid = 0; tid < lanes; tid++) {
-    const inv: Inv = { tid, sg: Math.floor(tid / 32), seq: 0, scope: new Scope(null) };
+    const inv: Inv = { tid, sg: Math.floor(tid / SG), seq: 0, scope: new Scope(null) };
     invs.push(inv);
     gens.push(exec(k.body, inv));
   }
@@ -559,6 +571,7 @@ function agentName(a: number): string {
 // ---- a product to run a padded-operand kernel on ----------------------------------------------
 
 import { GemmProgram, fitTile, operandFormat, type GemmShape, type GemmTile, type OperandFormat, type PaddedGemmKernel } from "../../src/engine/webgpu_gemm.js";
+import { fragmentGeometry } from "../../src/engine/subgroup_fragments.js";
 
 /** Small integers from a fixed seed (exact in f16, and so are the products' sums). */
 function ints(n: number, seed: number): Float64Array {
@@ -599,7 +612,7 @@ export function runKernel(kernel: PaddedGemmKernel, s: GemmShape, edit: (code: s
   const uniforms: Record<string, number> = {};
   names.forEach((n, i) => { uniforms[n] = vals[i]!.data[0] as number; });
   const f16 = /verl-f16-bindings: a,b\n/.test(code);
-  const rep = simulate(code, { dispatch: prog.dispatch, lanes: prog.workgroupSize[0] * prog.workgroupSize[1] * prog.workgroupSize[2], uniforms, a: { view: f16 ? "f16" : "words8", data: a }, b: { view: f16 ? "f16" : "words8", data: b }, result: { view: "f32", data: result } });
+  const rep = simulate(code, { dispatch: prog.dispatch, lanes: prog.workgroupSize[0] * prog.workgroupSize[1] * prog.workgroupSize[2], uniforms, a: { view: f16 ? "f16" : "words8", data: a }, b: { view: f16 ? "f16" : "words8", data: b }, result: { view: "f32", data: result }, subgroupSize: fragmentGeometry().subgroupSize });
   return { ...rep, ...compare(splits > 1 ? sumParts(result, s.batch, splits, mP * nP) : result, A, B, s, mP, nP), code, splits };
 }
 
@@ -634,7 +647,7 @@ export function runFirstStaged(tile: GemmTile, s: GemmShape, packed: boolean): K
   const result = new Float64Array(s.batch * s.m * s.n).fill(NaN);
   const names = [...prog.uniforms.matchAll(/(\w+)\s*:\s*i32/g)].map((m) => m[1]!), vals = prog.uniformValues(), uniforms: Record<string, number> = {};
   names.forEach((n, i) => { uniforms[n] = vals[i]!.data[0] as number; });
-  const rep = simulate(code, { dispatch: prog.dispatch, lanes: prog.workgroupSize[0], uniforms, a: { view: view(fa), data: a }, b: { view: view(fb), data: b }, result: { view: "f32", data: result } });
+  const rep = simulate(code, { dispatch: prog.dispatch, lanes: prog.workgroupSize[0], uniforms, a: { view: view(fa), data: a }, b: { view: view(fb), data: b }, result: { view: "f32", data: result }, subgroupSize: fragmentGeometry().subgroupSize });
   return { ...rep, ...compare(result, A, B, s, s.m, s.n), code, splits: 1 };
 }
 
