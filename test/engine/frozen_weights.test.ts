@@ -53,7 +53,10 @@ test("LoRA's fused base weights packed once: same values and gradients as the pe
   const N = 300, inF = 256, outs = [256, 128, 128], r = 8;
   let seed = 1;
   const rnd = (shape: number[], s = 0.05) => tf.randomNormal(shape, 0, s, "float32", seed++);
-  const ws = outs.map((o) => tf.variable(rnd([o, inF]) as tf.Tensor2D, false));
+  // variables that alone hold their data (tf.variable shares its initial tensor's): assigning new
+  // data then releases the old, which is what frees the old stack's words
+  const frozen = (t: tf.Tensor) => { const v = tf.variable(t as tf.Tensor2D, false); t.dispose(); return v; };
+  const ws = outs.map((o) => frozen(rnd([o, inF])));
   const as = outs.map(() => tf.variable(rnd([r, inF], 0.2) as tf.Tensor2D));
   const bs = outs.map((o) => tf.variable(rnd([o, r], 0.2) as tf.Tensor2D));
   const x = rnd([N, inF], 1) as tf.Tensor2D, dy = rnd([N, outs.reduce((p, q) => p + q, 0)], 1);
