@@ -552,7 +552,7 @@ async function kernelTimes(a: Args): Promise<void> {
 async function main(): Promise<void> {
   const a = parseArgs(process.argv.slice(2));
   const backend = await initBackend("webgpu");
-  if (a.assumeTensorCores) Object.assign(tensorCoreSupport, { available: true, reason: "" });
+  if (a.assumeTensorCores) Object.assign(tensorCoreSupport, { available: true, reason: "", fragments: "assumed: 16x16x16, subgroups of 32" });
   if (backend === "webgpu") emit("webgpu", {}, { summary: webGpuSummary() });
   emit("backend", {}, { backend, submit_batch: tf.env().get("WEBGPU_DEFERRED_SUBMIT_BATCH_SIZE"), dawn_flags: process.env.VERL_DAWN_FLAGS ?? "enable-dawn-features=skip_validation" });
   if (a.only.has("adapter")) await part("adapter", adapterInfo);

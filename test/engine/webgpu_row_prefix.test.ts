@@ -8,12 +8,18 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import * as tf from "@tensorflow/tfjs";
 import { dispatches, hostRows, relToHost, webgpuOrReason } from "./webgpu_adapter.js";
-import { setMatmulPrecision, tensorCoreSupport, withRowPrefix } from "../../src/engine/webgpu_kernels.js";
+import { packedWeightCache, setMatmulPrecision, tensorCoreSupport, withRowPrefix } from "../../src/engine/webgpu_kernels.js";
 
 test("a row-padded product is a prefix view: right values, exact read-back size, usable downstream, one dispatch fewer than slicing", async (t) => {
   const why = await webgpuOrReason();
   if (why) return t.skip(why);
   if (!tensorCoreSupport.available) return t.skip(`no tensor cores on this adapter (${tensorCoreSupport.reason})`);
+  // every product packs its own operands here: with shared activation copies on, the sliced product
+  // found the view's copies and took two dispatches fewer, not one more (first seen on lavapipe;
+  // shared copies are test/engine/webgpu_operand_cache.test.ts's)
+  const cache = packedWeightCache(tf.backend() as unknown as Parameters<typeof packedWeightCache>[0]), bound = cache?.activationBytes ?? 0;
+  if (cache) cache.activationBytes = 0;
+  t.after(() => { if (cache) cache.activationBytes = bound; });
   // x W^T with 200 rows (padded to 256) and 256 output columns (no column padding); and x W (NN)
   const cases: { what: string; a: [number, number]; b: [number, number]; tb: boolean }[] = [
     { what: "x W^T, 200 x 256, K 96", a: [200, 96], b: [256, 96], tb: true },
