@@ -2,6 +2,7 @@ import { hoistDirectives, rewriteF16Bindings } from "./webgpu_gemm.js";
 import { tensorCoreSupport } from "./webgpu_kernels.js";
 import { setFragmentGeometry } from "./subgroup_fragments.js";
 import { cacheBindGroups } from "./bind_group_cache.js";
+import { insideNativeCall } from "../single_controller/heartbeat.js";
 
 // WebGPU through Dawn (the `webgpu` npm package). navigator.gpu must exist before
 // @tensorflow/tfjs-backend-webgpu is evaluated, or the backend never registers.
@@ -129,7 +130,10 @@ function tensorCoreDevices(gpu: GpuLike): void {
       webGpuInfo.requested = [...(d.requiredFeatures ?? []).flat(), ...extra];
       const dev = (await device({ ...d, requiredFeatures: [...(d.requiredFeatures ?? []), ...extra] })) as DeviceLike;
       const create = dev.createShaderModule.bind(dev);
-      dev.createShaderModule = (desc: { code: string }) => create({ ...desc, code: rewriteF16Bindings(hoistDirectives(desc.code)) });
+      dev.createShaderModule = (desc: { code: string }) => insideNativeCall(() => create({ ...desc, code: rewriteF16Bindings(hoistDirectives(desc.code)) }));
+      // tfjs compiles synchronously: a rank thread blocked in Dawn's compiler cannot tick its heartbeat
+      const compile = dev.createComputePipeline?.bind(dev);
+      if (compile) dev.createComputePipeline = (d: unknown) => insideNativeCall(() => compile(d));
       cacheBindGroups(dev as unknown as Parameters<typeof cacheBindGroups>[0], (globalThis as { GPUBuffer?: Parameters<typeof cacheBindGroups>[1] }).GPUBuffer);
       return dev;
     };
@@ -143,7 +147,7 @@ interface AdapterLike {
   info?: unknown;
   requestDevice(d?: { requiredFeatures?: string[]; requiredLimits?: Record<string, number> }): Promise<unknown>;
 }
-interface DeviceLike { createShaderModule(d: { code: string }): unknown }
+interface DeviceLike { createShaderModule(d: { code: string }): unknown; createComputePipeline?(d: unknown): unknown }
 interface GpuLike { requestAdapter(o?: object): Promise<AdapterLike | null> }
 
 /**

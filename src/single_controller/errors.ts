@@ -50,11 +50,13 @@ export class WorkerDiedError extends Error {
  */
 export class WorkerUnresponsiveError extends WorkerDiedError {
   override name = "WorkerUnresponsiveError";
-  constructor(rank: number, method: string, readonly silentMs: number) {
-    super(rank, `no progress for ${silentMs / 1000} s`, undefined, method);
+  /** silentMs: trainer.heartbeat_timeout; grace: how many of it the rank had (more inside a marked native call, heartbeat.ts) */
+  constructor(rank: number, method: string, readonly silentMs: number, grace = 1) {
+    super(rank, `no progress for ${(grace * silentMs) / 1000} s`, undefined, method);
     this.message =
-      `rank ${rank} stopped responding during ${method}: no progress for ${silentMs / 1000} s ` +
-      `(trainer.heartbeat_timeout=${silentMs / 1000}); its thread was terminated and the worker group is failed`;
+      `rank ${rank} stopped responding during ${method}: no progress for ${(grace * silentMs) / 1000} s ` +
+      (grace > 1 ? `inside a native call (a GPU pipeline compile), ${grace} x trainer.heartbeat_timeout=${silentMs / 1000}` : `(trainer.heartbeat_timeout=${silentMs / 1000})`) +
+      `; its thread was terminated and the worker group is failed`;
     this.stack = `${this.name}: ${this.message}`;
   }
 }

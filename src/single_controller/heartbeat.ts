@@ -5,6 +5,12 @@
 // call for longer than the heartbeat timeout. A busy loop cannot answer a message,
 // but it also stops the counter, which the driver can read without its help.
 //
+// A long native call cannot tick either: Dawn compiling a pipeline (seconds on a software
+// Vulkan, lavapipe) blocks the thread inside one C++ call. insideNativeCall() marks such calls in
+// a second counter per rank, and the watchdog then allows NATIVE_CALL_GRACE times the timeout:
+// a rank stopped there would be terminated mid-call, which aborts the whole process (exit 134)
+// instead of failing the pool with the rank's error.
+//
 // VERL_HEARTBEAT_STATS=1 also records, per rank thread, the longest gap between two
 // ticks and the peak V8 heap, logged when the pool shuts down: the figures the
 // default trainer.heartbeat_timeout and trainer.rank_heap_limit_mb are set from
@@ -13,17 +19,27 @@ import { getHeapStatistics } from "node:v8";
 
 let counters: Int32Array | undefined;
 let slot = 0;
+let ranks = 0;
+
+/** How many timeouts a rank inside a marked native call gets before the watchdog fails it. */
+export const NATIVE_CALL_GRACE = 10;
 const stats = { on: false, last: 0, longestGapMs: 0, peakHeapMb: 0 };
 
-/** Shared counters for a pool of `worldSize` ranks. */
+/** Shared counters for a pool of `worldSize` ranks: progress at [rank], native-call depth at [worldSize + rank]. */
 export function createHeartbeatBuffer(worldSize: number): SharedArrayBuffer {
-  return new SharedArrayBuffer(4 * worldSize);
+  return new SharedArrayBuffer(8 * worldSize);
+}
+
+/** Whether `rank` is inside a native call marked by insideNativeCall (read by the watchdog). */
+export function inNativeCall(view: Int32Array, rank: number): boolean {
+  return Atomics.load(view, view.length / 2 + rank) > 0;
 }
 
 /** Called once per rank thread by the pool runtime. */
 export function attachHeartbeat(buffer: SharedArrayBuffer, rank: number, env: NodeJS.ProcessEnv = process.env): void {
   counters = new Int32Array(buffer);
   slot = rank;
+  ranks = counters.length / 2;
   stats.on = env.VERL_HEARTBEAT_STATS === "1";
   stats.last = performance.now();
 }
@@ -36,6 +52,19 @@ export function heartbeat(): void {
     const now = performance.now();
     if (now - stats.last > stats.longestGapMs) stats.longestGapMs = now - stats.last;
     stats.last = now;
+  }
+}
+
+/** Runs `fn`, a synchronous call into native code that may take long (a pipeline compile), marked for the watchdog. */
+export function insideNativeCall<T>(fn: () => T): T {
+  if (!counters) return fn();
+  heartbeat();
+  Atomics.add(counters, ranks + slot, 1);
+  try {
+    return fn();
+  } finally {
+    Atomics.sub(counters, ranks + slot, 1);
+    heartbeat();
   }
 }
 

@@ -15,5 +15,5 @@ export { DataProtoFuture } from "./future.js";
 export { Collective, DEFAULT_COLLECTIVE_TIMEOUT_MS } from "./collective.js";
 export type { ReduceOp, CollectiveOptions, RankCollective } from "./collective.js";
 export { WorkerError, WorkerDiedError, WorkerUnresponsiveError, CollectiveError, WorkerGroupClosedError } from "./errors.js";
-export { heartbeat } from "./heartbeat.js";
+export { heartbeat, insideNativeCall } from "./heartbeat.js";
 export type { RemoteErrorInfo } from "./errors.js";

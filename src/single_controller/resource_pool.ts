@@ -16,7 +16,7 @@ import { Piscina } from "piscina";
 import type { ResourceLimits } from "node:worker_threads";
 import { Collective, createCollectiveBuffers, type CollectiveBuffers, type CollectiveOptions } from "./collective.js";
 import { WorkerDiedError, WorkerGroupClosedError, WorkerUnresponsiveError } from "./errors.js";
-import { createHeartbeatBuffer } from "./heartbeat.js";
+import { NATIVE_CALL_GRACE, createHeartbeatBuffer, inNativeCall } from "./heartbeat.js";
 import type { HostLayout } from "./distributed/host_collective.js";
 import type { Task, TaskResult, ThreadInit } from "./messages.js";
 import { logger } from "../utils/logger.js";
@@ -367,9 +367,10 @@ export class ResourcePool {
       const last = this.lastBeat[rank]!;
       if (count !== last.count || this.outstanding[rank]!.length === 0) {
         this.lastBeat[rank] = { count, at: now };
-      } else if (now - last.at >= this.heartbeatTimeoutMs) {
+      } else if (now - last.at >= this.heartbeatTimeoutMs * (inNativeCall(this.heartbeats, rank) ? NATIVE_CALL_GRACE : 1)) {
         const method = this.outstanding[rank]![0]!;
-        this.failWith(new WorkerUnresponsiveError(rank, method, this.heartbeatTimeoutMs), `rank ${rank} stopped responding during ${method}`);
+        const grace = inNativeCall(this.heartbeats, rank) ? NATIVE_CALL_GRACE : 1;
+        this.failWith(new WorkerUnresponsiveError(rank, method, this.heartbeatTimeoutMs, grace), `rank ${rank} stopped responding during ${method}`);
         return;
       }
     }

@@ -5,6 +5,7 @@ import { fileURLToPath } from "node:url";
 import {
   ClassWithInitArgs, WorkerDiedError, WorkerError, WorkerGroup, WorkerGroupClosedError, WorkerUnresponsiveError,
 } from "../../src/single_controller/index.js";
+import { NATIVE_CALL_GRACE } from "../../src/single_controller/heartbeat.js";
 import type { EchoWorker } from "./fixtures/workers.js";
 import { fixture, waitFor, withPool } from "./helpers.js";
 
@@ -154,6 +155,24 @@ test("a long call that reports progress is not mistaken for a stuck one", async 
     assert.deepEqual(await wg.slowRank(2500), [0, 1]);
     assert.ok(pool.alive);
   });
+});
+
+test("a rank blocked in a marked native call (a pipeline compile) gets NATIVE_CALL_GRACE timeouts, then fails naming the native call", async () => {
+  await withPool({ worldSize: 2, heartbeatTimeoutMs: 300 }, async (pool) => {
+    const wg = await WorkerGroup.create<EchoWorker>(pool, echo());
+    // 1.5 s without a tick: five timeouts, within the grace (the same block outside a native call fails, test above)
+    assert.deepEqual(await wg.blockedInNativeCall(1500), [0, 1]);
+    assert.ok(pool.alive);
+    const t0 = Date.now();
+    await assert.rejects(wg.blockedInNativeCall(-1).get(), (e: Error) => {
+      assert.ok(e instanceof WorkerUnresponsiveError, `${e.name}: ${e.message}`);
+      assert.match(e.message, new RegExp(`no progress for ${(0.3 * NATIVE_CALL_GRACE).toFixed(0)} s inside a native call`));
+      return true;
+    });
+    const took = Date.now() - t0;
+    assert.ok(took >= 300 * NATIVE_CALL_GRACE && took < 300 * NATIVE_CALL_GRACE + 5000, `failed after ${took} ms`);
+    assert.equal(pool.alive, false);
+  }, 20_000);
 });
 
 test("the first failure is reported at once: a healthy rank's collective timeout does not wait for a stuck peer", async () => {
