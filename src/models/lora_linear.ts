@@ -326,10 +326,18 @@ function batchedLoraLinear(x: tf.Tensor2D, blocks: LoraBlock[], scale: number, p
 
 /**
  * Whether LoRA runs on merged weights (mergedLoraLinear): on WebGPU, where an update is bound by
- * the host's cost per dispatch, when VERL_LORA_MERGED=1.
+ * the host's cost per dispatch, unless VERL_LORA_MERGED=0 (docs/gpu.md: merged was faster at
+ * every steady step on the H100, and within the tensor cores' rounding of the unmerged form).
  */
 export function mergesAdapters(): boolean {
-  return process.env.VERL_LORA_MERGED === "1" && tf.getBackend() === "webgpu";
+  return parseLoraMerged(process.env.VERL_LORA_MERGED) && tf.getBackend() === "webgpu";
+}
+
+/** VERL_LORA_MERGED: 1 (or unset) merged weights on WebGPU, 0 the unmerged form; anything else is an error. */
+export function parseLoraMerged(v: string | undefined): boolean {
+  if (v === undefined || v === "" || v === "1") return true;
+  if (v === "0") return false;
+  throw new Error(`VERL_LORA_MERGED=${v}: expected 1 (LoRA on merged weights, the default on WebGPU) or 0 (the unmerged form)`);
 }
 
 /**

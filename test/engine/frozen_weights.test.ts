@@ -14,6 +14,9 @@ import { frozenStackCounts } from "../../src/engine/frozen_weights.js";
 import { onRelease } from "../../src/engine/data_release.js";
 import { loraLinear, type LoraBlock } from "../../src/models/lora_linear.js";
 
+// These tests look inside LoRA's unmerged form; the merged one, WebGPU's default, is test/models/lora_merged.test.ts's.
+process.env.VERL_LORA_MERGED = "0";
+
 test("a weight's two product layouts share packed words only where both pad alike", () => {
   const t = DEFAULT_DIRECT_TILE; // n pads to 128, k to 16
   assert.equal(layoutsShareWords(1152, 896, t), true, "the 0.5B q/k/v stack");

@@ -11,6 +11,9 @@ import { THIN_F32_MAX_K, parseThinPolicy, setMatmulPrecision, setThinPolicy, ten
 import { THIN_SIDE, type GemmShape } from "../../src/engine/webgpu_gemm.js";
 import { loraLinear } from "../../src/models/lora_linear.js";
 
+// These tests look inside LoRA's unmerged form; the merged one, WebGPU's default, is test/models/lora_merged.test.ts's.
+process.env.VERL_LORA_MERGED = "0";
+
 const shape = (m: number, n: number, k: number): GemmShape => ({ batch: 1, m, n, k, transposeA: false, transposeB: true, batchA: 1, batchB: 1 });
 
 test("VERL_GEMM_THIN: tc by default, f32 on request, anything else an error naming the variable", () => {

@@ -12,6 +12,9 @@ import { initModel } from "../../src/models/init.js";
 import { LoraAdapter } from "../../src/models/lora.js";
 import { Rng } from "../../src/utils/rng.js";
 
+// Its LoRA counts are the unmerged form's; the merged one, WebGPU's default, is test/models/lora_merged.test.ts's.
+process.env.VERL_LORA_MERGED = "0";
+
 const withCopies = <T>(on: boolean, fn: () => T): T => {
   const before = process.env.VERL_FLAT_BY_COPIES;
   process.env.VERL_FLAT_BY_COPIES = on ? "1" : "0";

@@ -12,6 +12,9 @@ import { initModel } from "../../src/models/init.js";
 import { LoraAdapter } from "../../src/models/lora.js";
 import { Rng } from "../../src/utils/rng.js";
 
+// Its LoRA counts are the unmerged form's; the merged one, WebGPU's default, is test/models/lora_merged.test.ts's.
+process.env.VERL_LORA_MERGED = "0";
+
 const L = (rowsP: number, colsP: number, batch = 1, base = "f16:1:100x256"): OperandLayout => ({ base, batch, rowsP, colsP });
 
 test("activation copies: kept per layout, a wider-rowed copy serves a narrower layout, least recently used out past the bound, freed with their data", async () => {

@@ -7,7 +7,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import * as tf from "@tensorflow/tfjs";
 import { dispatches, relErr, webgpuOrReason } from "../engine/webgpu_adapter.js";
-import { loraLinear, mergesAdapters } from "../../src/models/lora_linear.js";
+import { loraLinear, mergesAdapters, parseLoraMerged } from "../../src/models/lora_linear.js";
 import { setMatmulPrecision, tensorCoreSupport } from "../../src/engine/webgpu_kernels.js";
 
 /** A 2-D variable that alone holds its data (tf.variable shares its initial tensor's), as a model's weights do. */
@@ -22,6 +22,14 @@ function withMerged<T>(on: boolean, fn: () => T): T {
   process.env.VERL_LORA_MERGED = on ? "1" : "0";
   try { return fn(); } finally { if (prev === undefined) delete process.env.VERL_LORA_MERGED; else process.env.VERL_LORA_MERGED = prev; }
 }
+
+test("VERL_LORA_MERGED: merged weights unless 0 (WebGPU only); any other value is an error naming the variable", () => {
+  assert.equal(parseLoraMerged(undefined), true);
+  assert.equal(parseLoraMerged("1"), true);
+  assert.equal(parseLoraMerged("0"), false);
+  assert.throws(() => parseLoraMerged("yes"), /VERL_LORA_MERGED=yes: expected 1 .* or 0/);
+  if (tf.getBackend() !== "webgpu") assert.equal(mergesAdapters(), false); // the CPU keeps the unmerged form
+});
 
 test("LoRA on merged weights: the unmerged form's value and gradients, the merge made once per adapter version, fewer dispatches, nothing left", async (t) => {
   const why = await webgpuOrReason();
