@@ -74,12 +74,12 @@ export async function initBackend(requested: BackendName | string = "auto"): Pro
   if (!ok) throw new Error(`engine backend '${name}' failed to initialise`);
   await tf.ready();
   if (name === "webgpu") {
-    const { capFreeBufferPool, freePoolCapBytes, nvidiaGpuMemoryBytes, exactReadBack } = await import("./webgpu_buffer_pool.js");
+    const { capFreeBufferPool, freePoolLimits, nvidiaGpuMemoryBytes, exactReadBack } = await import("./webgpu_buffer_pool.js");
     const env = process.env.VERL_WEBGPU_FREE_POOL_MB;
     // every rank thread of a host shares its one GPU (Dawn cannot pick among identical ones): a share each
     const ranks = Math.max(1, Math.floor(Number(process.env.LOCAL_WORLD_SIZE)) || 1), gpu = env ? undefined : nvidiaGpuMemoryBytes();
-    const cap = freePoolCapBytes(env, gpu === undefined ? undefined : gpu / ranks);
-    capFreeBufferPool((tf.backend() as unknown as { bufferManager: Parameters<typeof capFreeBufferPool>[0] }).bufferManager, cap);
+    const limits = freePoolLimits(env, gpu === undefined ? undefined : gpu / ranks);
+    capFreeBufferPool((tf.backend() as unknown as { bufferManager: Parameters<typeof capFreeBufferPool>[0] }).bufferManager, limits);
     exactReadBack(tf.backend() as unknown as Parameters<typeof exactReadBack>[0]); // size classes: read back a tensor's bytes only
     // the same uniforms bind the same buffer step after step, so bind groups are found again (uniform_cache.ts)
     (await import("./uniform_cache.js")).cacheUniforms(tf.backend() as unknown as Parameters<typeof import("./uniform_cache.js").cacheUniforms>[0]);

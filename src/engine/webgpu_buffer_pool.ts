@@ -64,16 +64,23 @@ interface GpuBufferLike { size: number; usage: number; destroy(): void }
 export const DEFAULT_FREE_POOL_MB = 4096;
 
 /**
- * Where the GPU's memory is known, the default cap is this share of it. A training step frees and
- * asks again for far more than a few GB between its micro-batches and around the optimizer: on
- * the H200 (141 GB) the 0.5B-shaped GRPO update destroyed and re-created 85 GB of buffers a step
- * at a 4 GiB cap (update 9-10.5 s), ~18 GB at 32 GiB, none at 64 GiB (6.1-8 s; VERL_PROFILE_UPDATE=1,
- * 2026-12-04). Half leaves the other half for live tensors.
+ * Where the GPU's memory is known (and VERL_WEBGPU_FREE_POOL_MB unset) there is no cap on the free
+ * lists but a budget on everything the manager holds, used and free: this share of the rank's part
+ * of the GPU. A new buffer that would pass it first destroys the buffers parked longest, only as
+ * many bytes as it needs. A training step frees and asks again for tens of GB between its
+ * micro-batches and around the optimizer, so a cap on the free lists alone destroyed and re-made
+ * them every step: on an H100 (80 GB) the 0.5B full fine-tuning update at 64 x 96 tokens made
+ * 47 GB of buffers an update under the former default cap (half the GPU), 1.2-1.8 s an update,
+ * against none and 0.37 s with 64 GiB (bench/gpu_decode.ts, 2026-12-07; docs/gpu.md). The rest of
+ * the GPU is for what tfjs's manager does not hold (packed weights, staging, Dawn's own).
  */
-export const FREE_POOL_SHARE_OF_GPU = 0.5;
+export const POOL_BUDGET_SHARE_OF_GPU = 0.8;
+
+/** What bounds the pool: free bytes (capBytes; trimmed to half when passed) and bytes held in all (budgetBytes). */
+export interface FreePoolLimits { capBytes: number; budgetBytes: number }
 
 export interface FreePoolStats {
-  trims: number; bytesDestroyed: number; capBytes: number;
+  trims: number; bytesDestroyed: number; capBytes: number; budgetBytes: number;
   /** buffers created (no free one of the size was parked) and their bytes: the churn a too-small cap causes */
   created: number; bytesCreated: number;
 }
@@ -109,16 +116,19 @@ function roundable(usage: number): boolean {
 const acquiredBytes = new WeakMap<object, number>();
 
 /**
- * The cap in bytes: VERL_WEBGPU_FREE_POOL_MB (a number of MiB >= 0) when set, else
- * FREE_POOL_SHARE_OF_GPU of `gpuBytes` when known, else DEFAULT_FREE_POOL_MB.
+ * The pool's limits: VERL_WEBGPU_FREE_POOL_MB (a number of MiB >= 0) caps the free lists when set;
+ * else a budget of POOL_BUDGET_SHARE_OF_GPU of `gpuBytes` when known; else DEFAULT_FREE_POOL_MB of
+ * free lists.
  */
-export function freePoolCapBytes(env: string | undefined = process.env.VERL_WEBGPU_FREE_POOL_MB, gpuBytes?: number): number {
+export function freePoolLimits(env: string | undefined = process.env.VERL_WEBGPU_FREE_POOL_MB, gpuBytes?: number): FreePoolLimits {
   if (env === undefined || env === "") {
-    return gpuBytes !== undefined && gpuBytes > 0 ? Math.floor(gpuBytes * FREE_POOL_SHARE_OF_GPU) : DEFAULT_FREE_POOL_MB * 2 ** 20;
+    return gpuBytes !== undefined && gpuBytes > 0
+      ? { capBytes: Infinity, budgetBytes: Math.floor(gpuBytes * POOL_BUDGET_SHARE_OF_GPU) }
+      : { capBytes: DEFAULT_FREE_POOL_MB * 2 ** 20, budgetBytes: Infinity };
   }
   const mb = Number(env);
   if (!Number.isFinite(mb) || mb < 0) throw new Error(`VERL_WEBGPU_FREE_POOL_MB must be a number of MiB >= 0, got '${env}'`);
-  return Math.floor(mb * 2 ** 20);
+  return { capBytes: Math.floor(mb * 2 ** 20), budgetBytes: Infinity };
 }
 
 /**
@@ -160,17 +170,20 @@ export function trimFreeBuffers(manager: BufferManagerLike, keepBytes = 0, parke
 }
 
 /**
- * Wraps the manager's acquireBuffer and releaseBuffer so the free lists never hold more than
- * `capBytes` when a new buffer is created (trimmed to half the cap, oldest first). Idempotent per
- * manager; returns the live statistics.
+ * Wraps the manager's acquireBuffer and releaseBuffer so that, when a new buffer is created, the
+ * free lists hold no more than `limits.capBytes` (trimmed to half the cap, oldest first) and the
+ * manager no more than `limits.budgetBytes` with the new buffer (the oldest parked destroyed until
+ * it fits, or none is left). A number is a cap on the free lists alone. Idempotent per manager;
+ * returns the live statistics.
  */
-export function capFreeBufferPool(manager: BufferManagerLike, capBytes = freePoolCapBytes(), sizeClasses = sizeClassesEnabled()): FreePoolStats {
+export function capFreeBufferPool(manager: BufferManagerLike, limits: FreePoolLimits | number = freePoolLimits(), sizeClasses = sizeClassesEnabled()): FreePoolStats {
+  const { capBytes, budgetBytes } = typeof limits === "number" ? { capBytes: limits, budgetBytes: Infinity } : limits;
   const have = installed.get(manager);
   if (have) return have;
   for (const k of ["freeBuffers", "numBytesAllocated", "numBytesUsed", "acquireBuffer", "releaseBuffer"] as const) {
     if (!(k in manager)) throw new Error(`tfjs-backend-webgpu's BufferManager has no '${k}': the free-pool cap (src/engine/webgpu_buffer_pool.ts) needs updating for this tfjs version`);
   }
-  const stats: FreePoolStats = { trims: 0, bytesDestroyed: 0, capBytes, created: 0, bytesCreated: 0 };
+  const stats: FreePoolStats = { trims: 0, bytesDestroyed: 0, capBytes, budgetBytes, created: 0, bytesCreated: 0 };
   const parkedAt = new WeakMap<object, number>(), serial = new WeakMap<object, number>();
   let releases = 0, serials = 0;
   const ordered = process.env.VERL_WEBGPU_POOL_ORDER !== "0";
@@ -200,8 +213,11 @@ export function capFreeBufferPool(manager: BufferManagerLike, capBytes = freePoo
       stats.created++;
       stats.bytesCreated += size;
     }
-    if (free > capBytes && fresh) {
+    if (fresh && free > capBytes) {
       stats.bytesDestroyed += trimFreeBuffers(manager, Math.floor(capBytes / 2), parkedAt);
+      stats.trims++;
+    } else if (fresh && free > 0 && manager.numBytesAllocated + size > budgetBytes) {
+      stats.bytesDestroyed += trimFreeBuffers(manager, Math.max(0, free - (manager.numBytesAllocated + size - budgetBytes)), parkedAt);
       stats.trims++;
     }
     const buffer = acquire(size, usage, mappedAtCreation, reuse);

@@ -5,7 +5,7 @@
 // the bookkeeping tested here (tfjs-backend-webgpu installs on request; the test skips without it).
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { capFreeBufferPool, freePoolCapBytes, nvidiaGpuMemoryBytes, DEFAULT_FREE_POOL_MB, FREE_POOL_SHARE_OF_GPU, sizeClass, sizeClassesEnabled, tensorBytes, SIZE_CLASS_MIN_BYTES } from "../../src/engine/webgpu_buffer_pool.js";
+import { capFreeBufferPool, freePoolLimits, nvidiaGpuMemoryBytes, DEFAULT_FREE_POOL_MB, POOL_BUDGET_SHARE_OF_GPU, sizeClass, sizeClassesEnabled, tensorBytes, SIZE_CLASS_MIN_BYTES } from "../../src/engine/webgpu_buffer_pool.js";
 
 interface Buf { size: number; usage: number; destroyed: boolean; destroy(): void }
 interface Manager {
@@ -87,19 +87,57 @@ test("a trim destroys the buffers parked longest: sizes every step reuses surviv
   assert.ok(manager.numBytesAllocated - manager.numBytesUsed <= 50_000 + 4096 * 2 + 8192 + 3000 + 8 * 99);
 });
 
-test("VERL_WEBGPU_FREE_POOL_MB: MiB >= 0, else an error naming the variable", () => {
-  assert.equal(freePoolCapBytes(undefined), DEFAULT_FREE_POOL_MB * 2 ** 20);
-  // a known GPU memory sets the default; the variable still wins
-  assert.equal(freePoolCapBytes(undefined, 143771 * 2 ** 20), Math.floor(143771 * 2 ** 20 * FREE_POOL_SHARE_OF_GPU));
-  assert.equal(freePoolCapBytes("512", 143771 * 2 ** 20), 512 * 2 ** 20);
+test("VERL_WEBGPU_FREE_POOL_MB: MiB >= 0, else an error naming the variable; a known GPU memory gives a budget instead", () => {
+  const mib = (n: number) => n * 2 ** 20;
+  assert.deepEqual(freePoolLimits(undefined), { capBytes: mib(DEFAULT_FREE_POOL_MB), budgetBytes: Infinity });
+  // a known GPU memory sets a budget on all the pool holds (no cap on its free lists); the variable still wins
+  assert.deepEqual(freePoolLimits(undefined, mib(81559)), { capBytes: Infinity, budgetBytes: Math.floor(mib(81559) * POOL_BUDGET_SHARE_OF_GPU) });
+  assert.deepEqual(freePoolLimits("512", mib(143771)), { capBytes: mib(512), budgetBytes: Infinity });
   // nvidia-smi's csv, one line per GPU: the smallest; nothing usable: unknown
-  assert.equal(nvidiaGpuMemoryBytes(() => "143771\n81559\n"), 81559 * 2 ** 20);
+  assert.equal(nvidiaGpuMemoryBytes(() => "143771\n81559\n"), mib(81559));
   assert.equal(nvidiaGpuMemoryBytes(() => null), undefined);
   assert.equal(nvidiaGpuMemoryBytes(() => "[N/A]\n"), undefined);
-  assert.equal(freePoolCapBytes("512"), 512 * 2 ** 20);
-  assert.equal(freePoolCapBytes("0"), 0);
-  assert.throws(() => freePoolCapBytes("lots"), /VERL_WEBGPU_FREE_POOL_MB must be a number of MiB >= 0, got 'lots'/);
-  assert.throws(() => freePoolCapBytes("-1"), /VERL_WEBGPU_FREE_POOL_MB/);
+  assert.equal(freePoolLimits("512").capBytes, mib(512));
+  assert.equal(freePoolLimits("0").capBytes, 0);
+  assert.throws(() => freePoolLimits("lots"), /VERL_WEBGPU_FREE_POOL_MB must be a number of MiB >= 0, got 'lots'/);
+  assert.throws(() => freePoolLimits("-1"), /VERL_WEBGPU_FREE_POOL_MB/);
+});
+
+test("a budget on all the pool holds: a step's working set within it is made once however much lies free between its phases; past it, only the bytes needed go, oldest first", async (t) => {
+  const m = await tfjsBufferManager();
+  if (typeof m === "string") return t.skip(m);
+  const { manager, created } = m;
+  // a step in two phases whose buffers differ in size (forward activations, then optimizer-shaped
+  // ones): between the phases most of the pool lies free, which a cap on the free lists trims
+  const step = () => {
+    const fwd = [40_000, 30_000, 20_000].map((s) => manager.acquireBuffer(s, STORAGE));
+    for (const b of fwd) manager.releaseBuffer(b);
+    const opt = [50_000, 50_000].map((s) => manager.acquireBuffer(s, STORAGE));
+    for (const b of opt) manager.releaseBuffer(b);
+  };
+  const stats = capFreeBufferPool(manager, { capBytes: Infinity, budgetBytes: 200_000 }, false);
+  for (let i = 0; i < 20; i++) step();
+  assert.equal(created.length, 5, "the five buffers of the first step serve all twenty");
+  assert.equal(stats.trims, 0);
+  // the same steps under a cap of 60,000 bytes on the free lists: made again every step
+  const other = await tfjsBufferManager();
+  if (typeof other === "string") return t.skip(other);
+  const capped = capFreeBufferPool(other.manager, 60_000, false);
+  for (let i = 0; i < 20; i++) {
+    const fwd = [40_000, 30_000, 20_000].map((s) => other.manager.acquireBuffer(s, STORAGE));
+    for (const b of fwd) other.manager.releaseBuffer(b);
+    const opt = [50_000, 50_000].map((s) => other.manager.acquireBuffer(s, STORAGE));
+    for (const b of opt) other.manager.releaseBuffer(b);
+  }
+  assert.ok(capped.trims >= 19 && other.created.length >= 60, `${capped.trims} trims, ${other.created.length} buffers made`);
+  // past the budget: a buffer that does not fit destroys the buffers parked longest, only as many as it needs
+  const big = manager.acquireBuffer(80_000, STORAGE); // 190,000 held + 80,000 > 200,000: 70,000 bytes must go
+  assert.equal(stats.trims, 1);
+  const gone = created.filter((b) => b.destroyed);
+  assert.deepEqual(gone.map((b) => b.size), [40_000, 30_000], "the forward phase's buffers, parked longest, and no more than needed");
+  assert.ok(manager.numBytesAllocated <= 200_000, `${manager.numBytesAllocated} bytes held`);
+  assert.equal(big.destroyed, false);
+  manager.releaseBuffer(big);
 });
 
 test("size classes: at most 12.5% more, multiples of 4, a class maps to itself, exact below the threshold", () => {
