@@ -70,7 +70,7 @@ export const DEFAULT_FREE_POOL_MB = 4096;
  * many bytes as it needs. A training step frees and asks again for tens of GB between its
  * micro-batches and around the optimizer, so a cap on the free lists alone destroyed and re-made
  * them every step: on an H100 (80 GB) the 0.5B full fine-tuning update at 64 x 96 tokens made
- * 47 GB of buffers an update under the former default cap (half the GPU), 1.2-1.8 s an update,
+ * 27 GB of buffers an update under the former default cap (half the GPU), 1.2-1.8 s an update,
  * against none and 0.37 s with 64 GiB (bench/gpu_decode.ts, 2026-12-07; docs/gpu.md). The rest of
  * the GPU is for what tfjs's manager does not hold (packed weights, staging, Dawn's own).
  */
