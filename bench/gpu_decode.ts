@@ -396,7 +396,7 @@ async function updateOnce(a: Args, model: LlamaModel, ins: ReturnType<typeof ins
   // a second timed update: a loop's steady state (uniform blocks are kept from their second sight,
   // so the first timed update still makes bind groups for them)
   const profiler = a.cpuProfile ? await startCpuProfile() : undefined;
-  const bg1 = bindGroupStats(), repeat = Math.max(1, a.repeat ?? 1), nextMs: number[] = [];
+  const bg1 = bindGroupStats(), pool1 = pool(), repeat = Math.max(1, a.repeat ?? 1), nextMs: number[] = [];
   for (let i = 0; i < repeat; i++) {
     const t1 = performance.now();
     await actor.updatePolicy(data);
@@ -404,7 +404,9 @@ async function updateOnce(a: Args, model: LlamaModel, ins: ReturnType<typeof ins
   }
   const msNext = [...nextMs].sort((x, y) => x - y)[Math.floor(repeat / 2)]!;
   if (profiler) await profiler.stop(join(a.cpuProfile!, `update_lora${rank}_${spec}.cpuprofile`));
-  const again = { ms_next: msNext, ...(repeat > 1 ? { ms_next_all: nextMs } : {}), dispatches_next: ins.reset().dispatches / repeat, bind_groups_next: delta(bg1, bindGroupStats()), pool_next: pool() };
+  const again = { ms_next: msNext, ...(repeat > 1 ? { ms_next_all: nextMs } : {}), dispatches_next: ins.reset().dispatches / repeat, bind_groups_next: delta(bg1, bindGroupStats()), pool_next: pool(),
+    // the buffer pool's churn over the steady updates alone (pool_next counts from the pool's start)
+    pool_churn_next: delta(pool1 as Record<string, number>, pool() as Record<string, number>) };
   emit("update_0.5B_worker_path", { B: rows, P, R, micro: mb, lora_rank: rank, host_only: a.assumeTensorCores, optimizer: onDevice ? "device" : "host", params: numParams(cfg), matmul: matmulPrecision(), tensor_core_calls: tensorCoreStats().calls, submit_batch: tf.env().get("WEBGPU_DEFERRED_SUBMIT_BATCH_SIZE") },
     { ...fig(ms, counted), ...host, ...again, forward_only_ms: fwdMs, forward_tflops: flop / 3 / (fwdMs / 1e3) / 1e12, forward_dispatches: fwd.dispatches, forward_reads: fwd.reads, ...(fwd.by_program ? { forward_by_program: fwd.by_program } : {}) });
   actor.optimizer?.dispose();
