@@ -391,6 +391,7 @@ async function updateOnce(a: Args, model: LlamaModel, ins: ReturnType<typeof ins
   // bind groups found again / made, uniform blocks found / written, over the timed update
   const delta = <T extends object>(a: T | undefined, b: T | undefined) => (a && b ? Object.fromEntries(Object.entries(b).map(([k, v]) => [k, (v as number) - ((a as Record<string, number>)[k] ?? 0)])) : undefined);
   const pool = () => ({ ...freePoolStats((tf.backend() as unknown as { bufferManager: object }).bufferManager) });
+  const churn = (p: ReturnType<typeof pool>) => ({ trims: p.trims ?? 0, bytesDestroyed: p.bytesDestroyed ?? 0, created: p.created ?? 0, bytesCreated: p.bytesCreated ?? 0 });
   const host = { bind_groups: delta(bg0, bindGroupStats()), uniforms: delta(uc0, uniformCacheStats()), pool: pool() };
   const counted = ins.reset();
   // a second timed update: a loop's steady state (uniform blocks are kept from their second sight,
@@ -406,7 +407,7 @@ async function updateOnce(a: Args, model: LlamaModel, ins: ReturnType<typeof ins
   if (profiler) await profiler.stop(join(a.cpuProfile!, `update_lora${rank}_${spec}.cpuprofile`));
   const again = { ms_next: msNext, ...(repeat > 1 ? { ms_next_all: nextMs } : {}), dispatches_next: ins.reset().dispatches / repeat, bind_groups_next: delta(bg1, bindGroupStats()), pool_next: pool(),
     // the buffer pool's churn over the steady updates alone (pool_next counts from the pool's start)
-    pool_churn_next: delta(pool1 as Record<string, number>, pool() as Record<string, number>) };
+    pool_churn_next: delta(churn(pool1), churn(pool())) };
   emit("update_0.5B_worker_path", { B: rows, P, R, micro: mb, lora_rank: rank, host_only: a.assumeTensorCores, optimizer: onDevice ? "device" : "host", params: numParams(cfg), matmul: matmulPrecision(), tensor_core_calls: tensorCoreStats().calls, submit_batch: tf.env().get("WEBGPU_DEFERRED_SUBMIT_BATCH_SIZE") },
     { ...fig(ms, counted), ...host, ...again, forward_only_ms: fwdMs, forward_tflops: flop / 3 / (fwdMs / 1e3) / 1e12, forward_dispatches: fwd.dispatches, forward_reads: fwd.reads, ...(fwd.by_program ? { forward_by_program: fwd.by_program } : {}) });
   actor.optimizer?.dispose();

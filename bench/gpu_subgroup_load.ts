@@ -14,6 +14,7 @@
 // combinations that failed and, where the wrong values are one exact shift of the right ones, the shift.
 import { prepareWebGpu, webGpuSummary } from "../src/engine/webgpu.js";
 import { fragmentGeometry } from "../src/engine/subgroup_fragments.js";
+import { floatToHalf } from "../src/models/gguf.js";
 
 /* eslint-disable @typescript-eslint/no-explicit-any -- the raw WebGPU objects of dawn.node */
 type Dev = any;
@@ -80,10 +81,8 @@ async function main(): Promise<void> {
   const errors: string[] = [];
   dev.onuncapturederror = (e: any) => errors.push(String(e.error?.message ?? e));
   const GPUBufferUsage = (globalThis as any).GPUBufferUsage, GPUMapMode = (globalThis as any).GPUMapMode;
-  const f16 = (x: number) => { const f = new Float32Array([x]); const u = new Uint32Array(f.buffer)[0]!; // exact for integers < 2048
-    const s = (u >>> 16) & 0x8000, e = ((u >>> 23) & 0xff) - 127 + 15, m = (u >>> 13) & 0x3ff; return x === 0 ? 0 : s | (e << 10) | m; };
-  const srcHalves = new Uint16Array(WG_HALVES).map((_, i) => f16(value(i)));
-  const eyeHalves = new Uint16Array(256).map((_, i) => (i % 17 === 0 ? f16(1) : 0));
+  const srcHalves = new Uint16Array(WG_HALVES).map((_, i) => floatToHalf(value(i)));
+  const eyeHalves = new Uint16Array(256).map((_, i) => (i % 17 === 0 ? floatToHalf(1) : 0));
   const buffer = (data: ArrayBufferView, usage: number) => {
     const b = dev.createBuffer({ size: Math.ceil(data.byteLength / 16) * 16, usage: usage | GPUBufferUsage.COPY_DST });
     dev.queue.writeBuffer(b, 0, data.buffer, data.byteOffset, data.byteLength);

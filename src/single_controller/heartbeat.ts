@@ -19,7 +19,6 @@ import { getHeapStatistics } from "node:v8";
 
 let counters: Int32Array | undefined;
 let slot = 0;
-let ranks = 0;
 
 /** How many timeouts a rank inside a marked native call gets before the watchdog fails it. */
 export const NATIVE_CALL_GRACE = 10;
@@ -30,16 +29,18 @@ export function createHeartbeatBuffer(worldSize: number): SharedArrayBuffer {
   return new SharedArrayBuffer(8 * worldSize);
 }
 
+/** Where `rank`'s native-call depth sits in the counters (after every rank's progress counter). */
+const nativeDepthAt = (view: Int32Array, rank: number) => view.length / 2 + rank;
+
 /** Whether `rank` is inside a native call marked by insideNativeCall (read by the watchdog). */
 export function inNativeCall(view: Int32Array, rank: number): boolean {
-  return Atomics.load(view, view.length / 2 + rank) > 0;
+  return Atomics.load(view, nativeDepthAt(view, rank)) > 0;
 }
 
 /** Called once per rank thread by the pool runtime. */
 export function attachHeartbeat(buffer: SharedArrayBuffer, rank: number, env: NodeJS.ProcessEnv = process.env): void {
   counters = new Int32Array(buffer);
   slot = rank;
-  ranks = counters.length / 2;
   stats.on = env.VERL_HEARTBEAT_STATS === "1";
   stats.last = performance.now();
 }
@@ -58,12 +59,13 @@ export function heartbeat(): void {
 /** Runs `fn`, a synchronous call into native code that may take long (a pipeline compile), marked for the watchdog. */
 export function insideNativeCall<T>(fn: () => T): T {
   if (!counters) return fn();
+  const depth = nativeDepthAt(counters, slot);
   heartbeat();
-  Atomics.add(counters, ranks + slot, 1);
+  Atomics.add(counters, depth, 1);
   try {
     return fn();
   } finally {
-    Atomics.sub(counters, ranks + slot, 1);
+    Atomics.sub(counters, depth, 1);
     heartbeat();
   }
 }

@@ -367,9 +367,10 @@ export class ResourcePool {
       const last = this.lastBeat[rank]!;
       if (count !== last.count || this.outstanding[rank]!.length === 0) {
         this.lastBeat[rank] = { count, at: now };
-      } else if (now - last.at >= this.heartbeatTimeoutMs * (inNativeCall(this.heartbeats, rank) ? NATIVE_CALL_GRACE : 1)) {
-        const method = this.outstanding[rank]![0]!;
+      } else {
         const grace = inNativeCall(this.heartbeats, rank) ? NATIVE_CALL_GRACE : 1;
+        if (now - last.at < this.heartbeatTimeoutMs * grace) continue;
+        const method = this.outstanding[rank]![0]!;
         this.failWith(new WorkerUnresponsiveError(rank, method, this.heartbeatTimeoutMs, grace), `rank ${rank} stopped responding during ${method}`);
         return;
       }

@@ -109,26 +109,21 @@ test("a budget on all the pool holds: a step's working set within it is made onc
   const { manager, created } = m;
   // a step in two phases whose buffers differ in size (forward activations, then optimizer-shaped
   // ones): between the phases most of the pool lies free, which a cap on the free lists trims
-  const step = () => {
-    const fwd = [40_000, 30_000, 20_000].map((s) => manager.acquireBuffer(s, STORAGE));
-    for (const b of fwd) manager.releaseBuffer(b);
-    const opt = [50_000, 50_000].map((s) => manager.acquireBuffer(s, STORAGE));
-    for (const b of opt) manager.releaseBuffer(b);
+  const step = (mgr: Manager) => {
+    const fwd = [40_000, 30_000, 20_000].map((s) => mgr.acquireBuffer(s, STORAGE));
+    for (const b of fwd) mgr.releaseBuffer(b);
+    const opt = [50_000, 50_000].map((s) => mgr.acquireBuffer(s, STORAGE));
+    for (const b of opt) mgr.releaseBuffer(b);
   };
   const stats = capFreeBufferPool(manager, { capBytes: Infinity, budgetBytes: 200_000 }, false);
-  for (let i = 0; i < 20; i++) step();
+  for (let i = 0; i < 20; i++) step(manager);
   assert.equal(created.length, 5, "the five buffers of the first step serve all twenty");
   assert.equal(stats.trims, 0);
   // the same steps under a cap of 60,000 bytes on the free lists: made again every step
   const other = await tfjsBufferManager();
   if (typeof other === "string") return t.skip(other);
   const capped = capFreeBufferPool(other.manager, 60_000, false);
-  for (let i = 0; i < 20; i++) {
-    const fwd = [40_000, 30_000, 20_000].map((s) => other.manager.acquireBuffer(s, STORAGE));
-    for (const b of fwd) other.manager.releaseBuffer(b);
-    const opt = [50_000, 50_000].map((s) => other.manager.acquireBuffer(s, STORAGE));
-    for (const b of opt) other.manager.releaseBuffer(b);
-  }
+  for (let i = 0; i < 20; i++) step(other.manager);
   assert.ok(capped.trims >= 19 && other.created.length >= 60, `${capped.trims} trims, ${other.created.length} buffers made`);
   // past the budget: a buffer that does not fit destroys the buffers parked longest, only as many as it needs
   const big = manager.acquireBuffer(80_000, STORAGE); // 190,000 held + 80,000 > 200,000: 70,000 bytes must go
